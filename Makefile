@@ -1,0 +1,47 @@
+# Two commands on a fresh machine:  make demo   |   make test
+# Both bootstrap .venv/ idempotently: torch==2.13.0 first (a local CPU wheel here; an
+# unpinned torch would pull a multi-GB CUDA build), then rasfast (editable, compiled by
+# scikit-build-core) with its extras. Re-running is fast: the install is redone only
+# when pyproject.toml, CMakeLists.txt or csrc/ changed.
+
+PYTHON ?= python3
+VENV   ?= .venv
+VPY    := $(VENV)/bin/python
+EXTRAS ?= dev,gpu,graph,llm,faiss,plot
+STAMP  := $(VENV)/.rasfast-installed
+NATIVE := pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
+PYTEST_ARGS ?=
+
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install demo test test-fast bench bench-select clean
+
+install: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(NATIVE) | $(VPY)
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+	$(VPY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/rasfast demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q --timeout=900 $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest -q -m "not slow" --timeout=900 $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VPY) -m pytest benchmarks -q --benchmark-only --benchmark-columns=min,median,mean,rounds
+
+bench-select: $(STAMP)
+	$(VPY) benchmarks/bench_select.py
+
+clean:
+	rm -rf build $(VENV) .pytest_cache

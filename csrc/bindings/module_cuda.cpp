@@ -1,0 +1,25 @@
+// Entry point of rasfast._cuda. cudart is linked statically, so this module imports on a
+// machine with no GPU driver; device_count() then returns 0 and the reason is reported.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/registry.h"
+
+PYBIND11_MODULE(_cuda, m) {
+  m.doc() = "rasfast CUDA kernels. Entry points take raw device pointers and a stream handle.";
+  m.def("device_count", []() {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) { cudaGetLastError(); return 0; }
+    return n;
+  });
+  m.def("device_status", []() -> std::string {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) { cudaGetLastError(); return cudaGetErrorString(err); }
+    return n > 0 ? "ok" : "no CUDA device";
+  });
+  m.def("runtime_version", []() { int v = 0; cudaRuntimeGetVersion(&v); return v; });
+  rasfast::run_binding_registry(m);
+}

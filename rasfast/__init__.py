@@ -1,0 +1,54 @@
+"""rasfast: compiled kernels for graph-structured retrieval-augmented generation.
+
+Public names are resolved lazily (PEP 562) so ``import rasfast`` stays cheap and optional
+extras (triton, transformers, torch-geometric) are imported only when used.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Dict
+
+from .dispatch import BackendUnavailable, backends
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY: Dict[str, str] = {
+    # ops (csrc/, kernels/, rasfast/ops/)
+    "select_k": "rasfast.ops.select",
+    "theme_scope": "rasfast.ops.theme",
+    "scoped_dense_search": "rasfast.ops.theme",
+    "theme_scoped_search": "rasfast.ops.theme",
+    "triple_beam_search": "rasfast.ops.beam",
+    "BeamResult": "rasfast.ops.beam",
+    "transformer_conv": "rasfast.ops.graph_conv",
+    "graph_transformer_pool": "rasfast.ops.graph_conv",
+    # data structures and models
+    "ThemeIndex": "rasfast.index",
+    "TripleGraph": "rasfast.graph",
+    "GraphEncoder": "rasfast.models.graph_encoder",
+    "build_question_graph": "rasfast.models.question_graph",
+    "GraphLLM": "rasfast.llm.graph_llm",
+    # the loop
+    "RAS": "rasfast.pipeline",
+    "Trace": "rasfast.profile",
+}
+
+_SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear", "models", "encode",
+               "llm", "pipeline", "profile", "data", "cli", "kernels")
+
+__all__ = sorted(["backends", "BackendUnavailable", "__version__", *_LAZY])
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"rasfast.{name}")
+    raise AttributeError(f"module 'rasfast' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

@@ -1,0 +1,93 @@
+"""Input validation shared by every op.
+
+Every public entry point validates before dispatching, so all backends see the same,
+well-formed input and bad input fails with a ValueError/TypeError that names the
+argument and says what was expected -- never a crash inside a kernel.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from ._arrays import FLOAT_DTYPES
+
+_DTYPE_NAMES = "float32, float16 or bfloat16"
+
+
+def check_float(t: torch.Tensor, name: str, dtypes: Sequence[torch.dtype] = FLOAT_DTYPES) -> None:
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name}: unsupported dtype {str(t.dtype).replace('torch.', '')}; expected {allowed}")
+
+
+def check_int(t: torch.Tensor, name: str) -> None:
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name}: expected an int32 or int64 array, got {str(t.dtype).replace('torch.', '')}")
+
+
+def check_rank(t: torch.Tensor, name: str, ndim: int, layout: str = "") -> None:
+    if t.dim() != ndim:
+        what = f" {layout}" if layout else ""
+        raise ValueError(f"{name}: expected a {ndim}-d array{what}, got shape {tuple(t.shape)}")
+
+
+def check_dim(t: torch.Tensor, name: str, dim: int, size: int, what: str) -> None:
+    if t.shape[dim] != size:
+        raise ValueError(f"{name}: dim {dim} must equal {what} ({size}), got shape {tuple(t.shape)}")
+
+
+def check_finite(t: torch.Tensor, name: str, allow_inf: bool = False) -> None:
+    """NaN is always rejected (it has no place in an ordering); +-inf only if not allowed."""
+    if t.numel() == 0:
+        return
+    if allow_inf:
+        if torch.isnan(t).any():
+            raise ValueError(f"{name}: contains NaN")
+    elif not torch.isfinite(t).all():
+        raise ValueError(f"{name}: contains NaN or infinite values")
+
+
+def check_same_device(**tensors: torch.Tensor) -> torch.device:
+    devs = {n: t.device for n, t in tensors.items()}
+    uniq = set(devs.values())
+    if len(uniq) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in devs.items())
+        raise ValueError(f"arrays must be on one device, got {listing}")
+    return next(iter(uniq))
+
+
+def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
+    dts = {n: t.dtype for n, t in tensors.items()}
+    if len(set(dts.values())) > 1:
+        listing = ", ".join(f"{n}: {str(d).replace('torch.', '')}" for n, d in dts.items())
+        raise TypeError(f"arrays must share one dtype, got {listing}")
+    return next(iter(dts.values()))
+
+
+def check_int_arg(value, name: str, lo: Optional[int] = None, hi: Optional[int] = None,
+                  hi_what: str = "") -> int:
+    """An integer argument (bool rejected) within [lo, hi]; returns it as int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
+    if lo is not None and value < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        bound = f"{hi_what} ({hi})" if hi_what else str(hi)
+        raise ValueError(f"{name}: must be <= {bound}, got {value}")
+    return value
+
+
+def check_bool_arg(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def check_choice(value, name: str, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value

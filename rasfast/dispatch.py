@@ -1,0 +1,162 @@
+"""Which backends exist here, and which one an op call runs on.
+
+Four implementations stand behind every op:
+
+- ``torch``  : the reference, short and obviously correct; runs anywhere.
+- ``cpu``    : C++/OpenMP in the compiled module ``rasfast._C``.
+- ``cuda``   : hand-written CUDA in ``rasfast._cuda`` (built only where nvcc was found).
+- ``triton`` : Triton kernels in ``rasfast.kernels``; on a GPU, or on the CPU only under
+  ``TRITON_INTERPRET=1`` (set before the kernel module is imported; slow, for tests).
+
+``backend="auto"`` picks ``cuda`` for GPU tensors (``triton`` if the CUDA module lacks
+the op or was not built) and ``cpu`` otherwise.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from types import ModuleType
+from typing import Dict, Optional
+
+import torch
+
+BACKENDS = ("auto", "cpu", "cuda", "triton", "torch")
+
+
+class BackendUnavailable(RuntimeError):
+    """Raised when an explicitly requested backend cannot run here; says what is missing."""
+
+
+@functools.lru_cache(maxsize=None)
+def _import(name: str):
+    """(module, None) or (None, reason)."""
+    try:
+        return importlib.import_module(name), None
+    except Exception as e:  # ImportError, or OSError from a broken shared library
+        return None, f"{type(e).__name__}: {e}"
+
+
+def cpu_module() -> ModuleType:
+    mod, err = _import("rasfast._C")
+    if mod is None:
+        raise BackendUnavailable(
+            "backend 'cpu' needs the compiled module rasfast._C, which failed to import "
+            f"({err}); reinstall rasfast (pip install -e .) so that it is built")
+    return mod
+
+
+def cuda_module() -> ModuleType:
+    mod, err = _import("rasfast._cuda")
+    if mod is None:
+        raise BackendUnavailable(
+            "backend 'cuda' needs rasfast._cuda, which was not built or failed to import "
+            f"({err}); it is built only when the CUDA compiler (nvcc) is found at install time")
+    return mod
+
+
+def triton_interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_kernels() -> ModuleType:
+    """The Triton kernel package (rasfast.kernels), importing triton on first use."""
+    tri, err = _import("triton")
+    if tri is None:
+        raise BackendUnavailable(f"backend 'triton' needs the triton package ({err}); "
+                                 "pip install 'rasfast[gpu]'")
+    mod, err = _import("rasfast.kernels")
+    if mod is None:
+        raise BackendUnavailable(f"backend 'triton': rasfast.kernels failed to import ({err})")
+    return mod
+
+
+def _cuda_device_count() -> int:
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def backends() -> Dict[str, Dict[str, object]]:
+    """What is available on this machine, per backend, with the reason when not.
+
+    >>> rasfast.backends()["cpu"]["available"]
+    True
+    """
+    out: Dict[str, Dict[str, object]] = {}
+    out["torch"] = {"available": True, "version": torch.__version__}
+    mod, err = _import("rasfast._C")
+    out["cpu"] = {"available": mod is not None, "reason": err,
+                  "threads": mod.omp_max_threads() if mod is not None else 0}
+    cmod, cerr = _import("rasfast._cuda")
+    devices = _cuda_device_count()
+    reason = cerr if cmod is None else (None if devices else "no CUDA device visible to torch")
+    out["cuda"] = {"available": cmod is not None and devices > 0, "built": cmod is not None,
+                   "device_count": devices, "reason": reason,
+                   "runtime_version": cmod.runtime_version() if cmod is not None else None}
+    tri, terr = _import("triton")
+    interp = triton_interpret()
+    t_ok = tri is not None and (devices > 0 or interp)
+    t_reason = terr if tri is None else (None if t_ok else
+                                         "no GPU (set TRITON_INTERPRET=1 to interpret on the CPU)")
+    out["triton"] = {"available": t_ok, "importable": tri is not None, "interpret": interp,
+                     "version": getattr(tri, "__version__", None), "reason": t_reason}
+    return out
+
+
+def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = True) -> str:
+    """Concrete backend for an op call on tensors that live on ``device``.
+
+    ``has_cuda_op`` lets an op say it has no CUDA kernel so auto falls through to Triton.
+    Raises ValueError for an unknown name or a device the backend cannot serve, and
+    BackendUnavailable naming what is missing.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    on_gpu = device.type == "cuda"
+    if backend == "auto":
+        if not on_gpu:
+            return "cpu" if _import("rasfast._C")[0] is not None else "torch"
+        if has_cuda_op and _import("rasfast._cuda")[0] is not None:
+            return "cuda"
+        if _import("triton")[0] is not None:
+            return "triton"
+        return "torch"
+    if backend == "cpu":
+        if on_gpu:
+            raise ValueError(f"{op}: backend 'cpu' needs CPU arrays, got tensors on {device}")
+        cpu_module()
+    elif backend == "cuda":
+        cuda_module()
+        if not on_gpu:
+            if _cuda_device_count() == 0:
+                raise BackendUnavailable(f"{op}: backend 'cuda' needs a CUDA device; none is visible")
+            raise ValueError(f"{op}: backend 'cuda' needs tensors on a CUDA device, got {device}")
+        if not has_cuda_op:
+            raise BackendUnavailable(f"{op}: no CUDA kernel is built for this op")
+    elif backend == "triton":
+        triton_kernels()
+        if not on_gpu and not triton_interpret():
+            raise BackendUnavailable(
+                f"{op}: backend 'triton' on CPU tensors needs TRITON_INTERPRET=1 in the "
+                "environment before rasfast.kernels is imported (and a GPU for real speed)")
+    return backend
+
+
+def op_device(t: torch.Tensor) -> torch.device:
+    return t.device
+
+
+def available(name: str) -> bool:
+    """True if ``name`` can run on this machine (for tests and benchmarks)."""
+    info = backends()
+    return bool(info[name]["available"]) if name in info else False
+
+
+def cuda_device_count() -> int:
+    return _cuda_device_count()
+
+
+__all__ = ["BACKENDS", "BackendUnavailable", "backends", "resolve", "available",
+           "cpu_module", "cuda_module", "triton_kernels", "triton_interpret"]

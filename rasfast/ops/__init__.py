@@ -1,0 +1,1 @@
+"""Public ops: one thin documented function per op -> validation -> backend dispatch."""

@@ -1,0 +1,41 @@
+"""Shared test setup.
+
+- Triton kernels run on the CPU only interpreted; TRITON_INTERPRET must be set before
+  rasfast.kernels (and triton's JIT) is imported, so it is set here, first.
+- ``cpu_backends()`` / ``gpu_backends()`` list the backends to compare with the reference.
+  A backend that should exist here but does not is a test failure (see test_dispatch.py),
+  never a silent skip.
+- ``data_dir`` points at ../shared/data (override with RASFAST_DATA).
+"""
+import os
+import pathlib
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "default", deadline=None, max_examples=25, derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+HAS_GPU = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
+
+
+def data_root() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("RASFAST_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    root = data_root()
+    if not root.exists():
+        pytest.skip(f"shared data not found at {root} (set RASFAST_DATA)")
+    return root
