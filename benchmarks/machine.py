@@ -1,0 +1,61 @@
+"""Machine description stored next to every benchmark result (results are meaningless without it)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from typing import Dict
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> Dict[str, object]:
+    import numpy as np
+    import torch
+
+    info: Dict[str, object] = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": None,
+    }
+    try:
+        import rasfast
+        info["rasfast_threads"] = rasfast.backends()["cpu"]["threads"]
+    except Exception:
+        pass
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = {"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
+                       "cuda": torch.version.cuda}
+    try:
+        info["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True, check=False).stdout.strip()
+    except OSError:
+        pass
+    return info
+
+
+def header_markdown() -> str:
+    i = machine_info()
+    gpu = i["gpu"]["name"] if i["gpu"] else "none (CPU only)"
+    return (f"Machine: {i['cpu']}, {i['cores']} cores, GPU: {gpu}; Python {i['python']}, "
+            f"torch {i['torch']}, numpy {i['numpy']}; commit {i.get('git', '?')}; {i['date_utc']}\n")
+
+
+if __name__ == "__main__":
+    print(json.dumps(machine_info(), indent=2))
