@@ -38,7 +38,7 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "not slow" --timeout=900 $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(VPY) -m pytest benchmarks -q --benchmark-only --benchmark-columns=min,median,mean,rounds
+	$(VPY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only --benchmark-columns=min,median,mean,rounds
 
 bench-select: $(STAMP)
 	$(VPY) benchmarks/bench_select.py
