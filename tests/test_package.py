@@ -1,0 +1,25 @@
+"""The package imports cleanly and exposes its public names lazily."""
+import importlib
+
+import pytest
+
+import rasfast
+
+
+def test_version_and_backends():
+    assert rasfast.__version__
+    info = rasfast.backends()
+    assert set(info) >= {"torch", "cpu", "cuda", "triton"}
+    assert info["torch"]["available"] and info["cpu"]["available"], info
+
+
+def test_public_names_resolve_to_their_modules():
+    for name, module in rasfast._LAZY.items():
+        assert name in dir(rasfast)
+        mod = importlib.import_module(module)
+        assert getattr(rasfast, name) is getattr(mod, name), name
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rasfast.nope  # noqa: B018
