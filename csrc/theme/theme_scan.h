@@ -71,16 +71,29 @@ bool scan_keys(const PaddedQueries& qs, const typename Storage<D>::type* corpus,
       // Rows nr..nr4 of the last tile hold stale finite data; their results are unused.
       const int64_t nr4 = (nr + 3) / 4 * 4;
       s.dot_tile(tile.get(), nr4, qs.data.get(), Bp, ld, dots.get());
+      // Keys of this tile, query by query (contiguous, vectorisable). v - v is NaN
+      // exactly when v is NaN or inf, so `chk` flags a non-finite distance.
+      float chk = 0.f;
       for (int64_t b = 0; b < B; ++b) {
         uint32_t* kb = keys + b * N + i0;
+        const float* db = dots.get() + b * nr4;
         const float qn = qs.norm[(size_t)b];
-        for (int64_t r = 0; r < nr; ++r) {
-          const float dot = dots[r * Bp + b];
-          const float v = ip ? dot : qn + cn[r] - 2.f * dot;
-          bad |= !std::isfinite(v);
-          kb[r] = select_key(v, ip);
+        if (ip) {
+#pragma omp simd reduction(+ : chk)
+          for (int64_t r = 0; r < nr; ++r) {
+            chk += db[r] - db[r];
+            kb[r] = ~float_to_key(db[r]);
+          }
+        } else {
+#pragma omp simd reduction(+ : chk)
+          for (int64_t r = 0; r < nr; ++r) {
+            const float v = qn + cn[r] - 2.f * db[r];
+            chk += v - v;
+            kb[r] = float_to_key(v);
+          }
         }
       }
+      bad |= chk != 0.f;
     }
   }
   return bad == 0;
