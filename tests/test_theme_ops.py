@@ -186,6 +186,11 @@ def test_triton_tiny(backend):
     q, qe, c, e = float_data(2, 50, 7, 9, seed=5)
     gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 60, 70, 0.1, "l2", backend=backend)
     check_scoped_search(gi, gs, q, qe, c, e, 60, 70, 0.1, "l2")
+    q, qe, c, e = float_data(2, 300, 7, 9, seed=6)
+    for metric in ("l2", "ip"):
+        check_theme_scope(rasfast.theme_scope(q, c, 40, metric, backend=backend), q, c, 40, metric)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 40, 5, 0.1, metric, backend=backend)
+        check_scoped_search(gi, gs, q, qe, c, e, 40, 5, 0.1, metric)
     scope = ref_scope(q, c, 12, "l2")
     gi, gs = rasfast.scoped_dense_search(qe, e, scope, 5, backend=backend)
     wi, ws = rasfast.scoped_dense_search(qe, e, scope, 5, backend="torch")
