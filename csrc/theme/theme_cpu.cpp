@@ -22,8 +22,6 @@ namespace rasfast {
 namespace theme {
 namespace {
 
-using KeyBuf = std::unique_ptr<uint32_t[]>;
-
 const char* kPpdNonFinite =
     "corpus_ppd: contains NaN or infinite values (a theme distance is not finite)";
 const char* kEmbNonFinite =
@@ -70,7 +68,7 @@ void scope_typed(const float* q, int64_t B, int64_t T, const void* corpus, int64
   using S = typename Storage<D>::type;
   const int threads = omp_get_max_threads();
   const int64_t qb = query_block(B, N);
-  KeyBuf keys(new uint32_t[(size_t)(qb * N)]);
+  KeyMatrix keys(qb * N);
   for (int64_t b0 = 0; b0 < B; b0 += qb) {
     const int64_t nb = std::min(qb, B - b0);
     PaddedQueries qs = pad_queries(q + b0 * T, nb, T);
@@ -233,7 +231,7 @@ void fused_typed(const FusedArgs& a) {
   using SP = typename Storage<DP>::type;
   const int threads = omp_get_max_threads();
   const int64_t qb = query_block(a.B, a.N);
-  KeyBuf keys(new uint32_t[(size_t)(qb * a.N)]);
+  KeyMatrix keys(qb * a.N);
   for (int64_t b0 = 0; b0 < a.B; b0 += qb) {
     const int64_t nb = std::min(qb, a.B - b0);
     PaddedQueries qs = pad_queries(a.q_ppd + b0 * a.T, nb, a.T);

@@ -480,10 +480,12 @@ void check_k(int64_t k) {
                                 ", got " + std::to_string(k));
 }
 
-// Keys for query blocks small enough that B_blk x N uint32 stays below 2 GiB.
+// Keys for query blocks small enough that B_blk x N uint32 stays below 2 GiB (and B_blk
+// fits a grid's y dimension).
 int64_t query_block(int64_t B, int64_t N) {
   const int64_t budget = int64_t(1) << 29;
-  return std::max<int64_t>(1, std::min<int64_t>(B, budget / std::max<int64_t>(N, 1)));
+  const int64_t qb = std::min<int64_t>(B, budget / std::max<int64_t>(N, 1));
+  return std::max<int64_t>(1, std::min<int64_t>(qb, 65535));
 }
 
 // ----------------------------------------------------------------------------- theme_scope
