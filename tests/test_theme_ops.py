@@ -89,6 +89,24 @@ def test_exact_parity(backend, dtype, case):
         assert torch.equal(gi, wi) and torch.equal(gs, ws)
 
 
+def test_every_cpu_simd_variant():
+    """The cpu kernels are compiled for AVX-512, AVX2 and SSE2 and pick one at run time; run
+    the exact parity and a tolerant case on every variant this CPU supports."""
+    mod = rasfast.dispatch.cpu_module()
+    best = mod.theme_simd_level()
+    try:
+        for level in mod.theme_simd_variants():
+            mod.theme_set_simd(level)
+            for case in (EXACT_CASES[0], EXACT_CASES[1], EXACT_CASES[4]):
+                test_exact_parity("cpu", torch.float32, case)
+            test_exact_parity("cpu", torch.bfloat16, EXACT_CASES[1])
+            test_float_parity_with_tolerance("cpu", torch.float16, FLOAT_CASES[0], "l2")
+    finally:
+        mod.theme_set_simd(best)
+    with pytest.raises(ValueError):
+        mod.theme_set_simd("neon")
+
+
 @pytest.mark.parametrize("backend", CPU)
 def test_all_rows_identical_ties_by_id(backend):
     """Every corpus row equal: the scope is ids 0..K-1 and the top-k is 0..k-1."""
