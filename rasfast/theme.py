@@ -293,14 +293,29 @@ def _normalise(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
 
+def _kmeans_pp(x: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    first = int(torch.randint(x.shape[0], (1,), generator=gen))
+    chosen = [first]
+    d2 = (2 - 2 * (x @ x[first])).clamp_min(0)
+    for _ in range(1, k):
+        if float(d2.sum()) <= 0:  # fewer distinct points than k: any point will do
+            nxt = int(torch.randint(x.shape[0], (1,), generator=gen))
+        else:
+            nxt = int(torch.multinomial(d2, 1, generator=gen))
+        chosen.append(nxt)
+        d2 = torch.minimum(d2, (2 - 2 * (x @ x[nxt])).clamp_min(0))
+    return x[chosen].clone()
+
+
 def _lloyd_torch(x: torch.Tensor, k: int, iters: int, seed: int) -> torch.Tensor:
     """Spherical k-means (cosine) by Lloyd iterations; deterministic for a given seed.
 
-    Initialised from k distinct random points; an empty cluster is re-seeded with the
-    point least similar to its own centroid, so every centroid stays in use.
+    Initialised by k-means++ seeding (D^2 sampling, D^2 = 2 - 2 cos on the sphere); an empty
+    cluster is re-seeded with the point least similar to its own centroid, so every
+    centroid stays in use.
     """
     gen = torch.Generator().manual_seed(int(seed))
-    cent = x[torch.randperm(x.shape[0], generator=gen)[:k]].clone()
+    cent = _kmeans_pp(x, k, gen)
     for _ in range(iters):
         sim = x @ cent.T
         best_sim, assign = sim.max(dim=1)
