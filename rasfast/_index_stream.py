@@ -145,19 +145,21 @@ def scoped_search_range(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor,
 
 
 def dense_search_range(q_emb: torch.Tensor, emb: torch.Tensor, start: int, stop: int, k: int,
-                       chunk_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Unscoped top-k by inner product over rows [start, stop), chunked matmul (BLAS) +
-    running top-k. Returns (scores[B, k], ids[B, k]) padded with -inf / -1."""
+                       chunk_rows: int, backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Unscoped top-k by inner product over rows [start, stop): per chunk, the fused op
+    with no scoping (K = rows, a 1-column zero PPD), then a merge. Every backend computes a
+    (query, row) score independently of the row's position, so any chunking gives the same
+    result. Returns (ids[B, k], scores[B, k]) padded with -1 / -inf."""
+    from .ops.theme import theme_scoped_search
     B = q_emb.shape[0]
-    qe = q_emb.float()
-    best_s = torch.empty((B, 0), dtype=torch.float32)
-    best_i = torch.empty((B, 0), dtype=torch.int64)
+    zq = torch.zeros((B, 1), dtype=torch.float32, device=q_emb.device)
+    parts = []
     for a, b in _chunks(start, stop, chunk_rows):
-        rows = _checked_rows(emb, a, b, "corpus_emb")
-        s = (qe.to(rows.device) @ rows.T).cpu()
-        chunk_i = torch.arange(a, b, dtype=torch.int64).expand(B, -1)
-        best_s, best_i = _merge_top_k(best_s, best_i, s, chunk_i, k)
-    return _pad(best_s, best_i, k)
+        rows = emb[a:b]
+        zc = torch.zeros((b - a, 1), dtype=torch.float32, device=rows.device)
+        ids, sc = theme_scoped_search(zq, q_emb, zc, rows, b - a, k, 0.0, "l2", backend)
+        parts.append((sc.cpu(), torch.where(ids >= 0, ids + a, ids).cpu()))
+    return merge_results(parts, k)
 
 
 def merge_results(parts, k: int) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -508,18 +508,20 @@ class ThemeIndex:
         dev = qe.device
         return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
 
-    def dense_search(self, q_emb, k: int, chunk_rows: Optional[int] = None):
-        """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval).
-
-        Chunked matmul + running top-k (ties by lower row id), in memory or streamed.
+    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None):
+        """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),
+        ties by lower row id. Runs the theme ops with no scoping (so ``backend`` picks the
+        kernel), over the whole matrix or, when streaming, chunk by chunk with a merge.
         Returns (ids[B, k], scores[B, k]) like :meth:`search`.
         """
         kind = kind_of(q_emb)
         qe, _ = self._queries(q_emb, None)
         k = check_int_arg(k, "k", 1)
-        chunk = self._chunk_rows(chunk_rows, qe.shape[0]) or _stream.default_chunk_rows(
-            qe.shape[0], 1)
-        sc, ids = _stream.dense_search_range(qe.cpu(), self.emb, 0, len(self), k, chunk)
+        chunk = self._chunk_rows(chunk_rows, qe.shape[0]) or len(self)
+        if qe.shape[0] == 0:
+            return (to_kind(torch.empty((0, k), dtype=torch.int64), kind),
+                    to_kind(torch.empty((0, k)), kind))
+        ids, sc = _stream.dense_search_range(qe, self.emb, 0, len(self), k, chunk, backend)
         return to_kind(ids.to(qe.device), kind), to_kind(sc.to(qe.device), kind)
 
     # ------------------------------------------------------------------ results -> passages
