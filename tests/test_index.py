@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 import rasfast
 from rasfast.encode import HashingEncoder
 from rasfast.index import ThemeIndex
-from rasfast.reference import theme as ref
 from rasfast.theme import KMeansThemeModel
+from conftest import gpu
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -329,3 +329,16 @@ def test_streaming_rejects_non_finite_rows():
     idx.emb[17, 2] = float("inf")  # corrupt after build, as a bad file on disk would be
     with pytest.raises(ValueError, match=r"corpus_emb: rows \[16, 24\)"):
         idx.search(qp, qe, 40, 3, chunk_rows=8)
+
+
+@gpu
+@pytest.mark.parametrize("scope", ["global", "per_shard"])
+def test_gpu_index_matches_cpu_on_exact_data(scope):
+    ppd, emb, qp, qe = _dyadic(3000, 8, 16, 4, seed=12)
+    idx = ThemeIndex.build(emb, ppd, shards=3, normalize_ppd=False)
+    on_gpu = idx.to("cuda")
+    for K, k, w in [(300, 10, 0.0), (5, 10, 0.5), (10_000, 7, 0.0)]:
+        ids, sc = on_gpu.search(qp.cuda(), qe.cuda(), K, k, scope=scope, theme_weight=w)
+        assert ids.is_cuda
+        _same((ids.cpu(), sc.cpu()), idx.search(qp, qe, K, k, scope=scope, theme_weight=w,
+                                                backend="cpu"))
