@@ -2,22 +2,25 @@
 
 Used by :class:`rasfast.index.ThemeIndex` when its arrays are memory-mapped (or a
 ``chunk_rows`` is given). Extra memory is bounded by the per-query running state
-([B, K] distances + ids for the scope threshold, [B, k] for the top-k) plus one chunk.
+([B, K] keys + ids for the scope threshold, [B, k] for the top-k) plus one chunk.
 
-Exact scoping in two passes over the rows of a range:
+The result equals the torch reference (rasfast.reference.theme.theme_scoped_search) bit
+for bit: the scope is decided on the reference's exact float32 distances, and scores use
+its elementwise formulas. Computing those distances for every row is slow (a broadcast
+(q - x)^2 sum), so the scan uses fast BLAS distances ``|q|^2 + |x|^2 - 2 q.x`` with a proven
+error bound E per query (|fast - exact| <= E) and computes exact distances only for the
+rows whose fast distance lies within 2E of the threshold. Keys are the distance for
+metric "l2" and the negated inner product for "ip", so "nearest" is always "smallest key";
+ties go to the lower row id, as in the ops. Three passes over a range:
 
-1. threshold: a running list of each query's K nearest (distance, id) pairs, updated per
-   chunk by ``select_k`` over ``[running ; chunk]``. Chunks arrive in id order and
-   ``select_k`` breaks ties by lower position, so ties go to the lower id, as in the ops.
-   The K-th pair is the threshold: row r is in scope iff
-   ``d < thr or (d == thr and r <= thr_id)`` (``>`` for metric "ip"): exactly K rows.
-2. scoring: per chunk, the dense (optionally fused) score of the in-scope rows, merged into
-   a running top-k by (score desc, id asc).
-
-Distances and scores use the exact float32 formulas of the torch reference
-(rasfast.reference.theme), so the streamed result equals the in-memory result of the
-"torch" backend bit for bit, and the compiled backends' results within their documented
-float tolerance at the scope threshold.
+1. approximate threshold t~: the K-th smallest fast key per query (a running ``select_k``
+   over ``[running K ; chunk]``), and the largest row norm (for E).
+2. exact threshold: rows with fast key < t~ - 2E are certainly in scope (counted); rows
+   within 2E of t~ get exact keys, whose running K smallest (key, id) pairs give the exact
+   K-th row (thr, thr_id). Row r is in scope iff key < thr or (key == thr and r <= thr_id):
+   exactly K rows.
+3. scoring: the dense (optionally fused) score of in-scope rows, merged into a running
+   top-k by (score desc, id asc).
 """
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ from typing import Optional, Tuple
 import torch
 
 from .ops.select import select_k
-from .reference.theme import theme_distances
 
-#: Target float32 elements of one chunk's temporaries ([B, rows, T] in the distance formula).
+#: Target float32 elements of one chunk's temporaries ([B, rows, width]).
 CHUNK_ELEMS = 1 << 24
+_U = 2.0 ** -24  # float32 unit roundoff
 
 
 def default_chunk_rows(B: int, width: int) -> int:
@@ -50,26 +53,97 @@ def _chunks(start: int, stop: int, chunk_rows: int):
         yield a, min(stop, a + chunk_rows)
 
 
-def scope_threshold(q_ppd: torch.Tensor, ppd: torch.Tensor, start: int, stop: int, K: int,
-                    metric: str, chunk_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Pass 1: (thr[B] float32, thr_id[B] int64), the K-th nearest row of [start, stop).
+def _fast_keys(q: torch.Tensor, rows: torch.Tensor, metric: str) -> torch.Tensor:
+    """[B, c] keys by BLAS: |q|^2 + |x|^2 - 2 q.x (l2) or -q.x (ip); within E of exact."""
+    dot = q @ rows.T
+    if metric == "ip":
+        return -dot
+    return (q * q).sum(1)[:, None] + (rows * rows).sum(1)[None, :] - 2.0 * dot
 
-    Requires 1 <= K < stop - start (K >= rows means no scoping; callers skip this pass).
-    """
-    largest = metric == "ip"
-    B = q_ppd.shape[0]
-    vals = torch.empty((B, 0), dtype=torch.float32)
-    ids = torch.empty((B, 0), dtype=torch.int64)
-    for a, b in _chunks(start, stop, chunk_rows):
-        d = theme_distances(q_ppd, _checked_rows(ppd, a, b, "corpus_ppd"), metric)
-        vals = torch.cat([vals, d], dim=1)
-        ids = torch.cat([ids, torch.arange(a, b, dtype=torch.int64).expand(B, -1)], dim=1)
-        if vals.shape[1] > K:
-            # sorted=True keeps the running list in (distance, id) order, so a later tie
-            # between a running entry and a chunk entry goes to the running (lower) id.
-            v, pos = select_k(vals, K, largest=largest, sorted=True, backend="auto")
-            vals, ids = v, torch.gather(ids, 1, pos)
-    return vals[:, K - 1].contiguous(), ids[:, K - 1].contiguous()
+
+def _error_bound(q: torch.Tensor, max_row_norm2: float) -> torch.Tensor:
+    """[B, 1] bound on |fast key - exact key|. A float32 sum of T terms errs by at most
+    gamma_T = T u / (1 - T u) times the sum of magnitudes (any order, with or without FMA),
+    which for both formulas is <= 2 (|q|^2 + |x|^2); the few extra additions add ~3u of
+    that. 8 (T + 4) u (|q|^2 + max |x|^2) covers both errors with room to spare."""
+    T = q.shape[1]
+    return (8.0 * (T + 4) * _U * ((q * q).sum(1) + max_row_norm2))[:, None]
+
+
+def _exact_pair_keys(q: torch.Tensor, rows: torch.Tensor, qb: torch.Tensor, rr: torch.Tensor,
+                     metric: str) -> torch.Tensor:
+    """Exact keys of (query qb[i], row rr[i]) pairs with the reference's elementwise
+    formulas (rasfast.reference.theme.theme_distances), bit for bit."""
+    if metric == "ip":
+        return -(q[qb] * rows[rr]).sum(-1)
+    return ((q[qb] - rows[rr]) ** 2).sum(-1)
+
+
+def _running_smallest(keys: torch.Tensor, ids: torch.Tensor, new_keys: torch.Tensor,
+                      new_ids: torch.Tensor, K: int):
+    """The K smallest (key, id) of [running ; new]; the running list is sorted and its ids
+    are lower than the new ones, so select_k's lower-position tie rule is the id rule."""
+    keys = torch.cat([keys, new_keys], dim=1)
+    ids = torch.cat([ids, new_ids], dim=1)
+    if keys.shape[1] > K:
+        v, pos = select_k(keys, K, largest=False, sorted=True, backend="auto")
+        keys, ids = v, torch.gather(ids, 1, pos)
+    return keys, ids
+
+
+class _Scope:
+    """Exact scope of each query over rows [start, stop): fast keys + exact band."""
+
+    def __init__(self, q: torch.Tensor, ppd: torch.Tensor, start: int, stop: int, K: int,
+                 metric: str, chunk_rows: int):
+        self.q, self.ppd, self.metric, self.chunk_rows = q, ppd, metric, chunk_rows
+        B = q.shape[0]
+        empty_k = torch.empty((B, 0), dtype=torch.float32)
+        empty_i = torch.empty((B, 0), dtype=torch.int64)
+        # pass 1: approximate K-th key and the largest row norm
+        keys, ids, max_norm2 = empty_k, empty_i, 0.0
+        for a, b in _chunks(start, stop, chunk_rows):
+            rows = _checked_rows(ppd, a, b, "corpus_ppd")
+            max_norm2 = max(max_norm2, float((rows * rows).sum(1).max()))
+            rid = torch.arange(a, b, dtype=torch.int64).expand(B, -1)
+            keys, ids = _running_smallest(keys, ids, _fast_keys(q, rows, metric), rid, K)
+        self.t_approx = keys[:, K - 1:K].contiguous()
+        self.err = _error_bound(q, max_norm2)
+        # pass 2: exact K-th key among rows near t~ (certainly-inside rows are only counted)
+        inside = torch.zeros(B, dtype=torch.int64)
+        keys, ids = empty_k, empty_i
+        for a, b in _chunks(start, stop, chunk_rows):
+            rows = self.ppd[a:b].float()
+            fast = _fast_keys(q, rows, metric)
+            sure = fast < self.t_approx - 2 * self.err
+            inside += sure.sum(1)
+            band = ~sure & (fast <= self.t_approx + 2 * self.err)
+            qb, rr = band.nonzero(as_tuple=True)
+            exact = torch.full((B, b - a), float("inf"))
+            exact[qb, rr] = _exact_pair_keys(q, rows, qb, rr, metric)
+            rid = torch.arange(a, b, dtype=torch.int64).expand(B, -1)
+            keys, ids = _running_smallest(keys, ids, exact, rid, K)
+        pos = (K - 1 - inside)[:, None]  # >= 0: fewer than K rows have fast key < t~
+        self.thr = torch.gather(keys, 1, pos)
+        self.thr_id = torch.gather(ids, 1, pos)
+        if not torch.isfinite(self.thr).all():  # the band proof failed: never answer wrongly
+            raise RuntimeError("theme scope: exact threshold not found in the error band")
+
+    def pairs(self, rows: torch.Tensor, a: int, b: int, need_keys: bool):
+        """In-scope (query, row-in-chunk) pairs of chunk [a, b) and, if asked, their exact
+        keys (for the fused theme term)."""
+        fast = _fast_keys(self.q, rows, self.metric)
+        sure = fast < self.t_approx - 2 * self.err
+        band = ~sure & (fast <= self.t_approx + 2 * self.err)
+        bq, br = band.nonzero(as_tuple=True)
+        kb = _exact_pair_keys(self.q, rows, bq, br, self.metric)
+        rid = br + a
+        keep = (kb < self.thr[bq, 0]) | ((kb == self.thr[bq, 0]) & (rid <= self.thr_id[bq, 0]))
+        mask = sure
+        mask[bq[keep], br[keep]] = True
+        qb, rr = mask.nonzero(as_tuple=True)
+        keys = _exact_pair_keys(self.q, rows, qb, rr, self.metric) if need_keys else None
+        return qb, rr, keys
 
 
 def _merge_top_k(best_s: torch.Tensor, best_i: torch.Tensor, s: torch.Tensor, i: torch.Tensor,
@@ -101,42 +175,31 @@ def scoped_search_range(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor,
     """Exact theme-scoped top-k over rows [start, stop) (ids are global row numbers).
 
     Equals ``rasfast.reference.theme.theme_scoped_search`` on ``ppd[start:stop]``,
-    ``emb[start:stop]`` (ids shifted by ``start``). ``q_ppd``/``ppd`` may be None only when
-    no scoping happens (K >= rows) and theme_weight == 0.
+    ``emb[start:stop]`` (ids shifted by ``start``). ``q_ppd`` is float32.
     Returns (scores[B, k] float32, ids[B, k] int64), padded with -inf / -1.
     """
     B = q_emb.shape[0]
-    n = stop - start
     w = float(theme_weight)
-    scoped = K < n
-    need_theme = scoped or w != 0.0
-    if scoped:
-        thr, thr_id = scope_threshold(q_ppd, ppd, start, stop, K, metric, chunk_rows)
+    scope = _Scope(q_ppd, ppd, start, stop, K, metric, chunk_rows) if K < stop - start else None
     best_s = torch.empty((B, 0), dtype=torch.float32)
     best_i = torch.empty((B, 0), dtype=torch.int64)
     qe = q_emb.float()
     for a, b in _chunks(start, stop, chunk_rows):
         rows = _checked_rows(emb, a, b, "corpus_emb")
-        if need_theme:
-            d = theme_distances(q_ppd, _checked_rows(ppd, a, b, "corpus_ppd"), metric)
-        if scoped:
-            rid = torch.arange(a, b, dtype=torch.int64)
-            t = thr[:, None]
-            inside = (d > t) if metric == "ip" else (d < t)
-            mask = inside | ((d == t) & (rid[None, :] <= thr_id[:, None]))
-            qb, rr = mask.nonzero(as_tuple=True)
+        if scope is not None:
+            p = _checked_rows(ppd, a, b, "corpus_ppd")
+            qb, rr, keys = scope.pairs(p, a, b, need_keys=w != 0.0)
         else:
             qb = torch.arange(B).repeat_interleave(b - a)
             rr = torch.arange(b - a).repeat(B)
+            keys = None
+            if w != 0.0:
+                p = _checked_rows(ppd, a, b, "corpus_ppd")
+                keys = _exact_pair_keys(q_ppd, p, qb, rr, metric)
         # Same elementwise formula as the reference: (row * q).sum over D in float32.
         dense = (rows[rr] * qe[qb]).sum(-1)
-        if w != 0.0:
-            theme = d[qb, rr]
-            if metric == "l2":
-                theme = -theme
-            score = (1.0 - w) * dense + w * theme
-        else:
-            score = dense
+        # theme term: -L2^2 (l2) or the inner product (ip) == -key in both cases
+        score = dense if w == 0.0 else (1.0 - w) * dense + w * (-keys)
         chunk_s = torch.full((B, b - a), float("-inf"))
         chunk_s[qb, rr] = score
         chunk_i = torch.arange(a, b, dtype=torch.int64).expand(B, -1)
