@@ -30,14 +30,22 @@ import torch
 
 from .ops.select import select_k
 
-#: Target float32 elements of one chunk's temporaries ([B, rows, width]).
+#: Target float32 elements of one chunk ([rows, width]) and of one batch of gathered pairs.
 CHUNK_ELEMS = 1 << 24
 _U = 2.0 ** -24  # float32 unit roundoff
 
 
 def default_chunk_rows(B: int, width: int) -> int:
-    """Rows per chunk so that a [B, rows, width] float32 temporary stays near 64 MiB."""
-    return int(max(64, min(1 << 16, CHUNK_ELEMS // max(1, B * width))))
+    """Rows per chunk: a [rows, width] float32 chunk near 64 MiB, [B, rows] keys <= 256 MiB."""
+    return int(max(64, min(1 << 18, CHUNK_ELEMS // max(1, width), (4 * CHUNK_ELEMS) // max(1, B))))
+
+
+def _pair_batches(n: int, width: int):
+    """Slices of at most CHUNK_ELEMS // width pairs, so gathered [pairs, width] temporaries
+    stay bounded whatever the scope size."""
+    step = max(1, CHUNK_ELEMS // max(1, width))
+    for a in range(0, n, step):
+        yield slice(a, min(n, a + step))
 
 
 def _checked_rows(x: torch.Tensor, start: int, stop: int, name: str) -> torch.Tensor:
@@ -74,9 +82,13 @@ def _exact_pair_keys(q: torch.Tensor, rows: torch.Tensor, qb: torch.Tensor, rr: 
                      metric: str) -> torch.Tensor:
     """Exact keys of (query qb[i], row rr[i]) pairs with the reference's elementwise
     formulas (rasfast.reference.theme.theme_distances), bit for bit."""
-    if metric == "ip":
-        return -(q[qb] * rows[rr]).sum(-1)
-    return ((q[qb] - rows[rr]) ** 2).sum(-1)
+    out = torch.empty(qb.shape[0], dtype=torch.float32)
+    for sl in _pair_batches(qb.shape[0], q.shape[1]):
+        if metric == "ip":
+            out[sl] = -(q[qb[sl]] * rows[rr[sl]]).sum(-1)
+        else:
+            out[sl] = ((q[qb[sl]] - rows[rr[sl]]) ** 2).sum(-1)
+    return out
 
 
 def _running_smallest(keys: torch.Tensor, ids: torch.Tensor, new_keys: torch.Tensor,
@@ -187,7 +199,7 @@ def scoped_search_range(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor,
     for a, b in _chunks(start, stop, chunk_rows):
         rows = _checked_rows(emb, a, b, "corpus_emb")
         if scope is not None:
-            p = _checked_rows(ppd, a, b, "corpus_ppd")
+            p = ppd[a:b].float()  # checked for NaN/inf in the scope's first pass
             qb, rr, keys = scope.pairs(p, a, b, need_keys=w != 0.0)
         else:
             qb = torch.arange(B).repeat_interleave(b - a)
@@ -197,7 +209,9 @@ def scoped_search_range(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor,
                 p = _checked_rows(ppd, a, b, "corpus_ppd")
                 keys = _exact_pair_keys(q_ppd, p, qb, rr, metric)
         # Same elementwise formula as the reference: (row * q).sum over D in float32.
-        dense = (rows[rr] * qe[qb]).sum(-1)
+        dense = torch.empty(qb.shape[0], dtype=torch.float32)
+        for sl in _pair_batches(qb.shape[0], qe.shape[1]):
+            dense[sl] = (rows[rr[sl]] * qe[qb[sl]]).sum(-1)
         # theme term: -L2^2 (l2) or the inner product (ip) == -key in both cases
         score = dense if w == 0.0 else (1.0 - w) * dense + w * (-keys)
         chunk_s = torch.full((B, b - a), float("-inf"))
