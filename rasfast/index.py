@@ -261,7 +261,7 @@ class ThemeIndex:
         else:
             pid_list = None
         if pids is not None:
-            pid_arr = np.asarray(as_tensor(pids, "pids").cpu().numpy())
+            pid_arr = np.asarray(pids.cpu().numpy() if isinstance(pids, torch.Tensor) else pids)
             if pid_arr.dtype.kind not in "iu" or pid_arr.shape != (n,):
                 raise ValueError(f"pids: expected {n} integer ids, got {pid_arr.dtype} {pid_arr.shape}")
             pid_arr = pid_arr.astype(np.int64)

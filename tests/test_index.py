@@ -321,6 +321,9 @@ def test_bad_build_input():
         ThemeIndex.build(emb, ppd, titles=["x"])
     with pytest.raises(ValueError, match="emb"):
         ThemeIndex.build(torch.zeros(0, 6))
+    with pytest.raises(ValueError, match="pids"):
+        ThemeIndex.build(emb, ppd, pids=[1, 2])
+    assert ThemeIndex.build(emb, ppd, pids=list(range(5, 25))).pids[0] == 5
 
 
 def test_streaming_rejects_non_finite_rows():
