@@ -318,7 +318,40 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     mod = _bk.cuda_module()
     if not hasattr(mod, "beam_search"):
         raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
-    raise _bk.BackendUnavailable("triple_beam_search: CUDA launcher not wired yet")
+    dev = emb.device
+    B, b, L, D = q.shape[0], a["b"], a["L"], emb.shape[1]
+    if indices.dtype not in (torch.int32, torch.int64):
+        indices = indices.long()
+    seed_ptr, seed_ids = seed_ptr.to(dev), seed_ids.to(dev)
+    decay = a["decay"].to(dev)
+    seqs = torch.empty((B, b, L), dtype=torch.int64, device=dev)
+    scores = torch.empty((B, b), dtype=torch.float32, device=dev)
+    lengths = torch.empty(B, dtype=torch.int64, device=dev)
+    counts = torch.empty(B, dtype=torch.int64, device=dev)
+    scratch = torch.empty((max(B, 1), 2, b, D), dtype=torch.float32, device=dev)
+    err = torch.zeros(2, dtype=torch.int32, device=dev)
+    with torch.cuda.device(dev):
+        mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
+                        device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
+                        device_ptr(q), device_ptr(qnorm), B, device_ptr(seed_ptr),
+                        device_ptr(seed_ids), b, L, a["max_neighbors"] or 0, device_ptr(decay),
+                        len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
+                        device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
+                        device_ptr(err), cuda_stream(dev))
+    code, where = err.tolist()
+    if code:
+        raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
+    return seqs, scores, lengths, counts
+
+
+# Messages for the error codes the compiled kernels report (csrc/beam/*: same texts).
+_ERRORS = {
+    1: "graph.indices: a neighbour id is out of range [0, {n}) (got {where})",
+    2: "graph.indices: a neighbour list is not strictly increasing (rows must be sorted, "
+       "without duplicates; row {where})",
+    3: "triple_emb: a row read by the search contains NaN/inf values (or its squared norm "
+       "overflows float32; row {where})",
+}
 
 
 def _triton(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
