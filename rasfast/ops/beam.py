@@ -223,18 +223,26 @@ def _graph_arrays(graph, n: Optional[int], dev: torch.device):
     return indptr, indices
 
 
-def _as_int_1d(x, name: str) -> torch.Tensor:
-    if isinstance(x, (np.ndarray, torch.Tensor)):
-        t = as_tensor(x, name)
-    elif isinstance(x, (list, tuple, range)):
+def _as_int_1d(x, name: str) -> np.ndarray:
+    """A 1-d int32/int64 array (numpy, torch, or a list of ints) as an int64 numpy array.
+
+    numpy input is checked without a torch round trip: B small arrays per call add up.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype not in (np.int32, np.int64):
+            raise TypeError(f"{name}: expected an int32 or int64 array, got {x.dtype}")
+        if x.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-d array, got shape {x.shape}")
+        return x.astype(np.int64, copy=False)
+    if isinstance(x, torch.Tensor):
+        check_int(x, name)
+        check_rank(x, name, 1)
+        return x.detach().cpu().long().numpy()
+    if isinstance(x, (list, tuple, range)):
         if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in x):
             raise TypeError(f"{name}: expected integers")
-        t = torch.tensor(list(x), dtype=torch.int64)
-    else:
-        raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
-    check_int(t, name)
-    check_rank(t, name, 1)
-    return t.detach().cpu().long()
+        return np.asarray(list(x), dtype=np.int64).reshape(-1)
+    raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
 
 
 def _normalise_seeds(seeds, B: int, n: int):
@@ -242,7 +250,8 @@ def _normalise_seeds(seeds, B: int, n: int):
     if isinstance(seeds, tuple):
         if len(seeds) != 2:
             raise ValueError("seeds: a tuple must be (ptr, ids); pass per-query seeds as a list")
-        ptr, ids = _as_int_1d(seeds[0], "seeds.ptr"), _as_int_1d(seeds[1], "seeds.ids")
+        ptr = torch.from_numpy(_as_int_1d(seeds[0], "seeds.ptr"))
+        ids = torch.from_numpy(_as_int_1d(seeds[1], "seeds.ids"))
         if len(ptr) != B + 1:
             raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
         if int(ptr[0]) != 0 or int(ptr[-1]) != len(ids) or bool((ptr[1:] < ptr[:-1]).any()):
@@ -256,7 +265,7 @@ def _normalise_seeds(seeds, B: int, n: int):
         if len(seeds) != B:
             raise ValueError(f"seeds: expected one seed array per query (B = {B}), got {len(seeds)}")
         parts = [_as_int_1d(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
-        ids = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+        ids = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
         ptr = torch.zeros(B + 1, dtype=torch.int64)
         ptr[1:] = torch.cumsum(torch.tensor([len(p) for p in parts], dtype=torch.int64), 0)
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
