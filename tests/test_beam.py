@@ -408,3 +408,24 @@ def test_bad_encoder_output_shape():
     with pytest.raises(ValueError, match="encoder"):
         rasfast.triple_beam_search(p["graph"], p["emb"], p["q"], p["seeds"], scoring="text",
                                    encoder=Wrong(), texts=["a", "b", "c"])
+
+
+def test_cpu_portable_path_matches_reference():
+    """The cpu backend picks AVX2 code at run time; RASFAST_BEAM_PORTABLE=1 forces the
+    portable loops, which must agree as well (checked in a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, torch, sys; sys.path.insert(0, 'tests');"
+        "import test_beam as t;"
+        "rng = np.random.default_rng(9);"
+        "[t.assert_same(t.search(p, 'cpu', beam_width=5, max_len=3, max_neighbors=4),"
+        " t.search(p, 'torch', beam_width=5, max_len=3, max_neighbors=4))"
+        " for dt in t.DTYPES for p in [t.make_problem(rng, 60, 37, 4, dt)]];"
+        "print('ok')")
+    env = dict(os.environ, RASFAST_BEAM_PORTABLE="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
