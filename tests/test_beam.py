@@ -429,3 +429,18 @@ def test_cpu_portable_path_matches_reference():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["torch"] + cpu_backends())
+def test_empty_inputs(backend):
+    g = (np.array([0, 1, 2]), np.array([1, 0]))
+    r = rasfast.triple_beam_search(g, np.ones((2, 3), np.float32), np.ones((0, 3), np.float32), [],
+                                   backend=backend)
+    assert r.sequences.shape == (0, 10, 2) and r.scores.shape == (0, 10)
+    assert r.flatten_triples_batch() == []
+    empty = (np.array([0]), np.array([], np.int64))
+    r = rasfast.triple_beam_search(empty, np.ones((0, 3), np.float32), np.ones((2, 3), np.float32),
+                                   [[], []], max_len=3, backend=backend)
+    assert r.sequences.shape == (2, 10, 3) and (r.sequences == -1).all()
+    assert r.lengths.tolist() == [0, 0] and r.num_beams.tolist() == [0, 0]
+    assert np.isneginf(r.scores).all()
