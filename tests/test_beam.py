@@ -444,3 +444,24 @@ def test_empty_inputs(backend):
     assert r.sequences.shape == (2, 10, 3) and (r.sequences == -1).all()
     assert r.lengths.tolist() == [0, 0] and r.num_beams.tolist() == [0, 0]
     assert np.isneginf(r.scores).all()
+
+
+def test_cuda_launch_plan_without_a_device():
+    """Host-side checks of the CUDA binding (run wherever the module is built)."""
+    if not rasfast.backends()["cuda"]["built"]:
+        pytest.skip("rasfast._cuda not built")
+    mod = rasfast.dispatch.cuda_module()
+    small = mod.beam_search_smem(200_000, 384, 10, 2, 100, 21, 791)
+    assert 0 < small < 16 * 1024
+    assert mod.beam_search_smem(200_000, 384, 64, 4, 100, 129, 791) > small
+    args = dict(indptr=0, indices=0, idx64=True, emb=0, dtype_code=0, n=10, D=4, q=0, qnorm=0,
+                B=0, seed_ptr=0, seed_ids=0, beam_width=10, max_len=2, max_neighbors=0, decay=0,
+                decay_len=3, max_deg=5, out_seq=0, out_score=0, out_len=0, out_count=0,
+                scratch_u=0, err=0, stream=0)
+    mod.beam_search(**args)  # B = 0: nothing to launch
+    with pytest.raises(ValueError, match="shared memory"):
+        mod.beam_search(**dict(args, beam_width=20_000))
+    with pytest.raises(ValueError, match="n < 2"):
+        mod.beam_search(**dict(args, n=2**31))
+    with pytest.raises(ValueError, match="null"):
+        mod.beam_search(**dict(args, B=1))
