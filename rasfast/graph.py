@@ -34,6 +34,9 @@ from ._validate import check_bool_arg, check_int_arg
 from .reference.triple_graph import normalize_entity
 
 
+DEFAULT_MAX_EDGES = 2 ** 31
+
+
 def _normalize_many(strings: List[str]) -> List[str]:
     return [normalize_entity(s) for s in strings]
 
@@ -100,7 +103,8 @@ class TripleGraph:
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def from_triples(cls, triples: Sequence, passage_ids=None, normalize: bool = True,
-                     max_degree: Optional[int] = None) -> "TripleGraph":
+                     max_degree: Optional[int] = None,
+                     max_edges: int = DEFAULT_MAX_EDGES) -> "TripleGraph":
         """Builds the graph from (subject, predicate, object) string triples.
 
         Args:
@@ -110,12 +114,16 @@ class TripleGraph:
             normalize: normalise entity strings (see the module docstring) before matching.
             max_degree: optional hub guard (int >= 0): entities mentioned by more triples
                 than this create no adjacency.
+            max_edges: refuse (ValueError, before allocating) when the adjacency could exceed
+                this many entries (bound: sum of d*(d-1) over linking entities of degree d);
+                the default, 2**31 entries, is 16 GiB of int64 indices.
         """
         items = _as_triple_list(triples)
         pids = _passage_array(passage_ids, len(items))
         normalize = check_bool_arg(normalize, "normalize")
         md = -1 if max_degree is None else check_int_arg(max_degree, "max_degree", 0)
-        r = _bk.cpu_module().triple_graph_build(items, normalize, md, _normalize_many)
+        max_edges = check_int_arg(max_edges, "max_edges", 0, 2 ** 62)
+        r = _bk.cpu_module().triple_graph_build(items, normalize, md, max_edges, _normalize_many)
         kept = r["kept"]
         return cls(indptr=r["indptr"], indices=r["indices"], head=r["head"], tail=r["tail"],
                    entities=r["entities"], entity_degree=r["entity_degree"],
@@ -218,4 +226,19 @@ class TripleGraph:
                 f"edges={self.num_edges}, skipped={self.n_skipped})")
 
 
-__all__ = ["TripleGraph"]
+def synthetic_triples(n: int, n_entities: int, zipf: float = 1.0, offset: int = 100,
+                      seed: int = 0) -> List[tuple]:
+    """``n`` random ASCII triples whose entities follow a Zipf law (for benchmarks and tests).
+
+    Entity r (0-based rank) is drawn with weight 1 / (r + offset) ** zipf, so a few entities
+    are hubs; e.g. n=1e6, n_entities=6e5, zipf=1.0, offset=100 gives a top degree near 2,300.
+    """
+    rng = np.random.default_rng(seed)
+    w = 1.0 / (np.arange(n_entities) + offset) ** zipf
+    ids = rng.choice(n_entities, size=2 * n, p=w / w.sum()).reshape(n, 2)
+    names = [f"Entity {i}" for i in rng.permutation(n_entities).tolist()]
+    preds = ["relates to", "is part of", "born in", "located in"]
+    return [(names[a], preds[(a + b) & 3], names[b]) for a, b in ids.tolist()]
+
+
+__all__ = ["TripleGraph", "synthetic_triples"]

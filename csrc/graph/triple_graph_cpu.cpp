@@ -8,6 +8,8 @@
 //   (str.casefold needs Unicode tables we do not duplicate in C++).
 // - entity ids by first appearance; triples sharing an entity are neighbours unless that
 //   entity's degree (triples mentioning it) exceeds max_degree (>= 0; -1 = no guard).
+// - max_edges: ValueError (before any large allocation) when sum over linking entities of
+//   d*(d-1), an upper bound of nnz, exceeds it -- a hub would otherwise take minutes and GBs.
 //
 // Phases: (1) with the GIL, validate and copy the entity strings' UTF-8 bytes into an arena
 // (so nothing points into Python objects once the GIL is released); (2) without the GIL:
@@ -114,8 +116,9 @@ py::array_t<int64_t> to_numpy(const std::vector<int64_t>& v) {
 }
 
 py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree,
-                            py::object normalizer) {
+                            int64_t max_edges, py::object normalizer) {
   require(max_degree >= -1, "max_degree must be >= 0 (or -1 for no limit)");
+  require(max_edges >= 0, "max_edges must be >= 0");
   const Py_ssize_t n_in = PyList_GET_SIZE(triples.ptr());
 
   // ---- phase 1 (GIL held): validate, copy entity bytes ----
@@ -260,6 +263,20 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
       if (max_degree >= 0 && entity_degree[e] > max_degree) ++n_hubs;
     }
     auto linking = [&](int64_t e) { return max_degree < 0 || entity_degree[e] <= max_degree; };
+    // refuse (before allocating) an adjacency larger than max_edges: a bound is sum d*(d-1)
+    int64_t bound = 0, worst = -1;
+    for (int64_t e = 0; e < n_ent; ++e) {
+      if (!linking(e)) continue;
+      const int64_t d = entity_degree[e];
+      bound += d * (d - 1);
+      if (worst < 0 || d > entity_degree[worst]) worst = e;
+      if (bound > max_edges) {
+        throw py::value_error(
+            "max_degree: the triple adjacency would exceed max_edges (" + std::to_string(max_edges) +
+            " entries); the most linked entity has degree " + std::to_string(entity_degree[worst]) +
+            ": pass max_degree to stop hub entities from linking");
+      }
+    }
 
     // ---- triple adjacency: union of the two sorted entity lists, minus the triple itself ----
     // emit(i, out): writes the neighbours of i to out (or only counts them when out is null)
@@ -322,7 +339,7 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
 
 void bind(py::module_& m) {
   m.def("triple_graph_build", &triple_graph_build, py::arg("triples"), py::arg("normalize"),
-        py::arg("max_degree"), py::arg("normalizer"),
+        py::arg("max_degree"), py::arg("max_edges"), py::arg("normalizer"),
         "Builds a triple graph from a list of triples: kept input positions, head/tail entity "
         "ids, entity strings and degrees, and the triple adjacency as CSR (indptr, indices).");
 }
