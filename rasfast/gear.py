@@ -191,7 +191,8 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
     Args:
         graph: a :class:`rasfast.TripleGraph` (or an object with indptr, indices,
             passage_ids) over the corpus triples.
-        triple_emb: float [n, D] triple embeddings (row i = triple i of the graph).
+        triple_emb: float [n, D] triple embeddings (row i = triple i of the graph); may be
+            None with scoring="text" and mode="naive".
         q_emb: float [B, D] query embeddings.
         base_pids: the base retriever's ranked passage ids per query (list of B int arrays,
             or a 2-D int array [B, m]); fused with the expansion.
@@ -220,9 +221,15 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
     base = _ragged(base_pids, "base_pids", B)
     if seed_passages is not None:
         seed_passages = check_int_arg(seed_passages, "seed_passages", 1)
-    emb = triple_emb.detach().cpu().numpy() if hasattr(triple_emb, "detach") else np.asarray(triple_emb)
-    if emb.ndim != 2 or emb.shape[0] != len(pid_table):
-        raise ValueError(f"triple_emb: expected [n = {len(pid_table)} triples, D], got shape {emb.shape}")
+    if triple_emb is None:
+        if scoring != "text" or mode != "naive":
+            raise ValueError("triple_emb: needed unless scoring='text' with mode='naive'")
+        emb = None
+    else:
+        emb = triple_emb.detach().cpu().numpy() if hasattr(triple_emb, "detach") else np.asarray(triple_emb)
+        if emb.ndim != 2 or emb.shape[0] != len(pid_table):
+            raise ValueError(f"triple_emb: expected [n = {len(pid_table)} triples, D], "
+                             f"got shape {emb.shape}")
 
     if mode == "naive":
         if proximal is not None:
@@ -272,6 +279,7 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
                      base_sizes: Sequence[int] = (5, 10, 15, 20), encoder=None,
                      beam_width: int = 10, max_len: int = 2, gamma: float = 20.0,
                      max_neighbors: int = 100, max_degree: Optional[int] = None,
+                     fusion_depth: Optional[int] = None,
                      backend: str = "auto") -> Dict[str, object]:
     """Recall@k on the 100 MuSiQue questions: dense retrieval vs dense + NaiveGE.
 
@@ -279,6 +287,8 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
     (default all-MiniLM-L6-v2; corpus embeddings cached on disk). For each base size m, the
     dense top-m passages seed NaiveGE and are fused (RRF) with its passages; a fused list
     shorter than k is filled with the next dense passages, so every list has k entries.
+    ``fusion_depth``: fuse with the dense top-``fusion_depth`` list instead of the top m
+    (the seeds stay the top m).
 
     Returns:
         {"rows": [{"method", "base_size", "recall@k"...}], "graph": degree stats,
@@ -297,23 +307,26 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
     t_emb = encode_cached(enc, graph.texts)
     q_emb = encode_cached(enc, [q.question for q in ds.questions])
     gold = [q.gold_pids for q in ds.questions]
-    depth = max(max(ks), max(base_sizes)) + max(ks)
+    if fusion_depth is not None:
+        fusion_depth = check_int_arg(fusion_depth, "fusion_depth", 1)
+    depth = max(max(ks), max(base_sizes), fusion_depth or 0) + max(ks)
     dense = dense_rankings(q_emb, p_emb, depth)
 
     rows = [{"method": "dense", "base_size": None,
              **{f"recall@{k}": recall_at_k(dense, gold, k) for k in ks}}]
     for m in base_sizes:
-        res = graph_expand(graph, t_emb, q_emb, dense[:, :m], mode="naive",
-                           beam_width=beam_width, max_len=max_len, gamma=gamma,
+        res = graph_expand(graph, t_emb, q_emb, dense[:, :fusion_depth or m], mode="naive",
+                           seed_passages=m, beam_width=beam_width, max_len=max_len, gamma=gamma,
                            max_neighbors=max_neighbors, backend=backend)
         ranked = [_pad(f, d, max(ks)) for f, d in zip(res.passages, dense)]
-        rows.append({"method": "dense + NaiveGE", "base_size": m,
+        rows.append({"method": "dense + NaiveGE", "base_size": m, "fusion_depth": fusion_depth or m,
                      "mean_expansion_passages": float(np.mean([len(e) for e in res.expansion])),
                      **{f"recall@{k}": recall_at_k(ranked, gold, k) for k in ks}})
     return {"rows": rows, "graph": graph.degree_stats(), "n_questions": len(ds.questions),
             "encoder": enc.name,
             "settings": {"beam_width": beam_width, "max_len": max_len, "gamma": gamma,
                          "max_neighbors": max_neighbors, "max_degree": max_degree,
+                         "fusion_depth": fusion_depth,
                          "rrf_k": RRF_K, "scoring": "sum"}}
 
 
