@@ -76,13 +76,14 @@ class TripleGraph:
         source_index [n]: position of each kept triple in the input.
         entity_degree [num_entities]: kept triples mentioning each entity.
         entities: list of normalised entity strings (index = entity id).
-        triples: list of the kept (subject, predicate, object) as given.
+        triples: list of the kept (subject, predicate, object) as given (tuples made on
+            first access from the input rows; mutate no input row before that).
         n_skipped: number of malformed input triples.
         embeddings: float32 [n, D] once :meth:`embed` ran (else None).
     """
 
     def __init__(self, *, indptr, indices, head, tail, entities, entity_degree, passage_ids,
-                 source_index, triples, n_skipped, n_hubs=0, normalize=True, max_degree=None):
+                 source_index, source, n_skipped, n_hubs=0, normalize=True, max_degree=None):
         self.indptr = indptr
         self.indices = indices
         self.head = head
@@ -91,7 +92,8 @@ class TripleGraph:
         self.entity_degree = entity_degree
         self.passage_ids = passage_ids
         self.source_index = source_index
-        self.triples = triples
+        self._source = source          # the input list (a private copy); kept rows = source_index
+        self._triples: Optional[List[tuple]] = None
         self.n_skipped = int(n_skipped)
         self.n_hubs = int(n_hubs)
         self.normalize = normalize
@@ -127,8 +129,7 @@ class TripleGraph:
         kept = r["kept"]
         return cls(indptr=r["indptr"], indices=r["indices"], head=r["head"], tail=r["tail"],
                    entities=r["entities"], entity_degree=r["entity_degree"],
-                   passage_ids=pids[kept], source_index=kept,
-                   triples=[tuple(items[i]) for i in kept.tolist()],
+                   passage_ids=pids[kept], source_index=kept, source=items,
                    n_skipped=r["n_skipped"], n_hubs=r["n_hubs"], normalize=normalize,
                    max_degree=max_degree)
 
@@ -161,6 +162,14 @@ class TripleGraph:
     def num_edges(self) -> int:
         """Directed adjacency entries (each undirected edge counts twice)."""
         return int(self.indices.shape[0])
+
+    @property
+    def triples(self) -> List[tuple]:
+        """The kept (subject, predicate, object) triples, original strings (built on first use)."""
+        if self._triples is None:
+            src = self._source
+            self._triples = [tuple(src[i]) for i in self.source_index.tolist()]
+        return self._triples
 
     @property
     def texts(self) -> List[str]:
