@@ -132,7 +132,11 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
             GEAR, a slow Python path; backend "auto" or "torch" only).
         encoder, texts: for ``scoring="text"``: an Encoder (``.encode(list[str])``) and the
             n triple texts (default ``graph.texts``).
-        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cpu: C++/OpenMP over
+            queries. cuda: one block per query, on-chip selection; it keeps at most
+            min(max_neighbors, ceil(gamma) + b) candidates per beam in shared memory and
+            raises ValueError when that (or b * max_len) exceeds its limit. triton: Triton
+            candidate scoring with the reference's selection logic.
 
     Returns:
         :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
@@ -223,18 +227,26 @@ def _graph_arrays(graph, n: Optional[int], dev: torch.device):
     return indptr, indices
 
 
-def _as_int_1d(x, name: str) -> torch.Tensor:
-    if isinstance(x, (np.ndarray, torch.Tensor)):
-        t = as_tensor(x, name)
-    elif isinstance(x, (list, tuple, range)):
+def _as_int_1d(x, name: str) -> np.ndarray:
+    """A 1-d int32/int64 array (numpy, torch, or a list of ints) as an int64 numpy array.
+
+    numpy input is checked without a torch round trip: B small arrays per call add up.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype not in (np.int32, np.int64):
+            raise TypeError(f"{name}: expected an int32 or int64 array, got {x.dtype}")
+        if x.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-d array, got shape {x.shape}")
+        return x.astype(np.int64, copy=False)
+    if isinstance(x, torch.Tensor):
+        check_int(x, name)
+        check_rank(x, name, 1)
+        return x.detach().cpu().long().numpy()
+    if isinstance(x, (list, tuple, range)):
         if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in x):
             raise TypeError(f"{name}: expected integers")
-        t = torch.tensor(list(x), dtype=torch.int64)
-    else:
-        raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
-    check_int(t, name)
-    check_rank(t, name, 1)
-    return t.detach().cpu().long()
+        return np.asarray(list(x), dtype=np.int64).reshape(-1)
+    raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
 
 
 def _normalise_seeds(seeds, B: int, n: int):
@@ -242,7 +254,8 @@ def _normalise_seeds(seeds, B: int, n: int):
     if isinstance(seeds, tuple):
         if len(seeds) != 2:
             raise ValueError("seeds: a tuple must be (ptr, ids); pass per-query seeds as a list")
-        ptr, ids = _as_int_1d(seeds[0], "seeds.ptr"), _as_int_1d(seeds[1], "seeds.ids")
+        ptr = torch.from_numpy(_as_int_1d(seeds[0], "seeds.ptr"))
+        ids = torch.from_numpy(_as_int_1d(seeds[1], "seeds.ids"))
         if len(ptr) != B + 1:
             raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
         if int(ptr[0]) != 0 or int(ptr[-1]) != len(ids) or bool((ptr[1:] < ptr[:-1]).any()):
@@ -256,7 +269,7 @@ def _normalise_seeds(seeds, B: int, n: int):
         if len(seeds) != B:
             raise ValueError(f"seeds: expected one seed array per query (B = {B}), got {len(seeds)}")
         parts = [_as_int_1d(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
-        ids = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+        ids = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
         ptr = torch.zeros(B + 1, dtype=torch.int64)
         ptr[1:] = torch.cumsum(torch.tensor([len(p) for p in parts], dtype=torch.int64), 0)
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
@@ -318,7 +331,40 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     mod = _bk.cuda_module()
     if not hasattr(mod, "beam_search"):
         raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
-    raise _bk.BackendUnavailable("triple_beam_search: CUDA launcher not wired yet")
+    dev = emb.device
+    B, b, L, D = q.shape[0], a["b"], a["L"], emb.shape[1]
+    if indices.dtype not in (torch.int32, torch.int64):
+        indices = indices.long()
+    seed_ptr, seed_ids = seed_ptr.to(dev), seed_ids.to(dev)
+    decay = a["decay"].to(dev)
+    seqs = torch.empty((B, b, L), dtype=torch.int64, device=dev)
+    scores = torch.empty((B, b), dtype=torch.float32, device=dev)
+    lengths = torch.empty(B, dtype=torch.int64, device=dev)
+    counts = torch.empty(B, dtype=torch.int64, device=dev)
+    scratch = torch.empty((max(B, 1), 2, b, D), dtype=torch.float32, device=dev)
+    err = torch.zeros(2, dtype=torch.int32, device=dev)
+    with torch.cuda.device(dev):
+        mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
+                        device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
+                        device_ptr(q), device_ptr(qnorm), B, device_ptr(seed_ptr),
+                        device_ptr(seed_ids), b, L, a["max_neighbors"] or 0, device_ptr(decay),
+                        len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
+                        device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
+                        device_ptr(err), cuda_stream(dev))
+    code, where = err.tolist()
+    if code:
+        raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
+    return seqs, scores, lengths, counts
+
+
+# Messages for the error codes the compiled kernels report (csrc/beam/*: same texts).
+_ERRORS = {
+    1: "graph.indices: a neighbour id is out of range [0, {n}) (got {where})",
+    2: "graph.indices: a neighbour list is not strictly increasing (rows must be sorted, "
+       "without duplicates; row {where})",
+    3: "triple_emb: a row read by the search contains NaN/inf values (or its squared norm "
+       "overflows float32; row {where})",
+}
 
 
 def _triton(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):

@@ -103,13 +103,16 @@ def beam_search_python(indptr: Sequence[int], indices: Sequence[int], emb, q: Se
 # --------------------------------------------------------------------------------------
 
 def cosine(q: torch.Tensor, qnorm: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """score = dot(q, u) / (|q| * sqrt(dot(u, u))), 0 where the denominator is 0.
+    """score = dot(q, u) / (|q| * sqrt(dot(u, u))) for each row of u; see cosine_from_parts."""
+    return cosine_from_parts(u @ q, (u * u).sum(dim=1), qnorm)
+
+
+def cosine_from_parts(dot: torch.Tensor, nn: torch.Tensor, qnorm: torch.Tensor) -> torch.Tensor:
+    """dot / (|q| * sqrt(nn)), 0 where the denominator is 0.
 
     Raises ValueError when a dot product is not finite (NaN/inf embedding rows, or
     float32 overflow), which every backend checks the same way.
     """
-    dot = u @ q
-    nn = (u * u).sum(dim=1)
     if not (torch.isfinite(dot).all() and torch.isfinite(nn).all()):
         raise ValueError("triple_emb: a row read by the search contains NaN/inf values "
                          "(or its squared norm overflows float32)")
