@@ -75,8 +75,6 @@ def reciprocal_rank_fusion(rankings: Sequence, k: float = RRF_K,
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     ids = np.concatenate(ids_parts)
     terms = np.concatenate(term_parts)
-    if k == 0 and np.isinf(terms).any():  # cannot happen (rank >= 1), kept for clarity
-        raise ValueError("k: 0 gives an infinite score")
     uniq, first_pos, inverse = np.unique(ids, return_index=True, return_inverse=True)
     # sum each id's terms largest first, so equal rank sets give identical floats
     order = np.lexsort((-terms, inverse))
@@ -129,6 +127,10 @@ def _ragged(x, name: str, B: Optional[int] = None) -> List[np.ndarray]:
     if B is not None and len(x) != B:
         raise ValueError(f"{name}: expected one list per query (B = {B}), got {len(x)}")
     return [_int_ranking(r, f"{name}[{i}]") for i, r in enumerate(x)]
+
+
+def _host(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def _normalised(m: np.ndarray) -> np.ndarray:
@@ -241,10 +243,12 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
         prox = _proximal_embeddings(proximal, B, emb.shape[1], encoder)
         seeds = [link_triples(p, emb, link_k) for p in prox]
 
-    beams = triple_beam_search(graph, triple_emb, q, seeds, beam_width=beam_width,
+    # q_emb / triple_emb go through as given (torch on a GPU selects the cuda backend)
+    beams = triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width=beam_width,
                                max_len=max_len, gamma=gamma, max_neighbors=max_neighbors,
                                scoring=scoring, encoder=encoder, backend=backend)
-    expansion = [e[e >= 0] for e in beams.flatten_passages_batch(pid_table)]  # -1: no passage
+    expansion = [_host(e) for e in beams.flatten_passages_batch(pid_table)]
+    expansion = [e[e >= 0] for e in expansion]  # -1: triple without a passage
     fused = [reciprocal_rank_fusion([b, e], k=rrf_k, top=top) for b, e in zip(base, expansion)]
     return ExpansionResult([f[0] for f in fused], [f[1] for f in fused], expansion,
                            [np.asarray(s, dtype=np.int64) for s in seeds], beams)

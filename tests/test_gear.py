@@ -90,6 +90,10 @@ def test_naive_ge_by_hand(tiny):
     assert beams[:2].tolist() == [[1, 3], [0, 2]]
     np.testing.assert_allclose(np.asarray(res.beams.scores)[0, :2], [0.6 + 1.6 / np.sqrt(3.2), 1.0],
                                rtol=1e-5)
+    import torch
+    res_t = graph_expand(tiny, torch.from_numpy(EMB), torch.from_numpy(Q), [torch.tensor([0, 3])],
+                         seed_passages=1)
+    assert res_t.passages[0].tolist() == [0, 3, 2, 1] and isinstance(res_t.passages[0], np.ndarray)
 
 
 def test_naive_ge_seeds_all_base_passages_by_default(tiny):
