@@ -20,7 +20,8 @@ Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them 
 - Hub guard ``max_degree``: an entity's degree is the number of kept triples that mention it
   (as subject or object). An entity of degree > ``max_degree`` links no triples: two triples
   that share ONLY hub entities are not neighbours. Triples keep their entity ids either way.
-  Without the guard an entity of degree d adds d*(d-1) entries to ``indices``.
+  Without the guard an entity of degree d adds d*(d-1) entries to ``indices``; ``max_edges``
+  (default 2**31) refuses, with a ValueError before allocating, a graph that could exceed it.
 """
 from __future__ import annotations
 
@@ -134,8 +135,8 @@ class TripleGraph:
                    max_degree=max_degree)
 
     @classmethod
-    def from_dataset(cls, dataset, normalize: bool = True,
-                     max_degree: Optional[int] = None) -> "TripleGraph":
+    def from_dataset(cls, dataset, normalize: bool = True, max_degree: Optional[int] = None,
+                     max_edges: int = DEFAULT_MAX_EDGES) -> "TripleGraph":
         """The graph of a QADataset's OpenIE triples (MuSiQue); passage id = corpus index."""
         per_passage = getattr(dataset, "triples", None)
         if per_passage is None:
@@ -144,7 +145,8 @@ class TripleGraph:
         counts = [len(t) for t in per_passage]
         flat = list(itertools.chain.from_iterable(per_passage))
         pids = np.repeat(np.arange(len(per_passage), dtype=np.int64), counts)
-        return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree)
+        return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree,
+                                max_edges=max_edges)
 
     # ---- accessors ----------------------------------------------------------------------
     @property
