@@ -247,17 +247,23 @@ class _Torch:
         return _ref.graph_transformer_pool(x, csr.edge_index(), ea, gp, specs)
 
 
-def _lazy(module: str):
-    class _Impl:
-        @staticmethod
-        def conv_layer(*a):
-            return getattr(__import__(f"rasfast.ops.{module}", fromlist=["x"]), "conv_layer")(*a)
+class _Lazy:
+    """A backend plan imported on first use (the GPU plans are not needed on CPU)."""
 
-        @staticmethod
-        def pool(*a):
-            return getattr(__import__(f"rasfast.ops.{module}", fromlist=["x"]), "pool")(*a)
-    return _Impl
+    def __init__(self, module: str, attr: str = ""):
+        self.module, self.attr = module, attr
+
+    def _impl(self):
+        import importlib
+        mod = importlib.import_module(f"rasfast.ops.{self.module}")
+        return getattr(mod, self.attr) if self.attr else mod
+
+    def conv_layer(self, *a):
+        return self._impl().conv_layer(*a)
+
+    def pool(self, *a):
+        return self._impl().pool(*a)
 
 
-_IMPLS = {"torch": _Torch, "cpu": _lazy("graph_conv_cpu"), "cuda": _lazy("graph_conv_cuda"),
-          "triton": _lazy("graph_conv_triton")}
+_IMPLS = {"torch": _Torch, "cpu": _Lazy("graph_conv_cpu"), "cuda": _Lazy("graph_conv_gpu", "Cuda"),
+          "triton": _Lazy("graph_conv_gpu", "Triton")}
