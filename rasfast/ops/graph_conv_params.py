@@ -135,7 +135,10 @@ def as_conv_weights(weights, heads: Optional[int] = None, concat: Optional[bool]
     if isinstance(weights, ConvWeights):
         w = weights
     elif isinstance(weights, torch.nn.Module) and hasattr(weights, "lin_query"):
-        w = conv_weights_from_state_dict(weights.state_dict(), int(weights.heads), bool(weights.concat))
+        sd = dict(weights.state_dict())
+        if not getattr(weights, "root_weight", True):  # PyG builds lin_skip even when unused
+            sd = {k: v for k, v in sd.items() if not k.startswith(("lin_skip.", "lin_beta."))}
+        w = conv_weights_from_state_dict(sd, int(weights.heads), bool(weights.concat))
     elif isinstance(weights, Mapping):
         if heads is None:
             raise ValueError("heads: required when weights is a state dict")
