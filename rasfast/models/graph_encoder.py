@@ -204,6 +204,9 @@ class GraphEncoder(nn.Module):
         graphs = list(graphs)
         if not graphs:
             raise ValueError("subgraphs: expected at least one QuestionGraph")
+        for i, g in enumerate(graphs):
+            if not isinstance(g, QuestionGraph):
+                raise TypeError(f"subgraphs[{i}]: expected a QuestionGraph, got {type(g).__name__}")
         if self.training and torch.is_grad_enabled():
             return self.encode_batch(*batch_graphs(graphs), backend=backend)
         self.layer_specs()  # clears the cache if the weights changed
