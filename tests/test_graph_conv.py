@@ -351,3 +351,17 @@ def test_module_weights_follow_in_place_updates():
     after = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
     assert not torch.allclose(before, after)
     _close(after, _pyg(conv, x, ei, ea), 1e-4)
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(n=st.integers(0, 12), e=st.integers(0, 60), heads=st.sampled_from([1, 2, 4]),
+       concat=st.booleans(), beta=st.booleans(), edge=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_graphs_cpu_vs_reference(n, e, heads, concat, beta, edge, seed):
+    """Fresh random graphs (incl. empty, edgeless, dense multi-graphs) on the cpu backend."""
+    e = e if n else 0
+    conv = _conv(10, 3, heads, concat, beta, 5 if edge else None, seed=seed % 7)
+    x, ei, ea = _graph(n, e, 10, 5 if edge else None, seed=seed)
+    ref = rasfast.transformer_conv(x, ei, ea, conv, backend="torch")
+    _close(rasfast.transformer_conv(x, ei, ea, conv, backend="cpu"), ref, 1e-4)
