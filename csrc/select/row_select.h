@@ -72,15 +72,24 @@ inline void sort_bucket(uint64_t* a, size_t m, int rest_bits, std::vector<uint64
   if (src != a) std::memcpy(a, src, m * sizeof(uint64_t));
 }
 
-// Writes indices (and raw values, when vals != nullptr) of composites c[0..k) to out.
-// c may alias out (composites are read before the slot is overwritten).
-template <class Raw>
-inline void finalize(const uint64_t* c, int64_t lo, int64_t hi, const Raw* row, int64_t* out,
-                     Raw* vals) {
+// Writes indices (and raw values, when vals != nullptr) of composites c[lo..hi) to out.
+// c may alias out (composites are read before the slot is overwritten). Values are
+// decoded from the key, not gathered from the row (a random read per value); only a
+// zero is re-read, to keep the sign of -0.0.
+template <DType D>
+inline void finalize(const uint64_t* c, int64_t lo, int64_t hi, uint32_t flip,
+                     const typename KeyTraits<D>::Raw* row, int64_t* out,
+                     typename KeyTraits<D>::Raw* vals) {
+  using KT = KeyTraits<D>;
+  using Raw = typename KT::Raw;
   for (int64_t i = lo; i < hi; ++i) {
-    const int64_t idx = (int64_t)(c[i] & 0xffffffffu);
+    const uint64_t ci = c[i];  // read before out[i] (which may be c[i]) is written
+    const int64_t idx = (int64_t)(ci & 0xffffffffu);
     out[i] = idx;
-    if (vals) vals[i] = row[idx];
+    if (vals) {
+      const uint32_t key = (uint32_t)(ci >> 32) ^ flip;
+      vals[i] = key == KT::kZeroKey ? row[idx] : (Raw)KT::bits(key);
+    }
   }
 }
 
@@ -151,10 +160,53 @@ bool filter_chunk(const typename KeyTraits<D>::Raw* row, int64_t lo, int64_t hi,
 
 struct RadixScratch {
   std::vector<uint32_t> hist;     // [threads][bins]
-  std::vector<int64_t> offset;    // [threads][bins] write cursors
-  std::vector<uint64_t> cand;     // composites of the threshold bucket
+  std::vector<int64_t> offset;    // [threads][bins] bucket write cursors (sorted output)
+  std::vector<uint64_t> less;     // composites of buckets below b, per-thread regions
+  std::vector<uint64_t> cand;     // composites of the threshold bucket b, per-thread regions
   std::vector<uint64_t> tmp;      // sort buffer
 };
+
+// Histogram of the top key digit of row[lo, hi) into h (kBins counters); true if NaN seen.
+template <DType D>
+bool top_histogram(const typename KeyTraits<D>::Raw* row, int64_t lo, int64_t hi, uint32_t flip,
+                   uint32_t* h) {
+  using KT = KeyTraits<D>;
+  constexpr int kRest = KT::kBits - KT::kTopBits;
+  constexpr uint32_t kBins = 1u << KT::kTopBits;
+  uint32_t anynan = 0;
+  auto nan_of = [](uint32_t ku) {
+    return (uint32_t)(ku > KT::kPosInf) | (uint32_t)(ku < KT::kNegInf);
+  };
+  if constexpr (kBins <= 2048) {
+    // Four interleaved sub-histograms: clustered data hits the same bin again and again,
+    // and a single histogram would serialise on store-to-load forwarding.
+    uint32_t sub[4][kBins];
+    std::memset(sub, 0, sizeof(sub));
+    int64_t i = lo;
+    for (; i + 4 <= hi; i += 4) {
+      const uint32_t k0 = KT::key(row[i]), k1 = KT::key(row[i + 1]);
+      const uint32_t k2 = KT::key(row[i + 2]), k3 = KT::key(row[i + 3]);
+      anynan |= nan_of(k0) | nan_of(k1) | nan_of(k2) | nan_of(k3);
+      ++sub[0][(k0 ^ flip) >> kRest];
+      ++sub[1][(k1 ^ flip) >> kRest];
+      ++sub[2][(k2 ^ flip) >> kRest];
+      ++sub[3][(k3 ^ flip) >> kRest];
+    }
+    for (; i < hi; ++i) {
+      const uint32_t ku = KT::key(row[i]);
+      anynan |= nan_of(ku);
+      ++sub[0][(ku ^ flip) >> kRest];
+    }
+    for (uint32_t d = 0; d < kBins; ++d) h[d] = sub[0][d] + sub[1][d] + sub[2][d] + sub[3][d];
+  } else {
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint32_t ku = KT::key(row[i]);
+      anynan |= nan_of(ku);
+      ++h[(ku ^ flip) >> kRest];
+    }
+  }
+  return anynan != 0;
+}
 
 // Full radix select of one row into out[0..k) (as composites first, then indices).
 template <DType D>
@@ -164,73 +216,98 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
   using KT = KeyTraits<D>;
   constexpr int kRest = KT::kBits - KT::kTopBits;
   constexpr uint32_t kBins = 1u << KT::kTopBits;
-  s.hist.assign((size_t)threads * kBins, 0);
-  s.offset.resize((size_t)threads * kBins);
+  const int T = threads;
+  s.hist.assign((size_t)T * kBins, 0);
+  if (sorted) s.offset.resize((size_t)T * kBins);
   uint64_t* comp = reinterpret_cast<uint64_t*>(out);  // out doubles as composite storage
+  std::vector<int64_t> less_at(T + 1, 0), cand_at(T + 1, 0);  // per-thread region starts
+  std::vector<int64_t> less_n(T, 0), cand_n(T, 0);
   bool bad = false;
   uint32_t b = 0;
   int64_t n_less = 0, n_b = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : bad)
+#pragma omp parallel num_threads(T) if (T > 1) reduction(|| : bad)
   {
     const int t = omp_get_thread_num();
     int64_t lo, hi;
-    chunk_bounds(n, t, threads, &lo, &hi);
+    chunk_bounds(n, t, T, &lo, &hi);
     uint32_t* h = s.hist.data() + (size_t)t * kBins;
-    uint32_t anynan = 0;
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint32_t ku = KT::key(row[i]);
-      anynan |= (uint32_t)(ku > KT::kPosInf) | (uint32_t)(ku < KT::kNegInf);
-      ++h[(ku ^ flip) >> kRest];
-    }
-    bad = bad || anynan != 0;
+    bad = top_histogram<D>(row, lo, hi, flip, h) || bad;
 #pragma omp barrier
 #pragma omp single
     {
-      // Bucket b holding the k-th key, then per-thread write cursors: buckets below b
-      // go to their final range of out, bucket b to the candidate list, each in index order.
+      // Bucket b holds the k-th key; n_less keys lie in buckets below it.
       int64_t cum = 0;
       for (b = 0; b < kBins; ++b) {
         int64_t c = 0;
-        for (int u = 0; u < threads; ++u) c += s.hist[(size_t)u * kBins + b];
+        for (int u = 0; u < T; ++u) c += s.hist[(size_t)u * kBins + b];
         if (cum + c >= k) { n_b = c; break; }
         cum += c;
       }
       n_less = cum;
-      int64_t pos = 0;
-      for (uint32_t d = 0; d < b; ++d)
-        for (int u = 0; u < threads; ++u) {
-          s.offset[(size_t)u * kBins + d] = pos;
-          pos += s.hist[(size_t)u * kBins + d];
-        }
-      pos = 0;
-      for (int u = 0; u < threads; ++u) {
-        s.offset[(size_t)u * kBins + b] = pos;
-        pos += s.hist[(size_t)u * kBins + b];
+      // Per-thread regions of the two lists, each with one slack slot (see below).
+      for (int u = 0; u < T; ++u) {
+        int64_t c = 0;
+        for (uint32_t d = 0; d < b; ++d) c += s.hist[(size_t)u * kBins + d];
+        less_n[u] = c;
+        cand_n[u] = s.hist[(size_t)u * kBins + b];
+        less_at[u + 1] = less_at[u] + c + 1;
+        cand_at[u + 1] = cand_at[u] + cand_n[u] + 1;
       }
-      s.cand.resize((size_t)n_b);
+      s.less.resize((size_t)less_at[T]);
+      s.cand.resize((size_t)cand_at[T]);
+      if (sorted) {  // final bucket ranges of out, split per thread in index order
+        int64_t pos = 0;
+        for (uint32_t d = 0; d < b; ++d)
+          for (int u = 0; u < T; ++u) {
+            s.offset[(size_t)u * kBins + d] = pos;
+            pos += s.hist[(size_t)u * kBins + d];
+          }
+      }
     }
-    int64_t* off = s.offset.data() + (size_t)t * kBins;
-    uint64_t* cand = s.cand.data();
+    // Branch-free compaction: whether an element is kept is data-dependent (a random
+    // branch when k is a fair fraction of N), so each element is written to both lists
+    // and only the cursor of its list advances; the slack slot absorbs the last write.
+    uint64_t* L = s.less.data() + less_at[t];
+    uint64_t* C = s.cand.data() + cand_at[t];
+    int64_t wl = 0, wc = 0;
     for (int64_t i = lo; i < hi; ++i) {
       const uint32_t kk = KT::key(row[i]) ^ flip;
       const uint32_t d = kk >> kRest;
-      if (d < b) comp[off[d]++] = compose(kk, i);
-      else if (d == b) cand[off[b]++] = compose(kk, i);
+      const uint64_t c = compose(kk, i);
+      L[wl] = c;
+      C[wc] = c;
+      wl += d < b;
+      wc += d == b;
+    }
+    if (sorted) {
+      // Counting-sort scatter by the top digit to the final bucket ranges (stable).
+      int64_t* off = s.offset.data() + (size_t)t * kBins;
+      for (int64_t j = 0; j < wl; ++j) {
+        const uint64_t c = L[j];
+        comp[off[(uint32_t)(c >> 32) >> kRest]++] = c;
+      }
+    } else {
+      int64_t at = 0;
+      for (int u = 0; u < t; ++u) at += less_n[u];
+      std::memcpy(comp + at, L, sizeof(uint64_t) * (size_t)wl);
     }
   }
   *nan |= bad;
-  const int64_t need = k - n_less;  // 1 <= need <= n_b
+  // Candidates of bucket b, contiguous and in index order.
   uint64_t* cand = s.cand.data();
+  for (int u = 1, at = (int)cand_n[0]; u < T; at += (int)cand_n[u], ++u)
+    std::memmove(cand + at, cand + cand_at[u], sizeof(uint64_t) * (size_t)cand_n[u]);
+  const int64_t need = k - n_less;  // 1 <= need <= n_b
   if (kRest > 0) {
     if (sorted) {
-      // Sort each bucket below b in place (bucket ranges from the histogram).
+      // Sort the low key bits within each bucket below b (bucket ranges from the histogram).
       std::vector<int64_t> start(b + 1, 0);
       for (uint32_t d = 0; d < b; ++d) {
         int64_t c = 0;
-        for (int u = 0; u < threads; ++u) c += s.hist[(size_t)u * kBins + d];
+        for (int u = 0; u < T; ++u) c += s.hist[(size_t)u * kBins + d];
         start[d + 1] = start[d] + c;
       }
-#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp parallel num_threads(T) if (T > 1)
       {
         std::vector<uint64_t> tmp;
 #pragma omp for schedule(dynamic, 1)
@@ -244,11 +321,11 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
   }
   // (kRest == 0: every candidate has the same key and they are in index order.)
   std::memcpy(comp + n_less, cand, sizeof(uint64_t) * (size_t)need);
-#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp parallel num_threads(T) if (T > 1)
   {
     int64_t lo, hi;
     chunk_bounds(k, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-    finalize(comp, lo, hi, row, out, vals);
+    finalize<D>(comp, lo, hi, flip, row, out, vals);
   }
 }
 
@@ -267,7 +344,7 @@ bool select_one_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k,
                     RowScratch& s) {
   const uint32_t flip = largest ? KeyTraits<D>::kMask : 0u;
   bool nan = false;
-  if (k * 64 <= n && k <= 16384) {
+  if (k * 256 <= n && k <= 16384) {
     const int T = std::max(1, std::min<int>(threads, (int)(n / 32768)));
     if ((int)s.bufs.size() < T) s.bufs.resize((size_t)T);
     std::atomic<bool> ok{true};
@@ -290,7 +367,7 @@ bool select_one_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k,
         all.resize((size_t)k);
       }
       if (sorted) std::sort(all.begin(), all.end());
-      finalize(all.data(), 0, k, row, out, vals);
+      finalize<D>(all.data(), 0, k, flip, row, out, vals);
       return nan_f;
     }
   }

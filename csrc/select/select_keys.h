@@ -25,6 +25,9 @@ template <> struct KeyTraits<DType::F32> {
     u = (u << 1) == 0 ? 0u : u;                                  // -0.0 -> +0.0
     return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);     // sign-flip order map
   }
+  // Inverse of key() (zero comes back as +0.0; callers re-read the sign from the row).
+  static inline uint32_t bits(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
+  static constexpr uint32_t kZeroKey = 0x80000000u;
   static constexpr uint32_t kPosInf = 0x7f800000u ^ 0x80000000u;  // key(+inf)
   static constexpr uint32_t kNegInf = ~0xff800000u;               // key(-inf)
 };
@@ -38,6 +41,8 @@ template <DType D> struct Key16 {
     h = (h & 0x7fffu) == 0 ? 0u : h;
     return (h & 0x8000u) ? (~h & 0xffffu) : (h | 0x8000u);
   }
+  static inline uint32_t bits(uint32_t key) { return (key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu); }
+  static constexpr uint32_t kZeroKey = 0x8000u;
 };
 template <> struct KeyTraits<DType::F16> : Key16<DType::F16> {
   static constexpr uint32_t kPosInf = 0x7c00u | 0x8000u;
