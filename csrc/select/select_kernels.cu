@@ -74,9 +74,21 @@ __global__ void digit_histogram(const typename Storage<D>::type* x, int64_t rows
     const auto* row = x + r * n;
     int64_t lo, hi;
     chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const uint32_t key = key_at<D>(row, i, largest);
-      if ((key & s.mask) == s.prefix) atomicAdd(&h[(key >> shift) & (kBins - 1)], 1u);
+    // Warp-aggregated counting: float keys cluster in few top-digit bins (sign and
+    // exponent), so lanes of a warp often hit one bin; the lanes that share a bin elect
+    // one leader that adds their number. The loop bounds are uniform per block so that
+    // every lane of a warp reaches __match_any_sync together.
+    for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
+      const int64_t i = t0 + threadIdx.x;
+      uint32_t bin = kBins;  // kBins: no bin (out of range or not matching the prefix)
+      if (i < hi) {
+        const uint32_t key = key_at<D>(row, i, largest);
+        if ((key & s.mask) == s.prefix) bin = (key >> shift) & (kBins - 1);
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      const int leader = __ffs(peers) - 1;
+      if (bin < (uint32_t)kBins && (int)(threadIdx.x & 31) == leader)
+        atomicAdd(&h[bin], (unsigned)__popc(peers));
     }
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += blockDim.x)
