@@ -27,6 +27,7 @@ import triton.language as tl
 
 BINS = 256
 DIGIT_BITS = 8
+MAX_GRID_ROWS = 65535
 
 
 @triton.jit
@@ -46,8 +47,8 @@ def _keys(x_ptr, row, offs, n, LARGEST: tl.constexpr):
 @triton.jit
 def _digit_hist_kernel(x_ptr, prefix_ptr, mask_ptr, hist_ptr, n, shift,
                        LARGEST: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.program_id(1).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     key, m = _keys(x_ptr, row, offs, n, LARGEST)
     prefix = tl.load(prefix_ptr + row).to(tl.uint32)
     pmask = tl.load(mask_ptr + row).to(tl.uint32)
@@ -60,8 +61,8 @@ def _digit_hist_kernel(x_ptr, prefix_ptr, mask_ptr, hist_ptr, n, shift,
 @triton.jit
 def _count_kernel(x_ptr, thr_ptr, less_ptr, eq_ptr, n, nblk,
                   LARGEST: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    blk = tl.program_id(1).to(tl.int64)
+    row = tl.program_id(1).to(tl.int64)
+    blk = tl.program_id(0).to(tl.int64)
     offs = blk * BLOCK + tl.arange(0, BLOCK)
     key, m = _keys(x_ptr, row, offs, n, LARGEST)
     t = tl.load(thr_ptr + row).to(tl.uint32)
@@ -73,8 +74,8 @@ def _count_kernel(x_ptr, thr_ptr, less_ptr, eq_ptr, n, nblk,
 def _write_kernel(x_ptr, thr_ptr, nless_ptr, need_ptr, less_off_ptr, eq_off_ptr,
                   out_ptr, keys_ptr, n, k, nblk,
                   LARGEST: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    blk = tl.program_id(1).to(tl.int64)
+    row = tl.program_id(1).to(tl.int64)
+    blk = tl.program_id(0).to(tl.int64)
     offs = blk * BLOCK + tl.arange(0, BLOCK)
     key, m = _keys(x_ptr, row, offs, n, LARGEST)
     t = tl.load(thr_ptr + row).to(tl.uint32)
@@ -98,9 +99,12 @@ def select_k(x: torch.Tensor, k: int, largest: bool, sorted: bool, block: int = 
     no NaN (validated by rasfast.select_k). ``sorted``: ordered by (value, index).
     """
     B, n = x.shape
+    if B > MAX_GRID_ROWS:  # rows are grid axis 1 (at most 65535 programs)
+        return torch.cat([select_k(x[r:r + MAX_GRID_ROWS], k, largest, sorted, block)
+                          for r in range(0, B, MAX_GRID_ROWS)])
     dev = x.device
     nblk = triton.cdiv(n, block)
-    grid = (B, nblk)
+    grid = (nblk, B)  # blocks of a row on axis 0 (no practical limit), rows on axis 1
     prefix = torch.zeros(B, dtype=torch.int64, device=dev)
     pmask = torch.zeros(B, dtype=torch.int64, device=dev)
     want = torch.full((B,), k, dtype=torch.int64, device=dev)

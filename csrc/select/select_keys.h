@@ -37,9 +37,9 @@ template <DType D> struct Key16 {
   static constexpr int kBits = 16;
   static constexpr uint32_t kMask = 0xffffu;
   static constexpr int kTopBits = 16;   // the whole key: one pass gives the exact threshold
-  static inline uint32_t key(uint32_t h) {
-    h = (h & 0x7fffu) == 0 ? 0u : h;
-    return (h & 0x8000u) ? (~h & 0xffffu) : (h | 0x8000u);
+  static inline uint32_t key(uint32_t h) {  // branch-free, so that scans vectorise
+    h &= 0u - (uint32_t)((h & 0x7fffu) != 0);       // -0.0 -> +0.0
+    return h ^ (((h >> 15) * 0x7fffu) | 0x8000u);   // negative: ~h; positive: h | 0x8000
   }
   static inline uint32_t bits(uint32_t key) { return (key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu); }
   static constexpr uint32_t kZeroKey = 0x8000u;
