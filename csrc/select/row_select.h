@@ -128,7 +128,7 @@ bool filter_chunk(const typename KeyTraits<D>::Raw* row, int64_t lo, int64_t hi,
     const int64_t e = std::min(i + 64, hi);
     uint32_t any = 0, anynan = 0;
     for (int64_t j = i; j < e; ++j) {  // branch-free: vectorises
-      const uint32_t ku = KT::key(row[j]);
+      const uint32_t ku = KT::key_vec(row[j]);
       any |= (uint32_t)((ku ^ flip) < tau);
       anynan |= (uint32_t)(ku > KT::kPosInf) | (uint32_t)(ku < KT::kNegInf);
     }

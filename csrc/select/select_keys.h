@@ -25,6 +25,12 @@ template <> struct KeyTraits<DType::F32> {
     u = (u << 1) == 0 ? 0u : u;                                  // -0.0 -> +0.0
     return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);     // sign-flip order map
   }
+  // The same map without a branch: vectorises in pure scans (the small-k filter), while
+  // key() measured faster in the histogram/scatter loops of the radix path.
+  static inline uint32_t key_vec(uint32_t u) {
+    u &= 0u - (uint32_t)((u << 1) != 0);
+    return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+  }
   // Inverse of key() (zero comes back as +0.0; callers re-read the sign from the row).
   static inline uint32_t bits(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
   static constexpr uint32_t kZeroKey = 0x80000000u;
@@ -41,6 +47,7 @@ template <DType D> struct Key16 {
     h &= 0u - (uint32_t)((h & 0x7fffu) != 0);       // -0.0 -> +0.0
     return h ^ (((h >> 15) * 0x7fffu) | 0x8000u);   // negative: ~h; positive: h | 0x8000
   }
+  static inline uint32_t key_vec(uint32_t h) { return key(h); }
   static inline uint32_t bits(uint32_t key) { return (key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu); }
   static constexpr uint32_t kZeroKey = 0x8000u;
 };
