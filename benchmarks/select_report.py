@@ -62,10 +62,18 @@ def measure(B: int, N: int, ks, rounds: int, seed: int = 0):
     return rows
 
 
+def load_average() -> str:
+    try:
+        return "load average (1/5/15 min) at the end of the run: " + \
+            " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
 def to_markdown(rows, rounds: int) -> str:
     names = list(rows[0]["median_ms"])
     out = ["# select_k on the CPU: rasfast vs torch.topk vs numpy.argpartition", "",
-           header_markdown(),
+           header_markdown(), load_average() + " (a busy machine inflates all times).", "",
            f"float32 input `torch.randn(B, N)`, smallest k per row. Median (best) of {rounds} "
            "interleaved rounds, in ms. rasfast's sorted result is ordered by (value, index) "
            "like torch.topk's; argpartition's is unordered. Ratios: peer median / rasfast "
@@ -92,7 +100,8 @@ def main(argv=None) -> int:
     with open(a.out + ".md", "w") as f:
         f.write(to_markdown(rows, a.rounds))
     with open(a.out + ".json", "w") as f:
-        json.dump({"machine": machine_info(), "rounds": a.rounds, "rows": rows}, f, indent=2)
+        json.dump({"machine": machine_info(), "load": load_average(), "rounds": a.rounds,
+                   "rows": rows}, f, indent=2)
     print(f"wrote {a.out}.md and {a.out}.json")
     return 0
 

@@ -69,29 +69,42 @@ def test_cpu_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed):
     check(make_input(B, N, mode, dtype, seed), k, largest, sorted_, "cpu")
 
 
-@pytest.mark.parametrize("k", [1, 2, 1000, 4000, 40_000, 199_999, 200_000])
+LONG_N = (1 << 20) + 3  # B * N >= 2^20: large enough for the multi-threaded paths
+
+
+def check_many_k(x, ks, largest):
+    """check() for several k against one stable sort of x (the reference, sliced)."""
+    order = torch.sort(x.float(), dim=1, descending=largest, stable=True).indices
+    for k in ks:
+        vals, idx = select_k(x, k, largest=largest, sorted=True, backend="cpu")
+        assert torch.equal(idx, order[:, :k]), (x.shape, k, largest)
+        assert same_bits(vals, torch.gather(x, 1, order[:, :k]))
+        _, idx = select_k(x, k, largest=largest, sorted=False, backend="cpu")
+        assert torch.equal(idx.sort(1).values, order[:, :k].sort(1).values), (x.shape, k, largest)
+
+
 @pytest.mark.parametrize("mode", ["randn", "ties", "descending"])
-def test_cpu_long_row_parallel_path(k, mode):
-    # B=1 < threads and N >= 65536: the row is split across threads (filter path for small
+def test_cpu_long_row_parallel_path(mode):
+    # B=1 < threads and a long row: the row is split across threads (filter path for small
     # k, radix path otherwise; the descending row makes the filter give up).
-    x = make_input(1, 200_000, mode, torch.float32, seed=k)
-    for largest in (False, True):
-        check(x, k, largest, True, "cpu")
-    check(x, k, False, False, "cpu")
+    x = make_input(1, LONG_N, mode, torch.float32, seed=3)
+    ks = [1, 2, 1000, 4000, 40_000, LONG_N // 3, LONG_N - 1, LONG_N]
+    check_many_k(x, ks, largest=False)
+    check_many_k(x, ks[:4], largest=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("k", [3, 5000, 150_000])
-def test_cpu_long_row_half(dtype, k):
-    x = make_input(2, 150_001, "randn", dtype, seed=7)  # B=2 rows, N not a tile multiple
-    check(x, k, False, True, "cpu")
-    check(x, k, True, False, "cpu")
-    check(x[:1].contiguous(), k, True, True, "cpu")
+def test_cpu_long_row_half(dtype):
+    x = make_input(1, LONG_N, "randn", dtype, seed=7)  # 16-bit keys, row split across threads
+    check_many_k(x, [3, 5000, 150_000], largest=False)
+    check_many_k(x, [3, 150_000], largest=True)
+    x = make_input(2, 150_001, "ties", dtype, seed=8)  # two rows in parallel
+    check_many_k(x, [3, 5000, 150_000], largest=True)
 
 
 def test_cpu_many_rows_batch():
-    x = make_input(9, 70_001, "randn", torch.float32, seed=1)
-    for k in (7, 3_000, 35_000):
+    x = make_input(9, 120_001, "randn", torch.float32, seed=1)  # B * N >= 2^20: rows in parallel
+    for k in (7, 3_000, 60_000):
         check(x, k, False, True, "cpu")
 
 

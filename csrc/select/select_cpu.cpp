@@ -50,8 +50,11 @@ bool select_k_typed(const void* data, int64_t B, int64_t N, int64_t k, bool larg
     else row_nan = select_detail::select_one_row<D>(row, N, k, largest, sorted, inner, o, v, s);
     return row_nan;
   };
-  if (B >= threads || N < (1 << 16)) {
-#pragma omp parallel reduction(|| : nan)
+  // Small calls run on the calling thread: waking an OpenMP team costs more than it saves
+  // there (and much more on a loaded machine, where a woken thread may wait a time slice).
+  const bool small = B * N < (int64_t(1) << 20);
+  if (small || B >= threads || N < (1 << 16)) {
+#pragma omp parallel reduction(|| : nan) if (!small)
     {
       RowScratch s;  // reused across this thread's rows
 #pragma omp for schedule(dynamic, 1)
