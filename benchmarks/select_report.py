@@ -5,6 +5,10 @@ every implementation once, interleaved, so a busy machine slows all of them alik
 table reports the median (and best) over rounds and the speed-up ratios.
 
     .venv/bin/python benchmarks/select_report.py [--batch 16] [--n 1000000] [--rounds 7]
+
+On a machine shared with other busy processes, OpenMP's default spin-waiting makes every
+multi-threaded library here (torch included) erratic; OMP_WAIT_POLICY=passive in the
+environment (set before Python starts) gives stable numbers there.
 """
 from __future__ import annotations
 
@@ -65,7 +69,8 @@ def measure(B: int, N: int, ks, rounds: int, seed: int = 0):
 def load_average() -> str:
     try:
         return "load average (1/5/15 min) at the end of the run: " + \
-            " / ".join(f"{v:.1f}" for v in os.getloadavg())
+            " / ".join(f"{v:.1f}" for v in os.getloadavg()) + \
+            f"; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
     except OSError:
         return "load average unknown"
 
