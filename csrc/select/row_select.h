@@ -72,6 +72,56 @@ inline void sort_bucket(uint64_t* a, size_t m, int rest_bits, std::vector<uint64
   if (src != a) std::memcpy(a, src, m * sizeof(uint64_t));
 }
 
+// Writes the `need` smallest composites of c[0..m) to dst, in (key, index) order when
+// `sorted`. c holds one bucket: all keys share the bits above their low `rest_bits`, and
+// c is in index order. A big bucket (data in a narrow value range) is narrowed by further
+// 11-bit digits, MSD-style, instead of being sorted or partitioned whole: only the
+// elements below the threshold sub-bucket are (bucket-)sorted. c is reused as scratch.
+inline void take_smallest(uint64_t* c, size_t m, size_t need, int rest_bits, bool sorted,
+                          uint64_t* dst, std::vector<uint64_t>& tmp) {
+  while (true) {
+    if (m <= 16384 || rest_bits == 0 || need == m) {
+      if (sorted) sort_bucket(c, m, rest_bits, tmp);
+      else if (rest_bits > 0 && need < m) std::nth_element(c, c + (need - 1), c + m);
+      std::memcpy(dst, c, need * sizeof(uint64_t));  // rest_bits == 0: all tie, index order
+      return;
+    }
+    const int bits = std::min(11, rest_bits);
+    const int shift = 32 + rest_bits - bits;
+    const uint32_t nb = 1u << bits, mask = nb - 1;
+    std::vector<size_t> count(nb, 0);
+    for (size_t i = 0; i < m; ++i) ++count[(c[i] >> shift) & mask];
+    size_t cum = 0;
+    uint32_t b = 0;
+    for (; b < nb; ++b) {
+      if (cum + count[b] >= need) break;
+      cum += count[b];
+    }
+    // Sub-buckets below b go to dst (by digit when sorted); sub-bucket b moves to the front
+    // of c, in index order (w <= i, so the in-place compaction is safe).
+    std::vector<size_t> off(b + 1, 0);
+    for (uint32_t d = 0; d < b; ++d) off[d + 1] = off[d] + count[d];
+    size_t w = 0, wl = 0;
+    for (size_t i = 0; i < m; ++i) {
+      const uint64_t ci = c[i];
+      const uint32_t d = (uint32_t)(ci >> shift) & mask;
+      if (d < b) dst[sorted ? off[d]++ : wl++] = ci;
+      else if (d == b) c[w++] = ci;
+    }
+    if (sorted) {
+      size_t at = 0;
+      for (uint32_t d = 0; d < b; ++d) {
+        sort_bucket(dst + at, count[d], rest_bits - bits, tmp);
+        at += count[d];
+      }
+    }
+    dst += cum;
+    need -= cum;
+    m = count[b];
+    rest_bits -= bits;
+  }
+}
+
 // Writes indices (and raw values, when vals != nullptr) of composites c[lo..hi) to out.
 // c may alias out (composites are read before the slot is overwritten). Values are
 // decoded from the key, not gathered from the row (a random read per value); only a
@@ -314,13 +364,9 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
         for (int64_t d = 0; d < (int64_t)b; ++d)
           sort_bucket(comp + start[d], (size_t)(start[d + 1] - start[d]), kRest, tmp);
       }
-      sort_bucket(cand, (size_t)n_b, kRest, s.tmp);
-    } else if (need < n_b) {
-      std::nth_element(cand, cand + (need - 1), cand + n_b);
     }
   }
-  // (kRest == 0: every candidate has the same key and they are in index order.)
-  std::memcpy(comp + n_less, cand, sizeof(uint64_t) * (size_t)need);
+  take_smallest(cand, (size_t)n_b, (size_t)need, kRest, sorted, comp + n_less, s.tmp);
 #pragma omp parallel num_threads(T) if (T > 1)
   {
     int64_t lo, hi;
