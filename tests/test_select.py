@@ -31,6 +31,8 @@ def make_input(B, N, mode, dtype, seed, device="cpu"):
         x[(x == 0) & signs] = -0.0                      # -0.0 and +0.0 must tie
         x[x == 2] = float("inf")
         x[x == -2] = float("-inf")
+    elif mode == "narrow":  # one top-digit bucket holds everything: multi-level refinement
+        x = 1 + 1e-2 * torch.rand(B, N, generator=g)
     elif mode == "const":
         x = torch.zeros(B, N)
     elif mode == "ascending":
@@ -61,7 +63,7 @@ def check(x, k, largest, sorted_, backend):
 # ---- parity on CPU tensors ---------------------------------------------------------------
 
 @given(B=st.integers(0, 4), N=st.integers(1, 400), kf=st.floats(0, 1),
-       mode=st.sampled_from(["randn", "ties", "const", "ascending", "descending"]),
+       mode=st.sampled_from(["randn", "ties", "const", "ascending", "descending", "narrow"]),
        dtype=st.sampled_from(DTYPES), largest=st.booleans(), sorted_=st.booleans(),
        seed=st.integers(0, 2**31 - 1))
 def test_cpu_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed):
@@ -83,7 +85,7 @@ def check_many_k(x, ks, largest):
         assert torch.equal(idx.sort(1).values, order[:, :k].sort(1).values), (x.shape, k, largest)
 
 
-@pytest.mark.parametrize("mode", ["randn", "ties", "descending"])
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "narrow"])
 def test_cpu_long_row_parallel_path(mode):
     # B=1 < threads and a long row: the row is split across threads (filter path for small
     # k, radix path otherwise; the descending row makes the filter give up).
@@ -103,9 +105,11 @@ def test_cpu_long_row_half(dtype):
 
 
 def test_cpu_many_rows_batch():
-    x = make_input(9, 120_001, "randn", torch.float32, seed=1)  # B * N >= 2^20: rows in parallel
-    for k in (7, 3_000, 60_000):
-        check(x, k, False, True, "cpu")
+    for mode in ("randn", "narrow"):
+        x = make_input(9, 120_001, mode, torch.float32, seed=1)  # B * N >= 2^20: rows in parallel
+        for k in (7, 3_000, 60_000):
+            check(x, k, False, True, "cpu")
+            check(x, k, True, False, "cpu")
 
 
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
