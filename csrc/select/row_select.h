@@ -259,6 +259,9 @@ bool top_histogram(const typename KeyTraits<D>::Raw* row, int64_t lo, int64_t hi
 }
 
 // Full radix select of one row into out[0..k) (as composites first, then indices).
+// When the threshold bucket of the top digit holds a large share of the row (values in a
+// narrow range, e.g. distances), a second histogram pass over the row splits that bucket
+// by the next 11 bits before anything is compacted, so the candidate list stays small.
 template <DType D>
 void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint32_t flip,
                bool sorted, int threads, int64_t* out, typename KeyTraits<D>::Raw* vals,
@@ -266,15 +269,20 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
   using KT = KeyTraits<D>;
   constexpr int kRest = KT::kBits - KT::kTopBits;
   constexpr uint32_t kBins = 1u << KT::kTopBits;
+  constexpr int kBits2 = 11;  // second-level digit (only when kRest >= kBits2)
+  constexpr uint32_t kBins2 = 1u << kBits2;
   const int T = threads;
   s.hist.assign((size_t)T * kBins, 0);
   if (sorted) s.offset.resize((size_t)T * kBins);
   uint64_t* comp = reinterpret_cast<uint64_t*>(out);  // out doubles as composite storage
   std::vector<int64_t> less_at(T + 1, 0), cand_at(T + 1, 0);  // per-thread region starts
   std::vector<int64_t> less_n(T, 0), cand_n(T, 0);
-  bool bad = false;
-  uint32_t b = 0;
+  std::vector<uint32_t> hist2;                                  // [threads][kBins2]
+  bool bad = false, two = false;
+  uint32_t b = 0, b2 = 0;
   int64_t n_less = 0, n_b = 0;
+  int lvl_shift = kRest;   // keys are classified by kk >> lvl_shift against `cut`
+  uint32_t cut = 0;
 #pragma omp parallel num_threads(T) if (T > 1) reduction(|| : bad)
   {
     const int t = omp_get_thread_num();
@@ -294,13 +302,45 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
         cum += c;
       }
       n_less = cum;
+      cut = b;
+      two = kRest >= kBits2 && n_b > std::max<int64_t>(n / 8, 65536);
+      if (two) hist2.assign((size_t)T * kBins2, 0);
+    }
+    if (two) {
+      uint32_t* h2 = hist2.data() + (size_t)t * kBins2;
+      for (int64_t i = lo; i < hi; ++i) {
+        const uint32_t kk = KT::key(row[i]) ^ flip;
+        if ((kk >> kRest) == b) ++h2[(kk >> (kRest - kBits2)) & (kBins2 - 1)];
+      }
+#pragma omp barrier
+#pragma omp single
+      {
+        int64_t cum = 0;
+        for (b2 = 0; b2 < kBins2; ++b2) {
+          int64_t c = 0;
+          for (int u = 0; u < T; ++u) c += hist2[(size_t)u * kBins2 + b2];
+          if (n_less + cum + c >= k) { n_b = c; break; }
+          cum += c;
+        }
+        n_less += cum;
+        lvl_shift = kRest - kBits2;
+        cut = (b << kBits2) | b2;
+      }
+    }
+#pragma omp single
+    {
       // Per-thread regions of the two lists, each with one slack slot (see below).
       for (int u = 0; u < T; ++u) {
-        int64_t c = 0;
+        int64_t c = 0, cb = 0;
         for (uint32_t d = 0; d < b; ++d) c += s.hist[(size_t)u * kBins + d];
-        less_n[u] = c;
-        cand_n[u] = s.hist[(size_t)u * kBins + b];
-        less_at[u + 1] = less_at[u] + c + 1;
+        if (two) {
+          for (uint32_t d2 = 0; d2 < b2; ++d2) cb += hist2[(size_t)u * kBins2 + d2];
+          cand_n[u] = hist2[(size_t)u * kBins2 + b2];
+        } else {
+          cand_n[u] = s.hist[(size_t)u * kBins + b];
+        }
+        less_n[u] = c + cb;
+        less_at[u + 1] = less_at[u] + less_n[u] + 1;
         cand_at[u + 1] = cand_at[u] + cand_n[u] + 1;
       }
       s.less.resize((size_t)less_at[T]);
@@ -312,6 +352,11 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
             s.offset[(size_t)u * kBins + d] = pos;
             pos += s.hist[(size_t)u * kBins + d];
           }
+        if (two)  // the part of bucket b below the second-level threshold
+          for (int u = 0; u < T; ++u) {
+            s.offset[(size_t)u * kBins + b] = pos;
+            for (uint32_t d2 = 0; d2 < b2; ++d2) pos += hist2[(size_t)u * kBins2 + d2];
+          }
       }
     }
     // Branch-free compaction: whether an element is kept is data-dependent (a random
@@ -319,15 +364,17 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
     // and only the cursor of its list advances; the slack slot absorbs the last write.
     uint64_t* L = s.less.data() + less_at[t];
     uint64_t* C = s.cand.data() + cand_at[t];
+    const int sh = lvl_shift;
+    const uint32_t cu = cut;
     int64_t wl = 0, wc = 0;
     for (int64_t i = lo; i < hi; ++i) {
       const uint32_t kk = KT::key(row[i]) ^ flip;
-      const uint32_t d = kk >> kRest;
+      const uint32_t d = kk >> sh;
       const uint64_t c = compose(kk, i);
       L[wl] = c;
       C[wc] = c;
-      wl += d < b;
-      wc += d == b;
+      wl += d < cu;
+      wc += d == cu;
     }
     if (sorted) {
       // Counting-sort scatter by the top digit to the final bucket ranges (stable).
@@ -343,30 +390,35 @@ void radix_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k, uint
     }
   }
   *nan |= bad;
-  // Candidates of bucket b, contiguous and in index order.
+  // Candidates of the threshold bucket, contiguous and in index order.
   uint64_t* cand = s.cand.data();
   for (int u = 1, at = (int)cand_n[0]; u < T; at += (int)cand_n[u], ++u)
     std::memmove(cand + at, cand + cand_at[u], sizeof(uint64_t) * (size_t)cand_n[u]);
   const int64_t need = k - n_less;  // 1 <= need <= n_b
-  if (kRest > 0) {
-    if (sorted) {
-      // Sort the low key bits within each bucket below b (bucket ranges from the histogram).
-      std::vector<int64_t> start(b + 1, 0);
-      for (uint32_t d = 0; d < b; ++d) {
-        int64_t c = 0;
-        for (int u = 0; u < T; ++u) c += s.hist[(size_t)u * kBins + d];
-        start[d + 1] = start[d] + c;
+  if (kRest > 0 && sorted) {
+    // Sort the low key bits within each top-digit bucket of the "less" part.
+    const uint32_t nbk = two ? b + 1 : b;
+    std::vector<int64_t> start(nbk + 1, 0);
+    for (uint32_t d = 0; d < nbk; ++d) {
+      int64_t c = 0;
+      for (int u = 0; u < T; ++u) c += s.hist[(size_t)u * kBins + d];
+      if (d == b) {  // two-level: only the part of bucket b below b2 is in "less"
+        c = 0;
+        for (int u = 0; u < T; ++u)
+          for (uint32_t d2 = 0; d2 < b2; ++d2) c += hist2[(size_t)u * kBins2 + d2];
       }
+      start[d + 1] = start[d] + c;
+    }
 #pragma omp parallel num_threads(T) if (T > 1)
-      {
-        std::vector<uint64_t> tmp;
+    {
+      std::vector<uint64_t> tmp;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t d = 0; d < (int64_t)b; ++d)
-          sort_bucket(comp + start[d], (size_t)(start[d + 1] - start[d]), kRest, tmp);
-      }
+      for (int64_t d = 0; d < (int64_t)nbk; ++d)
+        sort_bucket(comp + start[d], (size_t)(start[d + 1] - start[d]), kRest, tmp);
     }
   }
-  take_smallest(cand, (size_t)n_b, (size_t)need, kRest, sorted, comp + n_less, s.tmp);
+  take_smallest(cand, (size_t)n_b, (size_t)need, two ? kRest - kBits2 : kRest, sorted,
+                comp + n_less, s.tmp);
 #pragma omp parallel num_threads(T) if (T > 1)
   {
     int64_t lo, hi;
