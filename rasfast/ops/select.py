@@ -31,6 +31,11 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
 
     Returns:
         (values[B, k] in x's dtype, indices[B, k] int64), the same kind (numpy/torch) as x.
+
+    Raises:
+        TypeError: x not an array, unsupported dtype; k not an int; largest/sorted not bool.
+        ValueError: x not 2-d or N == 0; k outside [1, N]; NaN in x; unknown backend.
+        rasfast.dispatch.BackendUnavailable: the requested backend cannot run here.
     """
     kind = kind_of(x)
     xt = as_tensor(x, "x")
