@@ -31,6 +31,11 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
 
     Returns:
         (values[B, k] in x's dtype, indices[B, k] int64), the same kind (numpy/torch) as x.
+
+    Raises:
+        TypeError: x not an array, unsupported dtype; k not an int; largest/sorted not bool.
+        ValueError: x not 2-d or N == 0; k outside [1, N]; NaN in x; unknown backend.
+        rasfast.dispatch.BackendUnavailable: the requested backend cannot run here.
     """
     kind = kind_of(x)
     xt = as_tensor(x, "x")
@@ -42,26 +47,34 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
     k = check_int_arg(k, "k", 1, n, "N (x.shape[1])")
     largest = check_bool_arg(largest, "largest")
     sorted = check_bool_arg(sorted, "sorted")
-    check_finite(xt, "x", allow_inf=True)
     be = _bk.resolve(backend, xt.device, "select_k")
+    if be != "cpu":  # the C++ backend detects NaN inside its own passes over x
+        check_finite(xt, "x", allow_inf=True)
     xt = xt.contiguous()
     if xt.shape[0] == 0:
         idx = torch.empty((0, k), dtype=torch.int64, device=xt.device)
+        vals = None
     else:
-        idx = _IMPLS[be](xt, k, largest, sorted)
-    vals = torch.gather(xt, 1, idx)
+        idx, vals = _IMPLS[be](xt, k, largest, sorted)
+    if vals is None:
+        vals = torch.gather(xt, 1, idx)
     return to_kind(vals, kind), to_kind(idx, kind)
 
 
+# Implementations: (x[B, N] contiguous, B >= 1, k, largest, sorted) -> (indices, values or None).
+
+
 def _torch(x, k, largest, sorted):
-    return _ref.select_k(x, k, largest, sorted)
+    return _ref.select_k(x, k, largest, sorted), None
 
 
 def _cpu(x, k, largest, sorted):
     buf, code = cpu_buffer(x)
     out = torch.empty((x.shape[0], k), dtype=torch.int64)
-    _bk.cpu_module().select_k(buf, code, k, largest, sorted, cpu_out(out))
-    return out
+    vals = torch.empty((x.shape[0], k), dtype=x.dtype)
+    if _bk.cpu_module().select_k(buf, code, k, largest, sorted, cpu_out(out), cpu_out(vals)):
+        raise ValueError("x: contains NaN")
+    return out, vals
 
 
 def _cuda(x, k, largest, sorted):
@@ -71,11 +84,11 @@ def _cuda(x, k, largest, sorted):
     with torch.cuda.device(x.device):
         mod.select_k(device_ptr(x), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], k, largest,
                      sorted, device_ptr(out), cuda_stream(x.device))
-    return out
+    return out, None
 
 
 def _triton(x, k, largest, sorted):
-    return _bk.triton_kernels().select.select_k(x, k, largest, sorted)
+    return _bk.triton_kernels().select.select_k(x, k, largest, sorted), None
 
 
 _IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}

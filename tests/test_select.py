@@ -1,0 +1,303 @@
+"""select_k: every backend against the torch reference, and every error path.
+
+The reference (rasfast/reference/select.py) is a stable full sort, so sorted results must
+match it exactly (indices and values, bit for bit); unsorted results must be the same set.
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rasfast
+from rasfast import dispatch
+from rasfast.ops.select import select_k
+from rasfast.reference.select import select_k as ref_select
+
+from backends_util import cpu_backends, gpu_backends
+from conftest import gpu
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def make_input(B, N, mode, dtype, seed, device="cpu"):
+    """Rows with a given flavour: random, heavy ties (with +-inf, -0.0/+0.0), or ordered."""
+    g = torch.Generator().manual_seed(seed)
+    if mode == "randn":
+        x = torch.randn(B, N, generator=g)
+    elif mode == "ties":
+        x = torch.randint(-2, 3, (B, N), generator=g).float()
+        signs = torch.randint(0, 2, (B, N), generator=g).bool()
+        x[(x == 0) & signs] = -0.0                      # -0.0 and +0.0 must tie
+        x[x == 2] = float("inf")
+        x[x == -2] = float("-inf")
+    elif mode == "narrow":  # one top-digit bucket holds everything: multi-level refinement
+        x = 1 + 1e-2 * torch.rand(B, N, generator=g)
+    elif mode == "const":
+        x = torch.zeros(B, N)
+    elif mode == "ascending":
+        x = torch.arange(N, dtype=torch.float32).repeat(B, 1)
+    else:  # descending: the worst order for a streaming smallest-k filter
+        x = torch.arange(N, 0, -1, dtype=torch.float32).repeat(B, 1)
+    return x.to(dtype).to(device)
+
+
+def same_bits(a, b):
+    return torch.equal(a.view(torch.int16), b.view(torch.int16)) if a.dtype != torch.float32 \
+        else torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def check(x, k, largest, sorted_, backend):
+    vals, idx = select_k(x, k, largest=largest, sorted=sorted_, backend=backend)
+    want = ref_select(x, k, largest, sorted_)
+    assert idx.dtype == torch.int64 and idx.shape == (x.shape[0], k)
+    assert vals.dtype == x.dtype and vals.shape == (x.shape[0], k)
+    if sorted_:
+        assert torch.equal(idx.cpu(), want.cpu()), (backend, x.shape, k, largest)
+        assert same_bits(vals.cpu(), torch.gather(x, 1, want).cpu())
+    else:
+        assert torch.equal(idx.sort(1).values.cpu(), want.sort(1).values.cpu()), (backend, x.shape, k)
+        assert same_bits(vals.cpu(), torch.gather(x, 1, idx).cpu())
+
+
+# ---- parity on CPU tensors ---------------------------------------------------------------
+
+@given(B=st.integers(0, 4), N=st.integers(1, 400), kf=st.floats(0, 1),
+       mode=st.sampled_from(["randn", "ties", "const", "ascending", "descending", "narrow"]),
+       dtype=st.sampled_from(DTYPES), largest=st.booleans(), sorted_=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_cpu_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed):
+    k = max(1, min(N, int(round(kf * N))))
+    check(make_input(B, N, mode, dtype, seed), k, largest, sorted_, "cpu")
+
+
+LONG_N = (1 << 20) + 3  # B * N >= 2^20: large enough for the multi-threaded paths
+
+
+def check_many_k(x, ks, largest):
+    """check() for several k against one stable sort of x (the reference, sliced)."""
+    order = torch.sort(x.float(), dim=1, descending=largest, stable=True).indices
+    for k in ks:
+        vals, idx = select_k(x, k, largest=largest, sorted=True, backend="cpu")
+        assert torch.equal(idx, order[:, :k]), (x.shape, k, largest)
+        assert same_bits(vals, torch.gather(x, 1, order[:, :k]))
+        _, idx = select_k(x, k, largest=largest, sorted=False, backend="cpu")
+        assert torch.equal(idx.sort(1).values, order[:, :k].sort(1).values), (x.shape, k, largest)
+
+
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "narrow"])
+def test_cpu_long_row_parallel_path(mode):
+    # B=1 < threads and a long row: the row is split across threads (filter path for small
+    # k, radix path otherwise; the descending row makes the filter give up).
+    x = make_input(1, LONG_N, mode, torch.float32, seed=3)
+    ks = [1, 2, 1000, 4000, 40_000, LONG_N // 3, LONG_N - 1, LONG_N]
+    check_many_k(x, ks, largest=False)
+    check_many_k(x, ks[:4], largest=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_long_row_half(dtype):
+    x = make_input(1, LONG_N, "randn", dtype, seed=7)  # 16-bit keys, row split across threads
+    check_many_k(x, [3, 5000, 150_000], largest=False)
+    check_many_k(x, [3, 150_000], largest=True)
+    x = make_input(2, 150_001, "ties", dtype, seed=8)  # two rows in parallel
+    check_many_k(x, [3, 5000, 150_000], largest=True)
+
+
+def test_cpu_many_rows_batch():
+    for mode in ("randn", "narrow"):
+        x = make_input(9, 120_001, mode, torch.float32, seed=1)  # B * N >= 2^20: rows in parallel
+        for k in (7, 3_000, 60_000):
+            check(x, k, False, True, "cpu")
+            check(x, k, True, False, "cpu")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_numpy_in_numpy_out(backend):
+    x = np.random.default_rng(0).standard_normal((3, 50)).astype(np.float32)
+    vals, idx = select_k(x, 5, backend=backend)
+    assert isinstance(vals, np.ndarray) and isinstance(idx, np.ndarray)
+    assert idx.dtype == np.int64 and vals.dtype == np.float32
+    np.testing.assert_array_equal(idx, np.argsort(x, axis=1, kind="stable")[:, :5])
+    np.testing.assert_array_equal(vals, np.take_along_axis(x, idx, 1))
+    v16, _ = select_k(x.astype(np.float16), 5, largest=True, backend=backend)
+    assert isinstance(v16, np.ndarray) and v16.dtype == np.float16
+
+
+def test_torch_in_torch_out_and_auto_is_cpu():
+    x = torch.randn(2, 30)
+    vals, idx = select_k(x, 4)  # auto
+    assert isinstance(vals, torch.Tensor) and isinstance(idx, torch.Tensor)
+    assert torch.equal(idx, ref_select(x, 4, False, True))
+
+
+def test_empty_batch():
+    for be in cpu_backends() + ["torch"]:
+        vals, idx = select_k(torch.empty(0, 10), 3, backend=be)
+        assert vals.shape == (0, 3) and idx.shape == (0, 3) and idx.dtype == torch.int64
+    vals, idx = select_k(np.empty((0, 10), np.float32), 10)
+    assert isinstance(idx, np.ndarray) and idx.shape == (0, 10)
+
+
+def test_non_contiguous_input():
+    x = torch.randn(40, 6).t()  # [6, 40], not contiguous
+    check(x, 9, False, True, "cpu")
+
+
+# ---- Triton, interpreted on the CPU (tiny sizes: the interpreter is slow) -----------------
+
+TRITON_CPU = "triton" in cpu_backends()
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(not TRITON_CPU, reason="triton is not installed")
+@settings(max_examples=6)
+@given(B=st.integers(1, 2), N=st.integers(1, 70), kf=st.floats(0, 1),
+       mode=st.sampled_from(["randn", "ties"]), dtype=st.sampled_from(DTYPES),
+       largest=st.booleans(), sorted_=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_triton_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed):
+    k = max(1, min(N, int(round(kf * N))))
+    check(make_input(B, N, mode, dtype, seed), k, largest, sorted_, "triton")
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(not TRITON_CPU, reason="triton is not installed")
+@pytest.mark.parametrize("case", [(1, 1, 1, "randn"), (2, 37, 37, "ties"), (1, 1500, 1, "ties"),
+                                  (1, 1500, 700, "randn")])
+def test_triton_edge_cases(case):
+    B, N, k, mode = case  # k=1, k=N, and N crossing the 1024-wide block
+    x = make_input(B, N, mode, torch.float32, seed=N)
+    check(x, k, False, True, "triton")
+    check(x, k, True, True, "triton")
+
+
+# ---- GPU (skipped without a CUDA device) ------------------------------------------------
+
+GPU_CASES = [(1, 1, 1), (3, 1000, 1), (3, 1000, 1000), (2, 4097, 333), (16, 100_003, 10_000),
+             (1, 1_000_000, 250_000), (16, 1_000_000, 10)]
+
+
+@gpu
+@pytest.mark.parametrize("backend", gpu_backends() or ["cuda"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["randn", "ties"])
+def test_gpu_matches_reference(backend, dtype, mode):
+    for B, N, k in GPU_CASES:
+        x = make_input(B, N, mode, dtype, seed=N + k, device="cuda")
+        for largest in (False, True):
+            check(x, k, largest, True, backend)
+        check(x, k, False, False, backend)
+
+
+@gpu
+def test_gpu_auto_and_devices():
+    x = torch.randn(4, 100, device="cuda")
+    vals, idx = select_k(x, 7)
+    assert idx.is_cuda and vals.is_cuda
+    with pytest.raises(ValueError, match="CPU arrays"):
+        select_k(x, 3, backend="cpu")
+    with pytest.raises(ValueError, match="NaN"):
+        select_k(torch.full((2, 5), float("nan"), device="cuda"), 1)
+
+
+# ---- errors -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_errors_k(backend):
+    x = torch.randn(2, 5)
+    with pytest.raises(ValueError, match=r"k: must be <= N"):
+        select_k(x, 6, backend=backend)
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=r"k: must be >= 1"):
+            select_k(x, bad, backend=backend)
+    for bad in (2.0, "2", None, True, np.float32(2)):
+        with pytest.raises(TypeError, match=r"k: expected an int"):
+            select_k(x, bad, backend=backend)
+    vals, idx = select_k(x, np.int64(2), backend=backend)  # numpy integers are ints
+    assert idx.shape == (2, 2)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,k", [((2, 5), 2), ((1, 100_000), 10), ((3, 100_000), 60_000)])
+def test_errors_nan(backend, dtype, shape, k):
+    x = torch.randn(*shape).to(dtype)
+    x[-1, shape[1] - 1] = float("nan")  # the very last element: every pass must see it
+    with pytest.raises(ValueError, match="x: contains NaN"):
+        select_k(x, k, backend=backend)
+
+
+def test_errors_shape_dtype_input():
+    with pytest.raises(ValueError, match=r"x: expected a 2-d array \[B, N\]"):
+        select_k(torch.randn(5), 1)
+    with pytest.raises(ValueError, match=r"x: expected a 2-d array"):
+        select_k(torch.randn(2, 3, 4), 1)
+    with pytest.raises(ValueError, match=r"N \(x.shape\[1\]\) must be >= 1"):
+        select_k(torch.randn(3, 0), 1)
+    with pytest.raises(TypeError, match="x: float64 is not supported"):
+        select_k(np.zeros((2, 3)), 1)
+    with pytest.raises(TypeError, match="x: unsupported dtype float64"):
+        select_k(torch.zeros(2, 3, dtype=torch.float64), 1)
+    for dt in (torch.int32, torch.int64, torch.bool):
+        with pytest.raises(TypeError, match="x: unsupported dtype"):
+            select_k(torch.zeros(2, 3, dtype=dt), 1)
+    with pytest.raises(TypeError, match="x: expected a numpy.ndarray or torch.Tensor, got list"):
+        select_k([[1.0, 2.0]], 1)
+    with pytest.raises(TypeError, match="largest: expected a bool"):
+        select_k(torch.randn(2, 3), 1, largest=1)
+    with pytest.raises(TypeError, match="sorted: expected a bool"):
+        select_k(torch.randn(2, 3), 1, sorted="yes")
+    with pytest.raises(TypeError, match="bfloat16 results cannot be returned as numpy"):
+        # numpy has no bfloat16; the only way in is torch, so this is about to_kind.
+        from rasfast._arrays import to_kind
+        to_kind(torch.zeros(1, dtype=torch.bfloat16), "numpy")
+
+
+def test_errors_backend():
+    x = torch.randn(2, 3)
+    with pytest.raises(ValueError, match="backend: expected one of"):
+        select_k(x, 1, backend="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(dispatch.BackendUnavailable, match="cuda"):
+            select_k(x, 1, backend="cuda")
+
+
+def test_errors_triton_without_interpreter(monkeypatch):
+    if not TRITON_CPU or torch.cuda.is_available():
+        pytest.skip("needs triton and no GPU")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(dispatch.BackendUnavailable, match="TRITON_INTERPRET=1"):
+        select_k(torch.randn(2, 3), 1, backend="triton")
+
+
+def test_compiled_cpu_entry_validates():
+    # The C++ entry point re-checks what Python validated: a wrong call raises, never crashes.
+    mod = dispatch.cpu_module()
+    x = np.zeros((2, 5), np.float32)
+    out = np.zeros((2, 3), np.int64)
+    with pytest.raises(ValueError, match="k must be in"):
+        mod.select_k(x, 0, 6, False, True, np.zeros((2, 6), np.int64))
+    with pytest.raises(ValueError, match="out: dim 1 must be 2"):
+        mod.select_k(x, 0, 2, False, True, out)
+    with pytest.raises(ValueError, match="dtype code"):
+        mod.select_k(x, 7, 3, False, True, out)
+    with pytest.raises(ValueError, match="item size"):
+        mod.select_k(x, 1, 3, False, True, out)
+    with pytest.raises(ValueError, match="values: dim 1 must be 3"):
+        mod.select_k(x, 0, 3, False, True, out, np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        mod.select_k(np.zeros((5, 2), np.float32).T, 0, 3, False, True, out)
+
+
+def test_compiled_cuda_entry_validates():
+    info = rasfast.backends()["cuda"]
+    if not info["built"]:
+        pytest.skip("rasfast._cuda not built (no nvcc at install time)")
+    mod = dispatch.cuda_module()
+    with pytest.raises(ValueError, match="k must be in"):
+        mod.select_k(0, 0, 1, 5, 6, False, True, 0, 0)
+    with pytest.raises(ValueError, match="dtype code"):
+        mod.select_k(0, 3, 1, 5, 2, False, True, 0, 0)
+    with pytest.raises(ValueError, match="device pointers"):
+        mod.select_k(0, 0, 1, 5, 2, False, True, 0, 0)
+    mod.select_k(0, 0, 0, 5, 2, False, True, 0, 0)  # zero rows: nothing to do, no launch
