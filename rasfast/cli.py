@@ -230,9 +230,10 @@ def _cmd_bench(args) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------------
-def _loop_args(p: argparse.ArgumentParser, dataset: bool = True) -> None:
-    p.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"],
-                   help="all-MiniLM-L6-v2 (offline package; hashing fallback) or hashing")
+def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = "minilm") -> None:
+    p.add_argument("--encoder", default=encoder, choices=["minilm", "hashing"],
+                   help=f"all-MiniLM-L6-v2 (offline package; hashing fallback) or the hashing "
+                        f"encoder (default: {encoder})")
     p.add_argument("--retriever", default="dense", choices=["dense", "faiss"])
     p.add_argument("--k", type=int, default=5, help="passages per sub-query")
     p.add_argument("--max-iters", type=int, default=5, help="most retrieval rounds per question")
@@ -255,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="the RAS loop on a generated offline multi-hop corpus")
-    _loop_args(d, dataset=False)
+    # hashing by default: no model load, so `make demo` takes seconds on a 2-core machine
+    _loop_args(d, dataset=False, encoder="hashing")
     d.add_argument("--questions", type=int, default=6, help="questions to answer (half 2-hop, half 3-hop)")
     d.add_argument("--trace", default="rasfast_demo_trace.json", help="Chrome trace output path")
     d.set_defaults(func=_cmd_demo)

@@ -71,8 +71,8 @@ _WORD = re.compile(r"[A-Za-z']+")
 
 class SentenceTripleExtractor:
     """A model-free OpenIE-lite baseline: for each sentence, the passage title is the subject,
-    each capitalised name or number in the sentence an object, and the (up to 4) words just
-    before it the predicate. Crude, but it gives corpora without triples a question graph."""
+    each capitalised name or number in the sentence an object, and the (up to 4) words between
+    it and the previous name the predicate. Crude, but it gives corpora without triples a question graph."""
 
     name = "sentence-patterns"
 
@@ -84,12 +84,12 @@ class SentenceTripleExtractor:
         title = p.title.strip()
         tnorm = title.casefold()
         for sent in _SENT.split(p.text):
+            last = 0                     # predicates never reach back past the previous mention
             for m in _MENTION.finditer(sent):
                 obj = m.group(0).strip(" ,.")
-                if not obj or obj.casefold() == tnorm or obj.casefold() in tnorm or m.start() == 0:
-                    continue
-                words = _WORD.findall(sent[:m.start()])[-4:]
-                if not words:
+                words = _WORD.findall(sent[last:m.start()])[-4:]
+                last = m.end()
+                if not obj or obj.casefold() in tnorm or m.start() == 0 or not words:
                     continue
                 out.append((title, " ".join(words).lower(), obj))
                 if len(out) >= self.max_per_passage:
