@@ -136,17 +136,20 @@ def _cmd_index(args) -> int:
 def _ras_for(args):
     """(ras, dataset) from --index DIR or --dataset NAME."""
     from .pipeline.system import build_ras
-    enc = _encoder(args)
-    planner, answerer = _llm_components(args)
     if getattr(args, "index", None):
         from .pipeline.corpus import load_flat_index
         ds, emb, manifest = load_flat_index(args.index)
-        if manifest["encoder"] != enc.name:
-            raise SystemExit(f"--index was built with encoder {manifest['encoder']!r}, "
-                             f"not {enc.name!r}: pass the matching --encoder")
+        built_with = "hashing" if manifest["encoder"].startswith("hashing") else "minilm"
+        if built_with != args.encoder:   # checked before loading any model
+            raise SystemExit(f"--index was built with encoder {manifest['encoder']!r}: "
+                             f"pass --encoder {built_with}")
+        enc = _encoder(args)
+        planner, answerer = _llm_components(args)
         return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                          embeddings=emb, graph_encoder=_graph_encoder(args, enc),
                          planner=planner, answerer=answerer), ds
+    enc = _encoder(args)
+    planner, answerer = _llm_components(args)
     ds = _dataset(args.dataset, args)
     return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                      graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer), ds
@@ -225,7 +228,8 @@ def _cmd_bench(args) -> int:
     from .bench import format_table, select_table
 
     if args.what == "select":
-        print(format_table(select_table(B=args.batch, N=args.n)))
+        ks = tuple(k for k in (10, 10_000, 250_000) if k <= args.n) or (args.n,)
+        print(format_table(select_table(B=args.batch, N=args.n, ks=ks)))
     return 0
 
 
