@@ -249,6 +249,7 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     if dataset:
         p.add_argument("--dataset", default="demo", choices=DATASETS)
