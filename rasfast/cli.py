@@ -208,7 +208,13 @@ def _cmd_eval(args) -> int:
     enc = _encoder(args)
     planner, answerer = _llm_components(args)
     for name in names:
-        ds = _dataset(name, args)
+        try:
+            ds = _dataset(name, args)
+        except FileNotFoundError as e:
+            if len(names) == 1:
+                raise SystemExit(f"eval {name}: {e}")
+            print(f"\n{name}: skipped ({e})")
+            continue
         ras = build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                         graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
         t0 = time.perf_counter()
