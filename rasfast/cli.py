@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import List, Optional
 
@@ -270,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     # hashing by default: no model load, so `make demo` takes seconds on a 2-core machine
     _loop_args(d, dataset=False, encoder="hashing")
     d.add_argument("--questions", type=int, default=6, help="questions to answer (half 2-hop, half 3-hop)")
-    d.add_argument("--trace", default="rasfast_demo_trace.json", help="Chrome trace output path")
+    d.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "rasfast_demo_trace.json"),
+                   help="Chrome trace output path (default: in the temp directory)")
     d.set_defaults(func=_cmd_demo)
 
     ix = sub.add_parser("index", help="index tools")
@@ -294,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     _loop_args(pr)
     pr.add_argument("--n", type=int, default=100)
     pr.add_argument("--batch", type=int, default=100)
-    pr.add_argument("--out", default="rasfast_profile")
+    pr.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rasfast_profile"),
+                    help="directory for the trace JSON and chart PNG (default: in the temp directory)")
     pr.add_argument("--no-warmup", dest="warmup", action="store_false")
     pr.set_defaults(func=_cmd_profile)
 
