@@ -36,10 +36,16 @@ def _encoder(args):
 
 
 def _graph_encoder(args, encoder):
-    if not getattr(args, "graph_encoder", False):
+    kind = getattr(args, "graph_encoder", None)
+    if not kind:
         return None
-    from .pipeline.graph_encoding import MeanTextGraphEncoder
-    return MeanTextGraphEncoder(encoder)
+    from .pipeline import graph_encoding
+    if kind == "gnn":
+        try:
+            return graph_encoding.GNNGraphEncoder(text_encoder=encoder)
+        except ImportError as e:
+            raise SystemExit(f"--graph-encoder gnn: rasfast.GraphEncoder is not available ({e})")
+    return graph_encoding.MeanTextGraphEncoder(encoder)
 
 
 def _llm_components(args):
@@ -251,8 +257,9 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--seed", type=int, default=0, help="demo world seed")
     p.add_argument("--passages", type=int, default=2000, help="demo world size")
     p.add_argument("--data-root", default=None, help="../shared/data by default")
-    p.add_argument("--graph-encoder", action="store_true",
-                   help="encode each step's subgraph (mean of entity/triple embeddings)")
+    p.add_argument("--graph-encoder", default=None, choices=["mean", "gnn"],
+                   help="encode each step's subgraph: 'mean' of entity embeddings, or 'gnn' "
+                        "(rasfast.GraphEncoder, randomly initialised: shows its cost in the trace)")
     p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)

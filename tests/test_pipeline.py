@@ -307,3 +307,18 @@ def test_heuristic_components_alone():
     assert HeuristicPlanner().plan([st]) == ["[SUFFICIENT]"]
     assert HeuristicAnswerer().answer([st]) == ["Velland"]
     assert HeuristicPlanner().plan([LoopState("Who is Alda Morven?")]) == ["[SUBQ] Who is Alda Morven?"]
+
+
+def test_gnn_graph_encoder_in_the_loop(world, enc):
+    pytest.importorskip("rasfast.models.graph_encoder")
+    from rasfast.pipeline.graph_encoding import GNNGraphEncoder
+    ge = GNNGraphEncoder(text_encoder=enc, hidden=32, heads=2, num_layers=2)
+    ras = build_ras(world, encoder=enc, graph_encoder=ge)
+    out = ras.run_batch([q.question for q in world.questions[:3]])
+    for r in out:
+        assert r.error is None and len(r.graph_embeddings) == len(r.subqueries)
+        assert r.graph_embeddings[0].shape == (32,) and np.isfinite(r.graph_embeddings[0]).all()
+    assert {"graph_encode", "encode"} <= {s.name for s in out[0].trace.spans}
+    # the same subgraph gives the same vector, an empty one zeros
+    v = ge.encode_subgraphs([out[0].step_triples[0], [], out[0].step_triples[0]])
+    assert np.allclose(v[0], v[2], atol=1e-5) and not v[1].any()
