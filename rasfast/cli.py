@@ -98,7 +98,10 @@ def _cmd_demo(args) -> int:
     ras = build_ras(world, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                     graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
     print(f"index: {enc.name} embeddings of {len(world.passages)} passages in "
-          f"{time.perf_counter() - t1:.1f} s (cached on disk after the first run)")
+          f"{time.perf_counter() - t1:.1f} s (cached on disk after the first run)"
+          + ("; --encoder minilm uses all-MiniLM-L6-v2" if enc.name.startswith("hashing") else ""))
+    print("planner/answerer: " + ("rasfast.llm " + args.llm if planner is not None else
+                                  "model-free heuristic baseline (relation paths in the question graph)"))
     # a few questions of each hop count
     qs = [q for q in world.questions if q.type.startswith("2hop")][: (args.questions + 1) // 2] + \
          [q for q in world.questions if q.type.startswith("3hop")][: args.questions // 2]
