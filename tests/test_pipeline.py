@@ -367,3 +367,24 @@ def test_malformed_component_results_stay_in_their_slot():
     assert out[0].error is None and out[3].error is None and out[0].answer == "1"
     assert out[1].error.stage == "retrieve" and "malformed" in out[1].error.message
     assert out[2].error.stage == "extract" and "triple" in out[2].error.message
+
+
+def test_triple_csr():
+    g = QuestionGraph()
+    g.add_step([("a", "r", "b"), ("b", "r", "c"), ("x", "r", "y"), ("c", "r", "a")])
+    indptr, indices = g.triple_csr()
+    rows = [indices[indptr[i]:indptr[i + 1]].tolist() for i in range(4)]
+    assert rows == [[1, 3], [0, 3], [], [0, 1]]
+
+
+def test_beam_answerer(world, enc):
+    pytest.importorskip("rasfast.ops.beam")
+    from rasfast.pipeline import BeamAnswerer
+    ras = build_ras(world, encoder=enc)
+    ras.answerer = BeamAnswerer(enc)
+    qs = world.questions[:30]
+    out = ras.run_batch([q.question for q in qs])
+    assert all(r.error is None and r.answer for r in out)
+    assert "expand" in {s.name for s in out[0].trace.spans}
+    acc = np.mean([r.answer == q.answer for r, q in zip(out, qs)])
+    assert acc >= 0.3      # a weaker baseline than the path search; measured in the report
