@@ -13,7 +13,7 @@ _LAZY = {
     "HFCausalLM": "rasfast.llm.hf",
     "VLLM": "rasfast.llm.vllm_backend",
     "GraphLLM": "rasfast.llm.graph_llm",
-    "GraphLLMSample": "rasfast.llm.graph_llm",
+    "GraphLLMSample": "rasfast.llm.training_data",
     "LoraSettings": "rasfast.llm.graph_llm",
     "LLMPlanner": "rasfast.llm.adapters",
     "LLMAnswerer": "rasfast.llm.adapters",
