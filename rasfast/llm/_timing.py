@@ -1,7 +1,8 @@
 """Per-stage wall-clock timing for the LLM backends: always kept in a small dict, and also
-reported as spans to a ``rasfast.profile.Trace`` (or any object with a ``span(name)``
-context manager) when one is attached. On CUDA the device is synchronised at stage edges
-so a stage's time is its own, not the queue's."""
+reported as spans (category ``"model"``) to a ``rasfast.profile.Trace`` -- the one passed in,
+else the trace the RAS loop has activated -- or to any object with a ``span(name)`` context
+manager. On CUDA the device is synchronised at stage edges so a stage's time is its own,
+not the queue's."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,23 @@ from collections import defaultdict
 from typing import Dict, List
 
 import torch
+
+
+def _active_trace():
+    try:
+        from ..profile import active_trace
+    except ImportError:  # rasfast.profile not present: the timing dict alone
+        return None
+    return active_trace()
+
+
+def _span(trace, name: str):
+    if trace is None or not hasattr(trace, "span"):
+        return contextlib.nullcontext()
+    try:
+        return trace.span(name, category="model")
+    except TypeError:  # a span(name) without categories
+        return trace.span(name)
 
 
 class StageTimer:
@@ -24,9 +42,8 @@ class StageTimer:
 
     @contextlib.contextmanager
     def stage(self, name: str, trace=None):
-        trace = trace if trace is not None else self.trace
-        span = trace.span(name) if trace is not None and hasattr(trace, "span") else contextlib.nullcontext()
-        with span:
+        trace = trace if trace is not None else (self.trace if self.trace is not None else _active_trace())
+        with _span(trace, name):
             self._sync()
             t0 = time.perf_counter()
             try:

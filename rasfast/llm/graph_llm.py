@@ -254,6 +254,14 @@ class GraphLLM(nn.Module):
                                        temperature, stop, decode, self.generator)
         return [cut_at_stop(decode(r), stop).strip() for r in ids]
 
+    def subgraph_encoder(self, text_encoder) -> "SubgraphEncoder":
+        """This model's graph encoder as the RAS loop's ``graph_encoder`` (``encode_subgraphs``:
+        triple lists -> ``[n, graph_dim]``), so the loop encodes every subgraph once and the
+        planner/answerer only project the averaged vector."""
+        if self.graph_encoder is None:
+            raise ValueError("graph_encoder: this GraphLLM has none to expose")
+        return SubgraphEncoder(self, text_encoder)
+
     def export_merged(self, path: str) -> None:
         """Save the LM with the LoRA merged in (plus the tokenizer) as a plain transformers
         checkpoint, e.g. for ``VLLM(path)``; this model is left unchanged."""
@@ -366,3 +374,21 @@ class GraphLLM(nn.Module):
         self.max_length, self.max_subgraphs = cfg["max_length"], cfg["max_subgraphs"]
         self.eval()
         return self
+
+
+class SubgraphEncoder:
+    """Adapter: triple lists -> GraphLLM graph vectors via ``rasfast.build_question_graph``."""
+
+    def __init__(self, graph_llm: GraphLLM, text_encoder):
+        self.graph_llm, self.text_encoder = graph_llm, text_encoder
+        self.dim = graph_llm.graph_dim
+
+    @torch.no_grad()
+    def encode_subgraphs(self, subgraphs: Sequence[Sequence[Tuple[str, str, str]]]):
+        from ..models.question_graph import build_question_graph
+        g = self.graph_llm
+        g.eval()
+        with g.timer.stage("graph_llm.graph_encode"):
+            vecs = [g.encode_graphs([[build_question_graph(list(sg), self.text_encoder)]])[0] if sg
+                    else torch.zeros(g.graph_dim, device=g.device) for sg in subgraphs]
+        return torch.stack(vecs).cpu().numpy() if vecs else torch.zeros((0, g.graph_dim)).numpy()

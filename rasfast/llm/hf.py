@@ -8,6 +8,7 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from ._decode import generate_from_embeds
+from ._timing import StageTimer
 from .base import Prompt, as_messages, check_generate_args, cut_at_stop, messages_to_text
 
 
@@ -83,6 +84,7 @@ class HFCausalLM:
         self.eos_ids = eos_ids_of(self.model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
+        self.timer = StageTimer()  # "llm.generate" spans (category "model")
         self.generator = torch.Generator(device=self.device)
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -120,8 +122,9 @@ class HFCausalLM:
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
         for s in range(0, len(order), self.batch_size):
             chunk = order[s:s + self.batch_size]
-            ids = generate_from_embeds(self.model, [embeds[i] for i in chunk], max_new_tokens, self.eos_ids,
-                                       self.pad_id, temperature, stop, decode, self.generator)
+            with self.timer.stage("llm.generate"):
+                ids = generate_from_embeds(self.model, [embeds[i] for i in chunk], max_new_tokens, self.eos_ids,
+                                           self.pad_id, temperature, stop, decode, self.generator)
             for i, row in zip(chunk, ids):
                 texts[i] = cut_at_stop(decode(row), stop)
         return texts

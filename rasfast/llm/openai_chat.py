@@ -22,6 +22,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ._timing import StageTimer
 from .base import Prompt, as_messages, check_generate_args, cut_at_stop
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 524})
@@ -116,6 +117,7 @@ class OpenAIChat:
         self.extra_body = dict(extra_body or {})
         self._lock = threading.Lock()
         self.stats = {"requests": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self.timer = StageTimer(sync_cuda=False)  # "llm.request" spans (category "model")
 
     def __repr__(self) -> str:
         return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
@@ -140,12 +142,13 @@ class OpenAIChat:
                 e.index = i
                 results[i] = e
 
-        if len(bodies) == 1 or self.concurrency == 1:
-            for i in range(len(bodies)):
-                run(i)
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(bodies))) as pool:
-                list(pool.map(run, range(len(bodies))))
+        with self.timer.stage("llm.request"):
+            if len(bodies) == 1 or self.concurrency == 1:
+                for i in range(len(bodies)):
+                    run(i)
+            else:
+                with ThreadPoolExecutor(max_workers=min(self.concurrency, len(bodies))) as pool:
+                    list(pool.map(run, range(len(bodies))))
         for r in results:
             if isinstance(r, BaseException):
                 raise r
