@@ -4,10 +4,12 @@ replies and scripted faults, for testing rasfast.llm.OpenAIChat and the RAS loop
 Run: ``python tests/fake_openai_server.py [--api-key KEY]``; it binds 127.0.0.1 on a free
 port and prints ``PORT <n>`` on stdout. Endpoints:
 
-- ``POST /v1/chat/completions``: the protocol. The joined message contents are matched
-  against the rules (first match wins); a rule replies with ``reply`` (or echoes the last
+- ``POST /v1/chat/completions``: the protocol. A rule matches when all its ``contains``
+  strings occur in the joined message contents and all its ``last_contains`` strings in the
+  last user message (first match wins); a rule replies with ``reply`` (or echoes the last
   user message with ``"echo": true``), after its ``fault`` has fired ``times`` times (default:
-  always). Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"slow"|"drop",
+  always); a rule with a fault and no reply falls through to later rules once its faults are
+  used up. Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"slow"|"drop",
   "times": n, "retry_after": seconds, "delay": seconds}``. ``stop`` strings cut the reply
   the way real servers do. Without a matching rule the ``default`` reply is sent.
 - ``POST /_rules`` ``{"rules": [...], "default": str}``: replace the script, reset counters.
@@ -27,11 +29,12 @@ LOCK = threading.Lock()
 API_KEY = None
 
 
-def _matches(rule, text):
-    needles = rule.get("contains", [])
-    if isinstance(needles, str):
-        needles = [needles]
-    return all(n in text for n in needles)
+def _matches(rule, text, last_user):
+    def all_in(key, hay):
+        needles = rule.get(key, [])
+        needles = [needles] if isinstance(needles, str) else needles
+        return all(n in hay for n in needles)
+    return all_in("contains", text) and all_in("last_contains", last_user)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,7 +58,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_stats":
             with LOCK:
                 self._json(200, {"requests": STATE["requests"], "hits": list(STATE["hits"]),
-                                 "log": STATE["log"][-50:]})
+                                 "log": STATE["log"][-5000:]})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -80,22 +83,26 @@ class Handler(BaseHTTPRequestHandler):
             messages = body["messages"]
             model = body["model"]
             text = "\n".join(m["content"] for m in messages)
+            users = [m["content"] for m in messages if m["role"] == "user"]
+            last_user = users[-1] if users else ""
         except (ValueError, KeyError, TypeError) as e:
             return self._json(400, {"error": {"message": f"bad request: {e}"}})
         with LOCK:
             STATE["requests"] += 1
             STATE["log"].append(body)
-            rule, idx = None, -1
+            rule, fault = None, None
             for i, r in enumerate(STATE["rules"]):
-                if _matches(r, text):
-                    rule, idx = r, i
+                if not _matches(r, text, last_user):
+                    continue
+                STATE["hits"][i] += 1
+                f = r.get("fault")
+                if f and STATE["hits"][i] <= f.get("times", 1 << 30):
+                    rule, fault = r, f
                     break
-            fault = None
-            if rule is not None:
-                STATE["hits"][idx] += 1
-                f = rule.get("fault")
-                if f and STATE["hits"][idx] <= f.get("times", 1 << 30):
-                    fault = f
+                if "reply" in r or r.get("echo"):
+                    rule = r
+                    break
+                # a fault-only rule whose faults are used up: fall through to the next rules
         if fault:
             kind = str(fault.get("kind"))
             if kind == "slow":
@@ -114,7 +121,7 @@ class Handler(BaseHTTPRequestHandler):
         if rule is None:
             reply = STATE["default"]
         elif rule.get("echo"):
-            reply = [m["content"] for m in messages if m["role"] == "user"][-1]
+            reply = last_user
         else:
             reply = rule.get("reply", "")
         for s in body.get("stop") or []:

@@ -10,9 +10,9 @@
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..pipeline.parse import parse_triples
 from ..pipeline.types import LoopState, RetrievedPassage, Triple
 from .prompts import answerer_messages, planner_messages, step_segments, triples_messages
 from .training_data import GraphLLMSample
@@ -125,33 +125,27 @@ class GraphLLMAnswerer:
         return [_first_line(t) for t in out]
 
 
-_TRIPLE = re.compile(r"\(\s*S>\s*(.*?)\s*\|\s*P>\s*(.*?)\s*\|\s*O>\s*(.*?)\s*\)", re.S)
-
-
-def parse_triples_text(text: str) -> List[Triple]:
-    """``(S> s| P> p| O> o)`` triples found in ``text`` (stray text and separators ignored;
-    incomplete triples dropped). Never raises."""
-    out = []
-    for s, p, o in _TRIPLE.findall(text or ""):
-        if s and p and o:
-            out.append((s.strip(), p.strip(), o.strip()))
-    return list(dict.fromkeys(out))
-
-
 class LLMTripleExtractor:
     """Passages -> triples through an LLM with the paper's text-to-triples prompt.
 
     One backend call per batch for the passages not seen before (memoised by passage id, so a
     passage retrieved again in a later round or for another question costs nothing).
-    ``parse`` turns the model's text into triples (default: :func:`parse_triples_text`)."""
+    ``parse`` turns the model's text into triples (default: the loop's tolerant
+    :func:`rasfast.pipeline.parse.parse_triples`; ``dropped`` counts the malformed fragments)."""
 
     def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 256,
                  parse: Optional[Callable[[str], List[Triple]]] = None, memoise: bool = True):
         _check_llm(llm)
         self.llm, self.few_shot, self.max_new_tokens = llm, few_shot, max_new_tokens
-        self.parse = parse or parse_triples_text
+        self.parse = parse or self._parse
+        self.dropped = 0
         self.memo: Optional[Dict[int, List[Triple]]] = {} if memoise else None
         self.calls = 0  # passages sent to the LLM
+
+    def _parse(self, text: str) -> List[Triple]:
+        res = parse_triples(text)
+        self.dropped += res.dropped
+        return res.triples
 
     def extract(self, passages: Sequence[RetrievedPassage]) -> List[List[Triple]]:
         todo: Dict[Any, RetrievedPassage] = {}

@@ -7,9 +7,10 @@ fields, so a prompt is the same whichever backend sends it.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
-Triple = Tuple[str, str, str]
+from ..pipeline.parse import format_triples  # the loop's writer of the (S> s| P> p| O> o) form
+from ..pipeline.types import Triple
 
 PLANNER_INSTRUCTION = (
     "You plan retrieval for answering a question step by step. You see the question and the "
@@ -34,11 +35,6 @@ TRIPLES_INSTRUCTION = (
 # GraphLLM: the instruction before the graph token, and the cue after the question
 GRAPH_INSTRUCTIONS: Dict[str, str] = {"plan": PLANNER_INSTRUCTION, "answer": ANSWERER_INSTRUCTION}
 GRAPH_CUES: Dict[str, str] = {"plan": "Next step:", "answer": "Answer:"}
-
-
-def format_triples(triples: Sequence[Triple]) -> str:
-    """``(S> s| P> p| O> o), (S> ...)`` -- the format the extractor prompt asks for."""
-    return ", ".join(f"(S> {s}| P> {p}| O> {o})" for s, p, o in triples)
 
 
 def step_segments(subqueries: Sequence[str], step_triples: Sequence[Sequence[Triple]]) -> List[str]:
