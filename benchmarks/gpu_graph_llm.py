@@ -43,9 +43,12 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results" / "gpu_graph_llm"))
+    ap.add_argument("--device", default="cuda", help="cpu only for a smoke test of this script")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_graph_llm.py needs a CUDA device (use llm_throughput.py on CPU)")
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     from rasfast.llm.graph_llm import GraphLLM
     from rasfast.llm.hf import HFCausalLM
     from rasfast.llm.tiny import tiny_llama, tiny_tokenizer
@@ -63,15 +66,15 @@ def main():
     lines += ["| batch | s | tokens/s |", "|---:|---:|---:|"]
     res["throughput"] = []
     for bs in (1, 16):
-        lm = HFCausalLM(model, tok, device="cuda", batch_size=bs)
+        lm = HFCausalLM(model, tok, device=args.device, batch_size=bs)
         lm.eos_ids = []
         lm.generate(ps[:2], max_new_tokens=4)
         best = float("inf")
         for _ in range(args.reps):
-            torch.cuda.synchronize()
+            sync()
             t = time.perf_counter()
             lm.generate(ps, max_new_tokens=args.new_tokens)
-            torch.cuda.synchronize()
+            sync()
             best = min(best, time.perf_counter() - t)
         res["throughput"].append({"batch": bs, "s": best, "tok_s": 16 * args.new_tokens / best})
         lines.append(f"| {bs} | {best:.3f} | {16 * args.new_tokens / best:.0f} |")
@@ -87,8 +90,8 @@ def main():
     res["graph_llm"] = {}
     for name, enc in encoders.items():
         model, _ = tiny_llama(tokenizer=tok, seed=0, **SIZES[args.size])
-        gl = GraphLLM(model, tok, enc, projector_hidden=2048, device="cuda", seed=0)
-        gl.eos_ids = [-1]
+        gl = GraphLLM(model, tok, enc, projector_hidden=2048, device=args.device, seed=0)
+        eos, gl.eos_ids = gl.eos_ids, [-1]  # decode the full count (restored for training)
         samples = planner_samples(16, 384)
         gl.generate(samples[:2], max_new_tokens=2)
         gl.timer.reset()
@@ -99,24 +102,26 @@ def main():
                     for s in range(0, 16, bs):
                         gl.generate(samples[s:s + bs], max_new_tokens=args.new_tokens)
         # a training step (LoRA + projector + encoder)
+        gl.eos_ids = eos
         for s in samples:
             s.target = "[SUFFICIENT]"
         opt = torch.optim.AdamW(gl.trainable_parameters(), lr=1e-4)
         gl.train_step(samples, opt)
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         for _ in range(args.reps):
             gl.train_step(samples, opt)
-        torch.cuda.synchronize()
+        sync()
         step = (time.perf_counter() - t) / args.reps
         trace.to_chrome(args.out + f"_{name}_trace.json")
         summ = gl.timer.summary()
         res["graph_llm"][name] = {"stages": summ, "train_step_s": step, "trace_summary": trace.summary()}
         lines += [f"\n## GraphLLM, {name} graph encoder (batch 1 and 16 calls, {args.reps} reps each)\n",
                   "```", trace.summary(), "```", f"\ntrain step (16 samples): {step * 1e3:.1f} ms; peak memory "
-                  f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB\n"]
+                  f"{(torch.cuda.max_memory_allocated() if cuda else 0) / 2**30:.2f} GiB\n"]
         del gl, model
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     pathlib.Path(args.out + ".json").write_text(json.dumps(res, indent=2, default=str))
