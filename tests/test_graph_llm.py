@@ -229,3 +229,17 @@ def test_bad_inputs(tok):
     with pytest.raises(ValueError, match="graph_encoder"):
         no_enc.generate([GraphLLMSample("plan", "q", [], [[1.0]])])
     assert len(no_enc.generate([GraphLLMSample("plan", "q", [], torch.zeros(16))], max_new_tokens=2)) == 1
+
+
+def test_export_merged_decodes_the_same_through_an_engine(tok, tmp_path):
+    """The LoRA-merged export + embedding prompts (the VLLM path) reproduce GraphLLM's output;
+    HFCausalLM loading the export from its path stands in for the vLLM engine here."""
+    from rasfast.llm.hf import HFCausalLM
+    m = make(tok)
+    m.fit(toy_planning_set(), epochs=2, batch_size=8, lr=1e-2)
+    m.export_merged(str(tmp_path / "merged"))
+    engine = HFCausalLM(str(tmp_path / "merged"))
+    s = samples()
+    want = m.generate(s, max_new_tokens=6)
+    assert m.generate(s, max_new_tokens=6, engine=engine) == want
+    assert any("lora_" in n for n, _ in m.model.named_parameters())  # export left the adapter in place
