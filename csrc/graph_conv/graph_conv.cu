@@ -1,0 +1,235 @@
+// Graph-transformer message passing, CUDA backend.
+//
+// attend: one warp per (destination node, head). Each lane owns channels lane, lane+32, ...
+// (R registers), the logit q.(k+e) is a warp-shuffle reduction, and the softmax over the
+// node's incoming edges is online (running max and sum, accumulators rescaled when the max
+// grows), so one pass over the edges reads each source row once and writes nothing per edge.
+// Accumulation is float32 for every storage dtype.
+// epilogue: one block per node (concat/head mean, skip or beta gate, LayerNorm, ReLU).
+// pool: one block per graph, threads over features.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "graph_conv/graph_conv_cuda.h"
+
+namespace rasfast {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 4;
+
+template <DType D> __device__ __forceinline__ void store_val(void* p, int64_t i, float v);
+template <> __device__ __forceinline__ void store_val<DType::F32>(void* p, int64_t i, float v) {
+  static_cast<float*>(p)[i] = v;
+}
+template <> __device__ __forceinline__ void store_val<DType::F16>(void* p, int64_t i, float v) {
+  static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(v));
+}
+template <> __device__ __forceinline__ void store_val<DType::BF16>(void* p, int64_t i, float v) {
+  static_cast<uint16_t*>(p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <DType D, int R>
+__global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
+                              const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
+                              int64_t W, const void* __restrict__ e_v, int64_t N, int64_t H,
+                              int64_t C, float scale, float* __restrict__ agg) {
+  using T = typename Storage<D>::type;
+  const T* nodes = static_cast<const T*>(nodes_v);
+  const T* e = static_cast<const T*>(e_v);
+  const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (warp >= N * H) return;  // whole warp exits together
+  const int64_t i = warp / H, h = warp % H, HC = H * C;
+  float q[R], acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t c = lane + (int64_t)r * kWarp;
+    q[r] = c < C ? Storage<D>::load(nodes, i * W + h * C + c) : 0.f;
+    acc[r] = 0.f;
+  }
+  float m = -INFINITY, s = 0.f;
+  const int64_t b = indptr[i], end = indptr[i + 1];
+  for (int64_t t = b; t < end; ++t) {
+    const int64_t j = src[t];
+    const T* krow = nodes + j * W + HC + h * C;
+    const T* vrow = nodes + j * W + 2 * HC + h * C;
+    const T* erow = e ? e + eid[t] * HC + h * C : nullptr;
+    float ev[R], part = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t c = lane + (int64_t)r * kWarp;
+      ev[r] = (erow && c < C) ? Storage<D>::load(erow, c) : 0.f;
+      if (c < C) part += q[r] * (Storage<D>::load(krow, c) + ev[r]);
+    }
+    const float l = warp_sum(part) * scale;
+    if (l > m) {
+      const float f = __expf(m - l);  // 0 on the first edge (m = -inf)
+      s *= f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] *= f;
+      m = l;
+    }
+    const float p = __expf(l - m);
+    s += p;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t c = lane + (int64_t)r * kWarp;
+      if (c < C) acc[r] += p * (Storage<D>::load(vrow, c) + ev[r]);
+    }
+  }
+  const float inv = s > 0.f ? 1.f / s : 0.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t c = lane + (int64_t)r * kWarp;
+    if (c < C) agg[(i * H + h) * C + c] = acc[r] * inv;
+  }
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+__device__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
+  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : 0.f;
+  return warp_sum(t);
+}
+
+template <DType D>
+__global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_t C, bool concat,
+                                const void* __restrict__ nodes_v, int64_t W, int64_t skip_col,
+                                bool has_skip, const float* __restrict__ wb,
+                                const float* __restrict__ lw, const float* __restrict__ lb,
+                                float eps, bool relu, void* out) {
+  using T = typename Storage<D>::type;
+  extern __shared__ float row[];  // F floats
+  __shared__ float red[kWarp];
+  const T* nodes = static_cast<const T*>(nodes_v);
+  const int64_t i = blockIdx.x, F = concat ? H * C : C;
+  const float* a = agg + i * H * C;
+  const T* sk = nodes + i * W + skip_col;
+  float z = 0.f;
+  for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
+    float v;
+    if (concat) {
+      v = a[f];
+    } else {
+      v = 0.f;
+      for (int64_t h = 0; h < H; ++h) v += a[h * C + f];
+      v /= (float)H;
+    }
+    if (has_skip && wb) {
+      const float r = Storage<D>::load(sk, f);
+      z += wb[f] * v + wb[F + f] * r + wb[2 * F + f] * (v - r);
+    } else if (has_skip) {
+      v += Storage<D>::load(sk, f);
+    }
+    row[f] = v;
+  }
+  if (has_skip && wb) {
+    const float g = 1.f / (1.f + __expf(-block_sum(z, red)));
+    for (int64_t f = threadIdx.x; f < F; f += blockDim.x)
+      row[f] = g * Storage<D>::load(sk, f) + (1.f - g) * row[f];
+  }
+  __syncthreads();
+  float mu = 0.f, inv = 1.f;
+  if (lw) {
+    float s = 0.f;
+    for (int64_t f = threadIdx.x; f < F; f += blockDim.x) s += row[f];
+    mu = block_sum(s, red) / (float)F;
+    float v2 = 0.f;
+    for (int64_t f = threadIdx.x; f < F; f += blockDim.x) v2 += (row[f] - mu) * (row[f] - mu);
+    inv = rsqrtf(block_sum(v2, red) / (float)F + eps);
+  }
+  for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
+    float v = row[f];
+    if (lw) v = (v - mu) * inv * lw[f] + lb[f];
+    if (relu) v = fmaxf(v, 0.f);
+    store_val<D>(out, i * F + f, v);
+  }
+}
+
+template <DType D>
+__global__ void pool_kernel(const void* __restrict__ h_v, const int64_t* __restrict__ gp, int64_t F,
+                            float* __restrict__ out) {
+  using T = typename Storage<D>::type;
+  const T* h = static_cast<const T*>(h_v);
+  const int64_t g = blockIdx.x, b = gp[g], e = gp[g + 1];
+  const float inv = e > b ? 1.f / (float)(e - b) : 0.f;
+  for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
+    float s = 0.f;
+    for (int64_t i = b; i < e; ++i) s += Storage<D>::load(h, i * F + f);
+    out[g * F + f] = s * inv;
+  }
+}
+
+template <DType D, int R>
+void launch_attend(const int64_t* indptr, const int64_t* src, const int64_t* eid, const void* nodes,
+                   int64_t W, const void* e, int64_t N, int64_t H, int64_t C, float scale,
+                   float* agg, cudaStream_t stream) {
+  const int64_t warps = N * H;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  attend_kernel<D, R><<<(unsigned)blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+      indptr, src, eid, nodes, W, e, N, H, C, scale, agg);
+}
+
+}  // namespace
+
+void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
+                                   int dtype_code, const void* nodes, int64_t node_width,
+                                   const void* e, int64_t N, int64_t H, int64_t C, float scale,
+                                   float* agg, cudaStream_t stream) {
+  if (N == 0) return;
+  const DType dt = static_cast<DType>(dtype_code);
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    if (C <= 32) launch_attend<D, 1>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    else if (C <= 64) launch_attend<D, 2>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    else if (C <= 128) launch_attend<D, 4>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    else if (C <= 256) launch_attend<D, 8>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    else if (C <= 512) launch_attend<D, 16>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    else launch_attend<D, 32>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+  })
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+void graph_conv_epilogue_cuda_launch(const float* agg, int64_t N, int64_t H, int64_t C,
+                                     bool concat, int dtype_code, const void* nodes,
+                                     int64_t node_width, int64_t skip_col, bool has_skip,
+                                     const float* w_beta, const float* ln_w, const float* ln_b,
+                                     float eps, bool relu, void* out, cudaStream_t stream) {
+  if (N == 0) return;
+  const int64_t F = concat ? H * C : C;
+  const size_t smem = (size_t)F * sizeof(float);
+  const DType dt = static_cast<DType>(dtype_code);
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    if (smem > 48 * 1024)
+      RASFAST_CUDA_CHECK(cudaFuncSetAttribute(epilogue_kernel<D>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    epilogue_kernel<D><<<(unsigned)N, 256, smem, stream>>>(agg, H, C, concat, nodes, node_width,
+                                                          skip_col, has_skip, w_beta, ln_w, ln_b,
+                                                          eps, relu, out);
+  })
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+void graph_conv_pool_cuda_launch(const void* h, int dtype_code, const int64_t* graph_ptr, int64_t G,
+                                 int64_t F, float* out, cudaStream_t stream) {
+  if (G == 0 || F == 0) return;
+  const DType dt = static_cast<DType>(dtype_code);
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    pool_kernel<D><<<(unsigned)G, 256, 0, stream>>>(h, graph_ptr, F, out);
+  })
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace rasfast

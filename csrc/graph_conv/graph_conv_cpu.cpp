@@ -1,0 +1,413 @@
+// Graph-transformer message passing, CPU backend (OpenMP over destination nodes or graphs).
+//
+// graph_conv_attend: for every destination node i and head h, over i's incoming edges
+// (CSR by destination: indptr, src, eid = row of the edge's features), an online
+// (flash-style) softmax of
+//     logit = scale * (q[i,h] . k[src,h] + qe[i,h] . ed[eid,h])
+// and the softmax-weighted sums  acc1[i,h] = sum p * val[src,h],  acc2[i,h] = sum p * ed[eid,h].
+// Every operand is (buffer, column offset, head stride): the same code serves
+//  - PyG's direct form: qe = q, ed = projected edge features per head (dim C); v + e = acc1 + acc2;
+//  - the factored form: qe = W_e,h^T q (dim De), ed = raw edge_attr shared by heads (head
+//    stride 0), so edge features are projected once per node after aggregation, not per edge;
+//  - pooling: with graph_ptr the rows are graphs and node results are averaged into them.
+// Nodes without incoming edges get zeros (PyG's sum over an empty set).
+//
+// graph_conv_epilogue: out = agg (concat or head mean) + skip (or the beta gate), then
+// optional LayerNorm and ReLU, written in the output dtype.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/buffers.h"
+#include "common/registry.h"
+
+namespace rasfast {
+namespace {
+
+// The hot loops are written once (always inlined) and compiled twice: for the baseline ISA
+// and, on x86-64, for AVX2+FMA, chosen at run time (the build uses no -march flag).
+#if defined(__GNUC__)
+#define GC_INLINE __attribute__((always_inline)) inline
+#else
+#define GC_INLINE inline
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GC_HAS_AVX2_CLONE 1
+#define GC_AVX2 __attribute__((target("avx2,fma")))
+inline bool cpu_has_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+#else
+#define GC_HAS_AVX2_CLONE 0
+#define GC_AVX2
+inline bool cpu_has_avx2() { return false; }
+#endif
+
+// An operand: row r, head h, channel c lives at base[r * row + col + h * head + c].
+struct Operand {
+  const void* base = nullptr;
+  int64_t row = 0, col = 0, head = 0, dim = 0;
+};
+
+template <DType D> struct View {
+  using T = typename Storage<D>::type;
+  const T* p;
+  int64_t row, col, head;
+  explicit View(const Operand& o)
+      : p(static_cast<const T*>(o.base)), row(o.row), col(o.col), head(o.head) {}
+  inline int64_t at(int64_t r, int64_t h) const { return r * row + col + h * head; }
+};
+
+// Four independent partial sums so the FMA latency chain does not bound the dot product.
+template <DType D>
+GC_INLINE float dot(const typename Storage<D>::type* a, const typename Storage<D>::type* b, int64_t n) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+  int64_t c = 0;
+  for (; c + 32 <= n; c += 32) {
+#pragma omp simd reduction(+ : s0)
+    for (int u = 0; u < 8; ++u) s0 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
+#pragma omp simd reduction(+ : s1)
+    for (int u = 8; u < 16; ++u) s1 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
+#pragma omp simd reduction(+ : s2)
+    for (int u = 16; u < 24; ++u) s2 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
+#pragma omp simd reduction(+ : s3)
+    for (int u = 24; u < 32; ++u) s3 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
+  }
+  for (; c < n; ++c) s0 += Storage<D>::load(a, c) * Storage<D>::load(b, c);
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <DType D>
+GC_INLINE void axpy(float p, const typename Storage<D>::type* x, float* acc, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) acc[c] += p * Storage<D>::load(x, c);
+}
+
+GC_INLINE void scale_vec(float* a, float s, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) a[c] *= s;
+}
+
+struct AttendArgs {
+  const int64_t* indptr;
+  const int64_t* src;
+  const int64_t* eid;
+  Operand q, k, val, qe, ed;
+  int64_t H, C;
+  float scale;
+  bool has_edge;
+  int64_t rows;  // output rows (nodes, or graphs when pooled); outputs are head-major
+  float* out1;   // [H, rows, val.dim]
+  float* out2;   // [H, rows, ed.dim] (only when has_edge)
+};
+
+// Per-thread scratch: running max, sum and the two accumulators of every head.
+struct Scratch {
+  std::vector<float> m, s, a1, a2;
+  void resize(int64_t H, int64_t d1, int64_t d2) {
+    m.resize(H); s.resize(H); a1.resize(H * d1); a2.resize(H * d2 > 0 ? H * d2 : 1);
+  }
+};
+
+template <DType D>
+GC_INLINE void attend_node_impl(const AttendArgs& A, int64_t i, Scratch& S, float w, bool accumulate, int64_t orow) {
+  View<D> q(A.q), k(A.k), val(A.val), qe(A.qe), ed(A.ed);
+  const int64_t H = A.H, C = A.C, d1 = A.val.dim, d2 = A.has_edge ? A.ed.dim : 0;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t h = 0; h < H; ++h) { S.m[h] = ninf; S.s[h] = 0.f; }
+  std::fill(S.a1.begin(), S.a1.begin() + H * d1, 0.f);
+  if (d2) std::fill(S.a2.begin(), S.a2.begin() + H * d2, 0.f);
+  const int64_t b = A.indptr[i], e = A.indptr[i + 1];
+  // Edges outer, heads inner: a shared edge row (factored form) stays in L1 across heads.
+  for (int64_t t = b; t < e; ++t) {
+    const int64_t j = A.src[t], r = A.eid[t];
+    for (int64_t h = 0; h < H; ++h) {
+      float l = dot<D>(q.p + q.at(i, h), k.p + k.at(j, h), C);
+      if (d2) l += dot<D>(qe.p + qe.at(i, h), ed.p + ed.at(r, h), d2);
+      l *= A.scale;
+      float* a1 = S.a1.data() + h * d1;
+      float* a2 = S.a2.data() + h * d2;
+      if (l > S.m[h]) {  // new running max: rescale what was accumulated so far
+        const float f = std::exp(S.m[h] - l);  // exp(-inf) = 0 on the first edge
+        if (S.s[h] > 0.f) {
+          S.s[h] *= f;
+          scale_vec(a1, f, d1);
+          if (d2) scale_vec(a2, f, d2);
+        }
+        S.m[h] = l;
+      }
+      const float p = std::exp(l - S.m[h]);
+      S.s[h] += p;
+      axpy<D>(p, val.p + val.at(j, h), a1, d1);
+      if (d2) axpy<D>(p, ed.p + ed.at(r, h), a2, d2);
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    const float f = (e > b && S.s[h] > 0.f) ? w / S.s[h] : 0.f;
+    if (e == b && accumulate) continue;
+    float* o1 = A.out1 + (h * A.rows + orow) * d1;
+    for (int64_t c = 0; c < d1; ++c) {
+      const float v = S.a1[h * d1 + c] * f;
+      o1[c] = accumulate ? o1[c] + v : v;
+    }
+    if (!d2) continue;
+    float* o2 = A.out2 + (h * A.rows + orow) * d2;
+    for (int64_t c = 0; c < d2; ++c) {
+      const float v = S.a2[h * d2 + c] * f;
+      o2[c] = accumulate ? o2[c] + v : v;
+    }
+  }
+}
+
+
+template <DType D>
+void attend_node_base(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc, int64_t orow) {
+  attend_node_impl<D>(A, i, S, w, acc, orow);
+}
+template <DType D>
+GC_AVX2 void attend_node_avx2(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc,
+                              int64_t orow) {
+  attend_node_impl<D>(A, i, S, w, acc, orow);
+}
+template <DType D>
+void attend_node(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc, int64_t orow) {
+  if (GC_HAS_AVX2_CLONE && cpu_has_avx2()) attend_node_avx2<D>(A, i, S, w, acc, orow);
+  else attend_node_base<D>(A, i, S, w, acc, orow);
+}
+
+// OpenMP over destination nodes, or over graphs when pooling (a graph's nodes add into its row).
+template <DType D>
+void attend_all(const AttendArgs& A, int64_t N, int64_t G, const int64_t* gp, int64_t val_dim,
+                int64_t ed_dim) {
+  const int64_t H = A.H;
+#pragma omp parallel
+  {
+    Scratch S;
+    S.resize(H, val_dim, A.has_edge ? ed_dim : 0);
+    if (gp == nullptr) {
+#pragma omp for schedule(dynamic, 16)
+      for (int64_t i = 0; i < N; ++i) attend_node<D>(A, i, S, 1.f, false, i);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t h = 0; h < H; ++h) {
+          std::fill_n(A.out1 + (h * G + g) * val_dim, val_dim, 0.f);
+          if (A.has_edge) std::fill_n(A.out2 + (h * G + g) * ed_dim, ed_dim, 0.f);
+        }
+        const int64_t n = gp[g + 1] - gp[g];
+        for (int64_t i = gp[g]; i < gp[g + 1]; ++i) attend_node<D>(A, i, S, 1.f / (float)n, true, g);
+      }
+    }
+  }
+}
+
+// A 2-d buffer whose row stride is its width; checks that `rows` rows x H heads x dim fit in it.
+Operand operand(const py::array& a, int64_t col, int64_t head, int64_t dim, const char* name,
+                py::ssize_t itemsize, int64_t rows, int64_t H) {
+  check_buffer(a, name, 2, itemsize);
+  require(col >= 0 && head >= 0 && dim >= 0, std::string(name) + ": negative offset");
+  require(col + dim <= a.shape(1), std::string(name) + ": columns out of range");
+  if (rows > 0)
+    require((rows - 1) * a.shape(1) + col + (H - 1) * head + dim <= (int64_t)a.size(),
+            std::string(name) + ": operand extends past the end of the buffer");
+  Operand o;
+  o.base = a.data();
+  o.row = a.shape(1);
+  o.col = col;
+  o.head = head;
+  o.dim = dim;
+  return o;
+}
+
+// Rows that the CSR arrays may address; checks indices so the kernel never reads out of bounds.
+void check_csr(const int64_t* indptr, int64_t N, const int64_t* src, const int64_t* eid, int64_t E,
+               int64_t n_src, int64_t n_edge_rows) {
+  require(indptr[0] == 0 && indptr[N] == E, "indptr: must start at 0 and end at E");
+  for (int64_t i = 0; i < N; ++i) require(indptr[i] <= indptr[i + 1], "indptr: must be non-decreasing");
+  for (int64_t t = 0; t < E; ++t) {
+    require(src[t] >= 0 && src[t] < n_src, "src: node id out of range");
+    require(eid[t] >= 0 && eid[t] < n_edge_rows, "eid: edge row out of range");
+  }
+}
+
+void graph_conv_attend_cpu(py::array indptr, py::array src, py::array eid, int dtype_code,
+                           py::array nodes, int64_t q_col, int64_t k_col, py::array val_buf, int64_t val_col,
+                           int64_t val_head, int64_t val_dim, py::array qe_buf, int64_t qe_col,
+                           int64_t qe_head, py::array edges, int64_t ed_col, int64_t ed_head,
+                           int64_t ed_dim, int64_t H, int64_t C, double scale, py::array graph_ptr,
+                           py::array out1, py::array out2) {
+  const DType dt = dtype_from_code(dtype_code);
+  const py::ssize_t isz = dtype_itemsize(dt);
+  check_buffer(indptr, "indptr", 1, 8);
+  const int64_t N = indptr.shape(0) - 1;
+  require(N >= 0, "indptr: needs N+1 >= 1 entries");
+  check_buffer(src, "src", 1, 8);
+  const int64_t E = src.shape(0);
+  check_buffer(eid, "eid", 1, 8, {E});
+  require(H >= 1 && C >= 1, "H and C must be >= 1");
+  AttendArgs A;
+  A.indptr = const_ptr<int64_t>(indptr);
+  A.src = const_ptr<int64_t>(src);
+  A.eid = const_ptr<int64_t>(eid);
+  A.q = operand(nodes, q_col, C, C, "nodes(q)", isz, N, H);
+  A.k = operand(nodes, k_col, C, C, "nodes(k)", isz, N, H);
+  A.val = operand(val_buf, val_col, val_head, val_dim, "val", isz, N, H);
+  A.has_edge = ed_dim > 0;
+  int64_t edge_rows = E;
+  if (A.has_edge) {
+    A.qe = operand(qe_buf, qe_col, qe_head, ed_dim, "qe", isz, N, H);
+    A.ed = operand(edges, ed_col, ed_head, ed_dim, "edges", isz, edges.ndim() == 2 ? edges.shape(0) : 0, H);
+    edge_rows = edges.shape(0);
+  }
+  A.H = H;
+  A.C = C;
+  A.scale = (float)scale;
+  const bool pooled = graph_ptr.size() > 0;
+  int64_t G = N;
+  const int64_t* gp = nullptr;
+  if (pooled) {
+    check_buffer(graph_ptr, "graph_ptr", 1, 8);
+    G = graph_ptr.shape(0) - 1;
+    gp = const_ptr<int64_t>(graph_ptr);
+    require(G >= 0 && gp[0] == 0 && gp[G] == N, "graph_ptr: must run from 0 to N");
+    for (int64_t g = 0; g < G; ++g) require(gp[g] <= gp[g + 1], "graph_ptr: must be non-decreasing");
+  }
+  check_buffer(out1, "out1", 3, 4, {H, G, val_dim});
+  A.rows = G;
+  A.out1 = mutable_ptr<float>(out1);
+  A.out2 = nullptr;
+  if (A.has_edge) {
+    check_buffer(out2, "out2", 3, 4, {H, G, ed_dim});
+    A.out2 = mutable_ptr<float>(out2);
+  }
+  py::gil_scoped_release nogil;
+  check_csr(A.indptr, N, A.src, A.eid, E, N, edge_rows);
+  RASFAST_DISPATCH_DTYPE(dt, D, { attend_all<D>(A, N, G, gp, val_dim, ed_dim); })
+}
+
+template <DType D>
+void store(typename Storage<D>::type* p, int64_t i, float v);
+template <> void store<DType::F32>(float* p, int64_t i, float v) { p[i] = v; }
+template <> void store<DType::F16>(uint16_t* p, int64_t i, float v) {
+  // round-to-nearest-even float -> half (handles overflow to inf, subnormals, nan)
+  uint32_t u = float_to_bits(v);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  uint16_t h;
+  if (a > 0x7f800000u) h = (uint16_t)(sign | 0x7e00u);
+  else if (a >= 0x477ff000u) h = (uint16_t)(sign | 0x7c00u);
+  else if (a < 0x38800000u) {  // subnormal half or zero
+    float f = bits_to_float(a) * 16777216.f;  // * 2^24: value in units of the smallest subnormal
+    h = (uint16_t)(sign | (uint32_t)std::nearbyint(f));
+  } else {
+    uint32_t m = a + 0xc8000fffu + ((a >> 13) & 1u);  // rebias exponent and round to even
+    h = (uint16_t)(sign | (m >> 13));
+  }
+  p[i] = h;
+}
+template <> void store<DType::BF16>(uint16_t* p, int64_t i, float v) {
+  uint32_t u = float_to_bits(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { p[i] = (uint16_t)((u >> 16) | 0x40u); return; }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  p[i] = (uint16_t)(u >> 16);
+}
+
+template <DType D>
+void epilogue_all(const float* a, int64_t N, int64_t H, int64_t C, bool concat, const Operand& sk,
+                  bool has_skip, const float* wb, const float* lw, const float* lb, double eps,
+                  bool relu, void* o) {
+  const bool beta = wb != nullptr, has_ln = lw != nullptr;
+  const int64_t F = concat ? H * C : C;
+    using T = typename Storage<D>::type;
+    View<D> skv(sk);
+    T* op = static_cast<T*>(o);
+#pragma omp parallel
+    {
+      std::vector<float> row(F);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < N; ++i) {
+        if (concat) {
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t c = 0; c < C; ++c) row[h * C + c] = a[(h * N + i) * C + c];
+        } else {
+          for (int64_t c = 0; c < C; ++c) {
+            float s = 0.f;
+            for (int64_t h = 0; h < H; ++h) s += a[(h * N + i) * C + c];
+            row[c] = s / (float)H;
+          }
+        }
+        if (has_skip) {
+          const T* s = skv.p + skv.at(i, 0);
+          if (beta) {
+            float z = 0.f;
+            for (int64_t c = 0; c < F; ++c) {
+              const float x = row[c], r = Storage<D>::load(s, c);
+              z += wb[c] * x + wb[F + c] * r + wb[2 * F + c] * (x - r);
+            }
+            const float g = 1.f / (1.f + std::exp(-z));
+            for (int64_t c = 0; c < F; ++c) row[c] = g * Storage<D>::load(s, c) + (1.f - g) * row[c];
+          } else {
+            for (int64_t c = 0; c < F; ++c) row[c] += Storage<D>::load(s, c);
+          }
+        }
+        if (has_ln) {
+          double mu = 0.0, var = 0.0;
+          for (int64_t c = 0; c < F; ++c) mu += row[c];
+          mu /= (double)F;
+          for (int64_t c = 0; c < F; ++c) var += (row[c] - mu) * (row[c] - mu);
+          var /= (double)F;
+          const float inv = (float)(1.0 / std::sqrt(var + eps));
+          for (int64_t c = 0; c < F; ++c) row[c] = (row[c] - (float)mu) * inv * lw[c] + lb[c];
+        }
+        if (relu)
+          for (int64_t c = 0; c < F; ++c) row[c] = row[c] > 0.f ? row[c] : 0.f;
+        for (int64_t c = 0; c < F; ++c) store<D>(op, i * F + c, row[c]);
+      }
+    }
+}
+
+void graph_conv_epilogue_cpu(py::array agg, int64_t H, int64_t C, bool concat, int dtype_code,
+                             py::array nodes, int64_t skip_col, bool has_skip, py::array w_beta,
+                             py::array ln_w, py::array ln_b, bool has_ln, double eps, bool relu,
+                             py::array out) {
+  const DType dt = dtype_from_code(dtype_code);
+  check_buffer(agg, "agg", 3, 4);
+  const int64_t N = agg.shape(1);
+  require(agg.shape(0) == H && agg.shape(2) == C, "agg: expected shape [H, N, C]");
+  const int64_t F = concat ? H * C : C;
+  check_buffer(out, "out", 2, dtype_itemsize(dt), {N, F});
+  Operand sk;
+  if (has_skip) sk = operand(nodes, skip_col, 0, F, "nodes(skip)", dtype_itemsize(dt), N, 1);
+  const bool beta = w_beta.size() > 0;
+  if (beta) {
+    check_buffer(w_beta, "w_beta", 1, 4, {3 * F});
+    require(has_skip, "w_beta: the beta gate needs the skip term");
+  }
+  if (has_ln) {
+    check_buffer(ln_w, "ln_w", 1, 4, {F});
+    check_buffer(ln_b, "ln_b", 1, 4, {F});
+  }
+  const float* a = const_ptr<float>(agg);
+  const float* wb = beta ? const_ptr<float>(w_beta) : nullptr;
+  const float* lw = has_ln ? const_ptr<float>(ln_w) : nullptr;
+  const float* lb = has_ln ? const_ptr<float>(ln_b) : nullptr;
+  void* o = out.mutable_data();
+  py::gil_scoped_release nogil;
+  RASFAST_DISPATCH_DTYPE(dt, D, { epilogue_all<D>(a, N, H, C, concat, sk, has_skip, wb, lw, lb, eps, relu, o); })
+}
+
+void bind(py::module_& m) {
+  m.def("graph_conv_attend", &graph_conv_attend_cpu,
+        "Per destination node and head: online softmax over incoming edges of "
+        "scale*(q.k + qe.ed), weighted sums of val and ed into out1/out2 (pooled per graph "
+        "when graph_ptr is non-empty).");
+  m.def("graph_conv_epilogue", &graph_conv_epilogue_cpu,
+        "out = agg (concat/head-mean) + skip or beta gate, then optional LayerNorm and ReLU.");
+}
+
+}  // namespace
+RASFAST_REGISTER(graph_conv, bind);
+}  // namespace rasfast

@@ -1,0 +1,31 @@
+// Launchers of the graph-transformer CUDA kernels (defined in graph_conv.cu, bound in
+// graph_conv_cuda.cpp). All pointers are device pointers; every launch goes on `stream`.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rasfast {
+
+// agg[N, H, C] (float32) = per destination node and head, the softmax over incoming edges of
+// scale * q.(k + e) applied to (v + e). q/k/v: columns 0, HC, 2HC of nodes[N, node_width]
+// (dtype code); e[E, HC] (same dtype) or null; CSR by destination (indptr[N+1], src, eid).
+void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
+                                   int dtype_code, const void* nodes, int64_t node_width,
+                                   const void* e, int64_t N, int64_t H, int64_t C, float scale,
+                                   float* agg, cudaStream_t stream);
+
+// out[N, F] (dtype) = agg (concat, or mean over heads) + skip (nodes column skip_col) or the
+// beta gate (w_beta[3F] float32, may be null), then LayerNorm (ln_w/ln_b float32, may be
+// null) and ReLU.
+void graph_conv_epilogue_cuda_launch(const float* agg, int64_t N, int64_t H, int64_t C,
+                                     bool concat, int dtype_code, const void* nodes,
+                                     int64_t node_width, int64_t skip_col, bool has_skip,
+                                     const float* w_beta, const float* ln_w, const float* ln_b,
+                                     float eps, bool relu, void* out, cudaStream_t stream);
+
+// out[G, F] float32 = mean of the rows of h[N, F] (dtype) in each graph (0 for empty graphs).
+void graph_conv_pool_cuda_launch(const void* h, int dtype_code, const int64_t* graph_ptr,
+                                 int64_t G, int64_t F, float* out, cudaStream_t stream);
+
+}  // namespace rasfast

@@ -1,0 +1,1 @@
+"""Neural modules of the RAS pipeline: the question-graph builder and its graph encoder."""

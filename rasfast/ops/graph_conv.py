@@ -1,0 +1,269 @@
+"""transformer_conv / graph_transformer_pool: PyG-compatible graph-transformer layers, fused.
+
+One layer computes, for every destination node i and head h (PyG's TransformerConv):
+    alpha_ij = softmax_j( q_i . (k_j + e_ij) / sqrt(C) )  over i's incoming edges,
+    out_i    = concat_h (or mean_h) sum_j alpha_ij (v_j + e_ij)  + skip_i (or the beta gate),
+optionally followed by LayerNorm and ReLU. The dense projections run as one GEMM per layer
+(BLAS/cuBLAS); the gather, the online softmax, the weighted sum and the epilogue are one
+kernel over destination nodes, so no edges x heads x channels tensor is materialised.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+
+from .. import dispatch as _bk
+from .._arrays import as_tensor, kind_of, to_kind
+from .._validate import (check_bool_arg, check_float, check_int, check_rank, check_same_device,
+                         check_same_dtype)
+from ..reference import graph_conv as _ref
+from .graph_conv_params import as_conv_weights, as_norm_weights
+
+
+class Csr(NamedTuple):
+    """Edges sorted by destination: i's incoming edges are src[indptr[i]:indptr[i+1]];
+    eid maps each CSR position to the row of edge_attr that belongs to it."""
+    indptr: torch.Tensor
+    src: torch.Tensor
+    eid: torch.Tensor
+
+    @property
+    def num_edges(self) -> int:
+        return self.src.numel()
+
+    def edge_index(self) -> torch.Tensor:
+        """[2, E] (source, destination) in CSR order."""
+        n = self.indptr.numel() - 1
+        dst = torch.repeat_interleave(torch.arange(n, device=self.src.device), self.indptr.diff())
+        return torch.stack([self.src, dst])
+
+
+def as_csr(edges, num_nodes: int, device: torch.device) -> Csr:
+    """Validates ``edges`` (edge_index [2, E] or a dst-sorted CSR tuple (indptr, src)) -> Csr."""
+    if isinstance(edges, (tuple, list)):
+        if len(edges) != 2:
+            raise TypeError("edges: a CSR tuple must be (indptr[N+1], src[E])")
+        indptr, src = as_tensor(edges[0], "edges.indptr"), as_tensor(edges[1], "edges.src")
+        check_int(indptr, "edges.indptr")
+        check_int(src, "edges.src")
+        check_rank(indptr, "edges.indptr", 1, "[N+1]")
+        check_rank(src, "edges.src", 1, "[E]")
+        check_same_device(x=torch.empty(0, device=device), indptr=indptr, src=src)
+        if indptr.numel() != num_nodes + 1:
+            raise ValueError(f"edges.indptr: expected N+1 = {num_nodes + 1} entries, got {indptr.numel()}")
+        indptr, src = indptr.long().contiguous(), src.long().contiguous()
+        if int(indptr[0]) != 0 or int(indptr[-1]) != src.numel():
+            raise ValueError(f"edges.indptr: must start at 0 and end at E = {src.numel()}")
+        if bool((indptr.diff() < 0).any()):
+            raise ValueError("edges.indptr: must be non-decreasing")
+        _check_ids(src, num_nodes, "edges.src")
+        return Csr(indptr, src, torch.arange(src.numel(), device=device))
+    ei = as_tensor(edges, "edges")
+    check_int(ei, "edges")
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edges: expected edge_index of shape [2, E], got {tuple(ei.shape)}")
+    check_same_device(x=torch.empty(0, device=device), edges=ei)
+    ei = ei.long()
+    _check_ids(ei, num_nodes, "edges")
+    src, dst = ei[0], ei[1]
+    perm = torch.argsort(dst, stable=True)
+    counts = torch.bincount(dst, minlength=num_nodes)
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    return Csr(indptr, src[perm].contiguous(), perm.contiguous())
+
+
+def _check_ids(ids: torch.Tensor, n: int, name: str) -> None:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        raise ValueError(f"{name}: node ids must lie in [0, N) with N = {n}; got range "
+                         f"[{int(ids.min())}, {int(ids.max())}]")
+
+
+def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device) -> torch.Tensor:
+    """graph_ptr [G+1]: int, 0 = ptr[0] <= ptr[1] <= ... <= ptr[G] = N."""
+    gp = as_tensor(graph_ptr, "graph_ptr")
+    check_int(gp, "graph_ptr")
+    check_rank(gp, "graph_ptr", 1, "[num_graphs + 1]")
+    check_same_device(x=torch.empty(0, device=device), graph_ptr=gp)
+    if gp.numel() < 1:
+        raise ValueError("graph_ptr: needs at least one entry (0)")
+    gp = gp.long().contiguous()
+    if int(gp[0]) != 0 or int(gp[-1]) != num_nodes:
+        raise ValueError(f"graph_ptr: must start at 0 and end at N = {num_nodes}, got "
+                         f"{int(gp[0])} .. {int(gp[-1])}")
+    if bool((gp.diff() < 0).any()):
+        raise ValueError("graph_ptr: must be non-decreasing (monotone)")
+    return gp
+
+
+def _check_x(x, in_channels: int) -> torch.Tensor:
+    xt = as_tensor(x, "x")
+    check_float(xt, "x")
+    check_rank(xt, "x", 2, "[N, in_channels]")
+    if xt.shape[1] != in_channels:
+        raise ValueError(f"x: dim 1 must equal the weights' in_channels ({in_channels}), got "
+                         f"shape {tuple(xt.shape)}")
+    return xt
+
+
+def _check_edge_attr(edge_attr, w, csr: Csr, xt: torch.Tensor) -> Optional[torch.Tensor]:
+    if w.w_edge is None:
+        if edge_attr is not None:
+            raise ValueError("edge_attr: given, but the weights have no edge projection (edge_dim=None)")
+        return None
+    if edge_attr is None:
+        raise ValueError(f"edge_attr: required [E, {w.edge_dim}] (the weights have edge_dim={w.edge_dim})")
+    ea = as_tensor(edge_attr, "edge_attr")
+    check_float(ea, "edge_attr")
+    check_rank(ea, "edge_attr", 2, "[E, edge_dim]")
+    if tuple(ea.shape) != (csr.num_edges, w.edge_dim):
+        raise ValueError(f"edge_attr: expected shape ({csr.num_edges}, {w.edge_dim}) = (E, edge_dim), "
+                         f"got {tuple(ea.shape)}")
+    check_same_device(x=xt, edge_attr=ea)
+    check_same_dtype(x=xt, edge_attr=ea)
+    return ea.contiguous()
+
+
+def _check_flags(w, beta, root_weight) -> None:
+    if beta is not None and check_bool_arg(beta, "beta") != w.beta:
+        raise ValueError(f"beta: {beta} disagrees with the weights (lin_beta {'present' if w.beta else 'absent'})")
+    if root_weight is not None and check_bool_arg(root_weight, "root_weight") != w.root_weight:
+        raise ValueError(f"root_weight: {root_weight} disagrees with the weights "
+                         f"(lin_skip {'present' if w.root_weight else 'absent'})")
+
+
+def _check_norm(norm, width: int, name: str):
+    nw = as_norm_weights(norm)
+    if nw is not None:
+        for t, part in ((nw.weight, "weight"), (nw.bias, "bias")):
+            if t is not None and tuple(t.shape) != (width,):
+                raise ValueError(f"{name}: LayerNorm {part} must have shape ({width},), got {tuple(t.shape)}")
+    return nw
+
+
+def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
+                     concat: Optional[bool] = None, beta: Optional[bool] = None,
+                     root_weight: Optional[bool] = None, norm=None, relu: bool = False,
+                     backend: str = "auto"):
+    """One TransformerConv layer (same function as torch_geometric's, same weights).
+
+    Args:
+        x: float32/float16/bfloat16 node features [N, in_channels] (numpy or torch).
+        edges: edge_index [2, E] (row 0 source, row 1 destination), or a CSR tuple
+            (indptr[N+1], src[E]) with edges already sorted by destination.
+        edge_attr: [E, edge_dim] in x's dtype (rows in the order of ``edges``), or None
+            when the layer has no edge projection.
+        weights: a ``ConvWeights``, a ``torch_geometric.nn.TransformerConv`` or its
+            ``state_dict()`` (then ``heads`` is required).
+        heads, concat, beta, root_weight: optional; checked against the weights
+            (``heads``/``concat`` describe a state dict).
+        norm: optional LayerNorm (torch.nn.LayerNorm or NormWeights) applied to the output,
+            then ReLU when ``relu`` -- the epilogue RAS uses between layers.
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+
+    Returns:
+        [N, heads*C] (concat) or [N, C], in x's dtype and kind. Nodes without incoming
+        edges get only the skip term, as in PyG.
+    """
+    w = as_conv_weights(weights, heads, concat)
+    _check_flags(w, beta, root_weight)
+    kind = kind_of(x)
+    xt = _check_x(x, w.in_channels)
+    csr = as_csr(edges, xt.shape[0], xt.device)
+    ea = _check_edge_attr(edge_attr, w, csr, xt)
+    nw = _check_norm(norm, w.out_channels, "norm")
+    relu = check_bool_arg(relu, "relu")
+    be = _bk.resolve(backend, xt.device, "transformer_conv")
+    w = w.to(xt.device, xt.dtype)
+    nw = None if nw is None else nw.to(xt.device, torch.float32)
+    xt = xt.contiguous()
+    if xt.shape[0] == 0:
+        return to_kind(xt.new_zeros((0, w.out_channels)), kind)
+    return to_kind(_IMPLS[be].conv_layer(xt, csr, ea, w, nw, relu), kind)
+
+
+def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
+                           backend: str = "auto"):
+    """All layers over a batch of graphs, then each graph's node mean: [num_graphs, out].
+
+    Args:
+        x, edges, edge_attr: as in :func:`transformer_conv`, for the whole batch (node ids
+            global; every edge inside one graph).
+        graph_ptr: int [G+1], graph g owns nodes graph_ptr[g]:graph_ptr[g+1] (monotone,
+            from 0 to N). Empty graphs pool to zeros (as PyG's global_mean_pool).
+        layers: sequence of layers, each ``conv`` or ``(conv, norm)`` (LayerNorm then ReLU
+            after that layer) or ``(conv, norm, relu)``; conv as ``weights`` above.
+        backend: as in :func:`transformer_conv`.
+
+    Returns:
+        [G, out_channels of the last layer] in x's dtype and kind.
+    """
+    specs = normalise_layers(layers)
+    kind = kind_of(x)
+    xt = _check_x(x, specs[0][0].in_channels)
+    csr = as_csr(edges, xt.shape[0], xt.device)
+    gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device)
+    for i, (w, _, _) in enumerate(specs):
+        _check_edge_attr(edge_attr, w, csr, xt)
+        if i and w.in_channels != specs[i - 1][0].out_channels:
+            raise ValueError(f"layers[{i}]: in_channels {w.in_channels} != previous layer's output "
+                             f"{specs[i - 1][0].out_channels}")
+    ea = None if edge_attr is None else as_tensor(edge_attr, "edge_attr").contiguous()
+    be = _bk.resolve(backend, xt.device, "graph_transformer_pool")
+    specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, torch.float32), r)
+             for w, n, r in specs]
+    out = _IMPLS[be].pool(xt.contiguous(), csr, ea, gp, specs)
+    return to_kind(out, kind)
+
+
+def normalise_layers(layers: Sequence):
+    """[(ConvWeights, NormWeights | None, relu)] from the accepted layer forms."""
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or len(layers) == 0:
+        raise ValueError("layers: expected a non-empty sequence of layers")
+    specs = []
+    for i, layer in enumerate(layers):
+        if isinstance(layer, (tuple, list)):
+            if len(layer) not in (2, 3):
+                raise ValueError(f"layers[{i}]: expected conv, (conv, norm) or (conv, norm, relu)")
+            w = as_conv_weights(layer[0])
+            nw = _check_norm(layer[1], w.out_channels, f"layers[{i}].norm")
+            relu = check_bool_arg(layer[2], f"layers[{i}].relu") if len(layer) == 3 else nw is not None
+        else:
+            w, nw, relu = as_conv_weights(layer), None, False
+        specs.append((w, nw, relu))
+    return specs
+
+
+class _Torch:
+    @staticmethod
+    def conv_layer(x, csr, ea, w, norm, relu):
+        ea = None if ea is None else ea[csr.eid]
+        return _ref.transformer_conv(x, csr.edge_index(), ea, w, norm, relu)
+
+    @staticmethod
+    def pool(x, csr, ea, gp, specs):
+        ea = None if ea is None else ea[csr.eid]
+        return _ref.graph_transformer_pool(x, csr.edge_index(), ea, gp, specs)
+
+
+class _Lazy:
+    """A backend plan imported on first use (the GPU plans are not needed on CPU)."""
+
+    def __init__(self, module: str, attr: str = ""):
+        self.module, self.attr = module, attr
+
+    def _impl(self):
+        import importlib
+        mod = importlib.import_module(f"rasfast.ops.{self.module}")
+        return getattr(mod, self.attr) if self.attr else mod
+
+    def conv_layer(self, *a):
+        return self._impl().conv_layer(*a)
+
+    def pool(self, *a):
+        return self._impl().pool(*a)
+
+
+_IMPLS = {"torch": _Torch, "cpu": _Lazy("graph_conv_cpu"), "cuda": _Lazy("graph_conv_gpu", "Cuda"),
+          "triton": _Lazy("graph_conv_gpu", "Triton")}

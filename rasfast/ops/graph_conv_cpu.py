@@ -1,0 +1,145 @@
+"""CPU plan of the graph-transformer layers: BLAS GEMMs around the OpenMP kernels of csrc/graph_conv.
+
+Where the time goes (RAS: in = 1024, 8 heads x 128, edge_dim 1024, ~4 edges per node): the
+dense projections. PyG projects edge_attr for every edge (E x De x HC flops, as much as four
+node projections at E = 4N) and then runs ~25 memory-bound tensor ops. Here:
+
+- query/key/value/skip are ONE GEMM (weights stacked once, cached).
+- edge features are not projected per edge when E > 2N ("factored" form): since the edge
+  projection is linear, q.(W_e a) = (W_e^T q).a and sum alpha (v + W_e a) = sum alpha v +
+  W_e (sum alpha a), so the kernel works on raw edge_attr and two per-node GEMMs
+  (N x H x C x De each) replace the per-edge one. With few edges the direct form is cheaper
+  and is used instead.
+- the last layer of graph_transformer_pool, when nothing nonlinear follows it, is averaged
+  before it is projected: mean_i sum_j alpha_ij W_v x_j = W_v (mean_i sum_j alpha_ij x_j),
+  so value/edge/skip projections run on G pooled rows instead of N nodes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import dispatch as _bk
+from .._arrays import DTYPE_CODES, cpu_buffer, cpu_out
+from ..reference.graph_conv import graph_mean
+from .graph_conv_params import packed_node_weights
+
+_EMPTY_I64 = np.empty(0, dtype=np.int64)
+
+
+def _empty2(dtype: torch.dtype) -> np.ndarray:
+    return cpu_buffer(torch.empty((0, 0), dtype=dtype))[0]
+
+
+def _factored(num_edges: int, num_nodes: int) -> bool:
+    """Project edge_attr per node (two N-row GEMMs) rather than per edge (one E-row GEMM)?"""
+    return num_edges > 2 * num_nodes
+
+
+def _attend(csr, nodes, val, val_dim, val_head, qe, qe_head, ed, ed_head, ed_dim, w, rows,
+            graph_ptr=None):
+    """Runs graph_conv_attend; returns (out1 [H, rows, val_dim], out2 [H, rows, ed_dim] | None)."""
+    h, c = w.heads, w.channels
+    code = DTYPE_CODES[nodes.dtype]
+    out1 = torch.empty((h, rows, val_dim), dtype=torch.float32)
+    out2 = torch.empty((h, rows, ed_dim), dtype=torch.float32) if ed_dim else None
+    _bk.cpu_module().graph_conv_attend(
+        csr.indptr.numpy(), csr.src.numpy(), csr.eid.numpy(), code,
+        cpu_buffer(nodes)[0], 0, h * c, cpu_buffer(val)[0], 0 if val is not nodes else 2 * h * c,
+        val_head, val_dim,
+        cpu_buffer(qe)[0] if ed_dim else _empty2(nodes.dtype), 0, qe_head,
+        cpu_buffer(ed)[0] if ed_dim else _empty2(nodes.dtype), 0, ed_head, ed_dim,
+        h, c, 1.0 / math.sqrt(c), _EMPTY_I64 if graph_ptr is None else graph_ptr.numpy(),
+        cpu_out(out1), cpu_out(out2) if ed_dim else _empty2(torch.float32))
+    return out1, out2
+
+
+def _edge_operands(csr, ea, w, nodes, n):
+    """(qe, qe_head, ed, ed_head, ed_dim, w_edge per head [H, C, De] or None) for either form."""
+    h, c = w.heads, w.channels
+    if ea is None:
+        return None, 0, None, 0, 0, None
+    if not _factored(csr.num_edges, n):
+        e = F.linear(ea, w.w_edge).contiguous()          # [E, HC]: PyG's per-edge projection
+        return nodes, c, e, c, c, None
+    we = w.w_edge.view(h, c, -1)                        # head h: rows h*C .. h*C+C
+    q = nodes[:, :h * c].view(n, h, c).transpose(0, 1)  # [H, N, C]
+    qe = torch.bmm(q, we).reshape(h * n, -1)            # [H*N, De]: W_e,h^T q_i,h
+    return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
+
+
+def conv_layer(x, csr, ea, w, norm, relu):
+    """One layer on CPU tensors: [N, out_channels] in x's dtype."""
+    n, h, c = x.shape[0], w.heads, w.channels
+    wn, bn = packed_node_weights(w)
+    nodes = torch.addmm(bn, x, wn.t())                  # [N, 3HC (+ skip)]
+    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
+    out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n)
+    if out2 is None:
+        agg = out1
+    elif we is None:
+        agg = out1.add_(out2)
+    else:
+        agg = torch.baddbmm(out1, out2, we.float().transpose(1, 2))
+    return _epilogue(agg, nodes, w, norm, relu)
+
+
+def _epilogue(agg, nodes, w, norm, relu):
+    n, f = agg.shape[1], w.out_channels
+    out = torch.empty((n, f), dtype=nodes.dtype)
+    f32 = lambda t: cpu_buffer(t.float().contiguous())[0]  # noqa: E731
+    empty = np.empty(0, dtype=np.float32)
+    has_ln = norm is not None
+    ln_w = f32(norm.weight) if has_ln and norm.weight is not None else np.ones(f, np.float32)
+    ln_b = f32(norm.bias) if has_ln and norm.bias is not None else np.zeros(f, np.float32)
+    _bk.cpu_module().graph_conv_epilogue(
+        cpu_buffer(agg)[0], w.heads, w.channels, w.concat, DTYPE_CODES[nodes.dtype],
+        cpu_buffer(nodes)[0], 3 * w.heads * w.channels, w.root_weight,
+        f32(w.w_beta.reshape(-1)) if w.beta else empty, ln_w, ln_b, has_ln,
+        float(norm.eps) if has_ln else 0.0, relu, cpu_out(out))
+    return out
+
+
+def _pooled_last_layer(x, csr, ea, gp, w):
+    """Last layer averaged per graph before its value/edge/skip projections: [G, out]."""
+    n, h, c = x.shape[0], w.heads, w.channels
+    g = gp.numel() - 1
+    wn, bn = packed_node_weights(w, with_skip=False)
+    nodes = torch.addmm(bn[:2 * h * c], x, wn[:2 * h * c].t())        # [N, 2HC]: q, k
+    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
+    out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp)
+    counts = gp.diff()
+    # share of each graph's nodes that have an incoming edge (their softmax weights sum to 1)
+    has_in = (csr.indptr.diff() > 0).float()[:, None]
+    frac = graph_mean(has_in, gp)[:, 0]
+    f32 = lambda t: t.float()  # noqa: E731
+    agg = torch.bmm(out1, f32(w.w_value).view(h, c, -1).transpose(1, 2))   # [H, G, C]
+    if w.b_value is not None:
+        agg += f32(w.b_value).view(h, 1, c) * frac.view(1, g, 1)
+    if out2 is not None:
+        agg = agg + (out2 if we is None else torch.bmm(out2, f32(we).transpose(1, 2)))
+    out = agg.transpose(0, 1).reshape(g, h * c) if w.concat else agg.mean(0)
+    if w.w_skip is not None:
+        out = out + graph_mean(f32(x), gp) @ f32(w.w_skip).t()
+        if w.b_skip is not None:
+            out = out + f32(w.b_skip)[None, :] * (counts > 0).float()[:, None]
+    return out.to(x.dtype)
+
+
+def pool(x, csr, ea, gp, specs):
+    """All layers, then per-graph node means: [G, out]."""
+    h = x
+    *body, last = specs
+    for w, norm, relu in body:
+        h = conv_layer(h, csr, ea, w, norm, relu)
+    w, norm, relu = last
+    if norm is None and not relu and not w.beta and h.shape[0] > 0:
+        return _pooled_last_layer(h, csr, ea, gp, w)
+    if h.shape[0] > 0:
+        h = conv_layer(h, csr, ea, w, norm, relu)
+    else:
+        h = h.new_zeros((0, w.out_channels))
+    return graph_mean(h.float(), gp).to(x.dtype)

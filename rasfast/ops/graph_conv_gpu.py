@@ -1,0 +1,105 @@
+"""GPU plans of the graph-transformer layers (cuda and triton backends).
+
+On a GPU the dense projections are cheap cuBLAS GEMMs, so both backends use PyG's direct
+form: one GEMM for query/key/value/skip, one for the edge features; the fused attention
+kernel (CUDA: warp per node and head; Triton: program per node and head) then gathers,
+runs the online softmax and the weighted sum without per-edge intermediates. The CUDA
+backend also fuses the epilogue and the pooling; the Triton one does those in torch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .. import dispatch as _bk
+from .._arrays import DTYPE_CODES, cuda_stream, device_ptr
+from ..reference.graph_conv import graph_mean
+from .graph_conv_params import packed_node_weights
+
+
+def _project(x, ea, w):
+    wn, bn = packed_node_weights(w)
+    nodes = torch.addmm(bn, x, wn.t()).contiguous()
+    e = None if ea is None else F.linear(ea, w.w_edge).contiguous()
+    return nodes, e
+
+
+def _ptr(t) -> int:
+    return 0 if t is None else device_ptr(t)
+
+
+def _f32(t):
+    return None if t is None else t.float().contiguous()
+
+
+class Cuda:
+    @staticmethod
+    def conv_layer(x, csr, ea, w, norm, relu):
+        n, h, c = x.shape[0], w.heads, w.channels
+        mod, stream = _bk.cuda_module(), cuda_stream(x.device)
+        nodes, e = _project(x, ea, w)
+        code = DTYPE_CODES[x.dtype]
+        agg = torch.empty((n, h, c), dtype=torch.float32, device=x.device)
+        out = torch.empty((n, w.out_channels), dtype=x.dtype, device=x.device)
+        wb = _f32(w.w_beta.reshape(-1)) if w.beta else None
+        lw = lb = None
+        if norm is not None:
+            f = w.out_channels
+            lw = _f32(norm.weight) if norm.weight is not None else torch.ones(f, device=x.device)
+            lb = _f32(norm.bias) if norm.bias is not None else torch.zeros(f, device=x.device)
+        with torch.cuda.device(x.device):
+            mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code, _ptr(nodes),
+                                  nodes.shape[1], _ptr(e), n, h, c, 1.0 / math.sqrt(c), _ptr(agg), stream)
+            mod.graph_conv_epilogue(_ptr(agg), n, h, c, w.concat, code, _ptr(nodes), nodes.shape[1],
+                                    3 * h * c, w.root_weight, _ptr(wb), _ptr(lw), _ptr(lb),
+                                    float(norm.eps) if norm is not None else 0.0, relu, _ptr(out),
+                                    stream)
+        return out
+
+    @staticmethod
+    def pool(x, csr, ea, gp, specs):
+        h = x
+        for w, norm, relu in specs:
+            h = Cuda.conv_layer(h, csr, ea, w, norm, relu) if h.shape[0] else h.new_zeros((0, w.out_channels))
+        g, f = gp.numel() - 1, h.shape[1]
+        out = torch.empty((g, f), dtype=torch.float32, device=x.device)
+        with torch.cuda.device(x.device):
+            _bk.cuda_module().graph_conv_pool(_ptr(h.contiguous()), DTYPE_CODES[h.dtype], _ptr(gp), g, f,
+                                              _ptr(out), cuda_stream(x.device))
+        return out.to(x.dtype)
+
+
+def epilogue_torch(agg, nodes, w, norm, relu, dtype):
+    """agg [N, H, C] float32 -> the layer output (concat/mean, skip or beta gate, LN, ReLU)."""
+    n, hc = agg.shape[0], w.heads * w.channels
+    out = agg.reshape(n, hc) if w.concat else agg.mean(1)
+    if w.root_weight:
+        skip = nodes[:, 3 * hc:3 * hc + w.out_channels].float()
+        if w.beta:
+            b = torch.sigmoid(torch.cat([out, skip, out - skip], -1) @ w.w_beta.float().t())
+            out = b * skip + (1 - b) * out
+        else:
+            out = out + skip
+    if norm is not None:
+        out = F.layer_norm(out, (out.shape[1],), _f32(norm.weight), _f32(norm.bias), norm.eps)
+    if relu:
+        out = torch.relu(out)
+    return out.to(dtype)
+
+
+class Triton:
+    @staticmethod
+    def conv_layer(x, csr, ea, w, norm, relu):
+        nodes, e = _project(x, ea, w)
+        agg = _bk.triton_kernels().graph_conv.attend(csr.indptr, csr.src, csr.eid, nodes, e,
+                                                     w.heads, w.channels)
+        return epilogue_torch(agg, nodes, w, norm, relu, x.dtype)
+
+    @staticmethod
+    def pool(x, csr, ea, gp, specs):
+        h = x
+        for w, norm, relu in specs:
+            h = Triton.conv_layer(h, csr, ea, w, norm, relu) if h.shape[0] else h.new_zeros((0, w.out_channels))
+        return graph_mean(h.float(), gp).to(x.dtype)

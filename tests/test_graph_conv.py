@@ -1,0 +1,322 @@
+"""transformer_conv / graph_transformer_pool against PyG's TransformerConv + global_mean_pool."""
+import numpy as np
+import pytest
+import torch
+from conftest import gpu
+
+import rasfast
+from backends_util import cpu_backends, gpu_backends
+
+tg = pytest.importorskip("torch_geometric")
+from torch_geometric.nn import TransformerConv, global_mean_pool  # noqa: E402
+
+BACKENDS = ["torch", "cpu"]
+
+
+def _conv(din, c, heads, concat=True, beta=False, edge_dim=None, root_weight=True, seed=0):
+    torch.manual_seed(seed)
+    conv = TransformerConv(din, c, heads=heads, concat=concat, beta=beta, edge_dim=edge_dim,
+                           root_weight=root_weight).eval()
+    with torch.no_grad():  # non-zero biases so every term is exercised
+        for p in conv.parameters():
+            if p.dim() == 1:
+                p.normal_(0, 0.1)
+    return conv
+
+
+def _graph(n, e, din, edge_dim, seed=1, hub=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, din, generator=g)
+    ei = torch.randint(0, max(n, 1), (2, e), generator=g) if n else torch.zeros((2, 0), dtype=torch.long)
+    if hub is not None:
+        ei[1, :] = hub
+    ea = torch.randn(e, edge_dim, generator=g) if edge_dim else None
+    return x, ei, ea
+
+
+def _close(out, ref, rel):
+    out, ref = torch.as_tensor(out).float(), ref.float()
+    scale = max(ref.abs().max().item(), 1e-6) if ref.numel() else 1.0
+    torch.testing.assert_close(out, ref, rtol=rel, atol=rel * scale)
+
+
+def _pyg(conv, x, ei, ea):
+    with torch.no_grad():
+        return conv(x, ei, ea)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("heads,concat,beta,edge_dim", [
+    (1, True, False, None), (4, True, False, 12), (8, True, True, 12), (4, False, False, 12),
+    (4, False, True, None), (8, False, True, 20)])
+@pytest.mark.parametrize("n,e", [(13, 9), (13, 60)])  # few edges: direct form; many: factored
+def test_layer_matches_pyg(backend, heads, concat, beta, edge_dim, n, e):
+    conv = _conv(24, 6, heads, concat, beta, edge_dim)
+    x, ei, ea = _graph(n, e, 24, edge_dim)
+    ref = _pyg(conv, x, ei, ea)
+    out = rasfast.transformer_conv(x, ei, ea, conv, backend=backend)
+    _close(out, ref, 1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["empty", "no_edges", "isolated", "self_loops", "multi_edges", "hub"])
+def test_degenerate_graphs(backend, case):
+    conv = _conv(16, 8, 4, edge_dim=10)
+    n, e = {"empty": (0, 0), "no_edges": (7, 0)}.get(case, (9, 30))
+    x, ei, ea = _graph(n, e, 16, 10, hub=0 if case == "hub" else None)
+    if case == "hub":
+        x, ei, ea = _graph(40, 400, 16, 10, hub=3)  # one node with 400 incoming edges
+        ei[0] = torch.arange(400) % 40
+    if case == "isolated":
+        ei = ei % 4  # nodes 4..8 have no edges at all
+    if case == "self_loops":
+        ei[0, ::2] = ei[1, ::2]
+    if case == "multi_edges":
+        ei = torch.cat([ei, ei[:, :10], ei[:, :10]], 1)
+        ea = torch.cat([ea, ea[:10] * 2, ea[:10]], 0)
+    ref = _pyg(conv, x, ei, ea)
+    out = rasfast.transformer_conv(x, ei, ea, conv, backend=backend)
+    assert out.shape == ref.shape
+    _close(out, ref, 1e-4)
+
+
+def test_hub_with_large_logits_is_stable():
+    """Online softmax over hundreds of edges with logits spread over a wide range."""
+    conv = _conv(16, 8, 2, edge_dim=4)
+    x, ei, ea = _graph(50, 500, 16, 4, hub=7)
+    x = x * 30
+    ref = _pyg(conv, x, ei, ea)
+    assert torch.isfinite(ref).all()
+    _close(rasfast.transformer_conv(x, ei, ea, conv, backend="cpu"), ref, 1e-4)
+
+
+@pytest.mark.parametrize("dtype,rel", [(torch.float16, 5e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("e", [10, 50])
+def test_half_precision(dtype, rel, backend, e):
+    conv = _conv(32, 8, 4, beta=True, edge_dim=16)
+    x, ei, ea = _graph(17, e, 32, 16)
+    x, ea = x.to(dtype), ea.to(dtype)
+    conv16 = conv.to(dtype)
+    # oracle: PyG in float32 on the very same (rounded) inputs and weights
+    ref = _pyg(_conv(32, 8, 4, beta=True, edge_dim=16).to(dtype).float(), x.float(), ei, ea.float())
+    out = rasfast.transformer_conv(x, ei, ea, conv16, backend=backend)
+    assert out.dtype == dtype
+    _close(out, ref, rel * 3 if backend == "torch" else rel)
+
+
+def test_root_weight_off_and_layer_norm_epilogue():
+    conv = _conv(16, 4, 4, edge_dim=6, root_weight=False)
+    x, ei, ea = _graph(11, 40, 16, 6)
+    ln = torch.nn.LayerNorm(16)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    ref = torch.relu(ln(_pyg(conv, x, ei, ea))).detach()
+    for be in BACKENDS:
+        _close(rasfast.transformer_conv(x, ei, ea, conv, norm=ln, relu=True, backend=be), ref, 1e-4)
+
+
+def test_csr_input_and_numpy_kind():
+    conv = _conv(16, 4, 2, edge_dim=6)
+    x, ei, ea = _graph(10, 35, 16, 6)
+    ref = _pyg(conv, x, ei, ea)
+    perm = torch.argsort(ei[1], stable=True)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=10).cumsum(0)])
+    out = rasfast.transformer_conv(x, (indptr, ei[0, perm]), ea[perm], conv, backend="cpu")
+    _close(out, ref, 1e-4)
+    out_np = rasfast.transformer_conv(x.numpy(), ei.numpy(), ea.numpy(), conv)
+    assert isinstance(out_np, np.ndarray)
+    _close(torch.from_numpy(out_np), ref, 1e-4)
+
+
+def test_state_dict_weights():
+    conv = _conv(16, 4, 4, edge_dim=6, beta=True)
+    x, ei, ea = _graph(10, 35, 16, 6)
+    out = rasfast.transformer_conv(x, ei, ea, conv.state_dict(), heads=4)
+    _close(out, _pyg(conv, x, ei, ea), 1e-4)
+
+
+def _pyg_stack(convs, norms, x, ei, ea, ptr):
+    with torch.no_grad():
+        h = x
+        for i, c in enumerate(convs):
+            h = c(h, ei, ea)
+            if i < len(norms):
+                h = torch.relu(norms[i](h))
+        batch = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+        return global_mean_pool(h, batch, size=ptr.numel() - 1)
+
+
+def _batch(sizes, edges_per_node, din, edge_dim, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    ptr = torch.tensor([0] + list(np.cumsum(sizes)), dtype=torch.long)
+    src, dst = [], []
+    for k, s in enumerate(sizes):
+        if s:
+            m = edges_per_node * s
+            src.append(torch.randint(0, s, (m,), generator=g) + ptr[k])
+            dst.append(torch.randint(0, s, (m,), generator=g) + ptr[k])
+    ei = torch.stack([torch.cat(src), torch.cat(dst)])
+    x = torch.randn(int(ptr[-1]), din, generator=g)
+    ea = torch.randn(ei.shape[1], edge_dim, generator=g) if edge_dim else None
+    return x, ei, ea, ptr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("edges_per_node,edge_dim,beta_last", [(4, 12, False), (1, 12, False),
+                                                               (4, None, False), (4, 12, True)])
+def test_pool_matches_pyg_stack(backend, edges_per_node, edge_dim, beta_last):
+    convs = [_conv(24, 4, 8, edge_dim=edge_dim, seed=s) for s in range(2)]
+    convs.append(_conv(32, 4, 8, edge_dim=edge_dim, beta=beta_last, seed=2))
+    convs[0] = _conv(24, 4, 8, edge_dim=edge_dim, seed=0)
+    convs[1] = _conv(32, 4, 8, edge_dim=edge_dim, seed=1)
+    norms = [torch.nn.LayerNorm(32) for _ in range(2)]
+    x, ei, ea, ptr = _batch([5, 0, 9, 1, 13], edges_per_node, 24, edge_dim)
+    ref = _pyg_stack(convs, norms, x, ei, ea, ptr)
+    layers = [(convs[0], norms[0]), (convs[1], norms[1]), convs[2]]
+    out = rasfast.graph_transformer_pool(x, ei, ea, ptr, layers, backend=backend)
+    assert out.shape == (5, 32)
+    assert torch.all(out[1] == 0)  # empty graph pools to zeros, as global_mean_pool
+    _close(out, ref, 1e-4)
+
+
+def test_pool_all_graphs_empty():
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = torch.zeros(0, 8), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, 3)
+    out = rasfast.graph_transformer_pool(x, ei, ea, torch.tensor([0, 0, 0]), [conv])
+    assert out.shape == (2, 8) and torch.all(out == 0)
+
+
+def test_triton_tiny():
+    """Triton (interpreted without a GPU): a layer and a pooled stack on tiny graphs."""
+    if "triton" not in cpu_backends():
+        pytest.skip("triton not installed")
+    conv = _conv(8, 3, 2, beta=True, edge_dim=4)
+    x, ei, ea = _graph(6, 12, 8, 4)
+    ei[:, 0] = 5  # self loop
+    _close(rasfast.transformer_conv(x, ei, ea, conv, backend="triton"), _pyg(conv, x, ei, ea), 1e-4)
+    convs = [_conv(8, 4, 2, edge_dim=4, seed=s) for s in range(2)]
+    norms = [torch.nn.LayerNorm(8)]
+    x, ei, ea, ptr = _batch([3, 0, 4], 2, 8, 4)
+    out = rasfast.graph_transformer_pool(x, ei, ea, ptr, [(convs[0], norms[0]), convs[1]], backend="triton")
+    _close(out, _pyg_stack(convs, norms, x, ei, ea, ptr), 1e-4)
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def _ok():
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = _graph(5, 7, 8, 3)
+    return conv, x, ei, ea
+
+
+@pytest.mark.parametrize("mutate,exc,msg", [
+    (lambda a: a.update(x=a["x"].double()), TypeError, "x: unsupported dtype"),
+    (lambda a: a.update(x=a["x"].numpy().astype(np.float64)), TypeError, "x: float64"),
+    (lambda a: a.update(x=a["x"][0]), ValueError, "x: expected a 2-d"),
+    (lambda a: a.update(x=a["x"][:, :5]), ValueError, "in_channels"),
+    (lambda a: a.update(x=[[1.0]]), TypeError, "x: expected a numpy"),
+    (lambda a: a.update(edges=a["edges"].float()), TypeError, "edges: expected an int32 or int64"),
+    (lambda a: a.update(edges=a["edges"][0]), ValueError, "edges: expected edge_index of shape"),
+    (lambda a: a.update(edges=a["edges"] + 5), ValueError, "node ids must lie in"),
+    (lambda a: a.update(edges=a["edges"] - 3), ValueError, "node ids must lie in"),
+    (lambda a: a.update(edge_attr=None), ValueError, "edge_attr: required"),
+    (lambda a: a.update(edge_attr=a["edge_attr"][:4]), ValueError, "edge_attr: expected shape"),
+    (lambda a: a.update(edge_attr=a["edge_attr"].half()), TypeError, "must share one dtype"),
+    (lambda a: a.update(edge_attr=a["edge_attr"][:, 0]), ValueError, "edge_attr: expected a 2-d"),
+    (lambda a: a.update(weights=42), TypeError, "weights: expected ConvWeights"),
+    (lambda a: a.update(heads=3), ValueError, "heads: 3 disagrees"),
+    (lambda a: a.update(beta=True), ValueError, "beta: True disagrees"),
+    (lambda a: a.update(norm=torch.nn.LayerNorm(5)), ValueError, "norm: LayerNorm weight"),
+    (lambda a: a.update(backend="gpu"), ValueError, "backend: expected one of"),
+    (lambda a: a.update(edges=(torch.tensor([0, 2, 1, 3, 5, 7]), a["edges"][0])), ValueError,
+     "non-decreasing"),
+    (lambda a: a.update(edges=(torch.tensor([0, 7]), a["edges"][0])), ValueError, r"N\+1"),
+    (lambda a: a.update(edges=(torch.tensor([0, 1, 2, 3, 4, 6]), a["edges"][0])), ValueError,
+     "end at E"),
+])
+def test_layer_bad_input(mutate, exc, msg):
+    conv, x, ei, ea = _ok()
+    args = dict(x=x, edges=ei, edge_attr=ea, weights=conv)
+    mutate(args)
+    with pytest.raises(exc, match=msg):
+        rasfast.transformer_conv(**args)
+
+
+def test_edge_attr_without_edge_weights():
+    conv = _conv(8, 4, 2, edge_dim=None)
+    x, ei, ea = _graph(5, 7, 8, 3)
+    with pytest.raises(ValueError, match="edge_attr: given"):
+        rasfast.transformer_conv(x, ei, ea, conv)
+
+
+@pytest.mark.parametrize("ptr,msg", [([0, 3, 2, 5], "non-decreasing"), ([0, 3, 4], "end at N"),
+                                     ([1, 5], "start at 0"), ([], "at least one")])
+def test_pool_bad_graph_ptr(ptr, msg):
+    conv, x, ei, ea = _ok()
+    with pytest.raises(ValueError, match=msg):
+        rasfast.graph_transformer_pool(x, ei, ea, torch.tensor(ptr, dtype=torch.long), [conv])
+    with pytest.raises(TypeError, match="graph_ptr: expected an int"):
+        rasfast.graph_transformer_pool(x, ei, ea, torch.tensor([0.0, 5.0]), [conv])
+
+
+def test_pool_bad_layers():
+    conv, x, ei, ea = _ok()
+    ptr = torch.tensor([0, 5])
+    with pytest.raises(ValueError, match="layers: expected a non-empty"):
+        rasfast.graph_transformer_pool(x, ei, ea, ptr, [])
+    with pytest.raises(ValueError, match=r"layers\[1\]: in_channels"):
+        rasfast.graph_transformer_pool(x, ei, ea, ptr, [conv, _conv(4, 4, 2, edge_dim=3)])
+    with pytest.raises(ValueError, match=r"layers\[0\]: expected conv"):
+        rasfast.graph_transformer_pool(x, ei, ea, ptr, [(conv, None, True, 1)])
+
+
+def test_compiled_module_checks_its_buffers():
+    """The C++ entry points validate sizes themselves (second line of defence)."""
+    mod = rasfast.dispatch.cpu_module()
+    i64 = np.zeros(3, np.int64)
+    f = np.zeros((2, 12), np.float32)
+    with pytest.raises(ValueError):
+        mod.graph_conv_attend(np.array([0, 1, 2], np.int64), np.array([0, 5], np.int64),
+                              np.array([0, 1], np.int64), 0, f, 0, 4, f, 8, 4, 4, f, 0, 0, f, 0, 0, 0,
+                              1, 4, 0.5, np.empty(0, np.int64), np.zeros((1, 2, 4), np.float32),
+                              np.zeros((0, 0), np.float32))
+    with pytest.raises(ValueError):
+        mod.graph_conv_attend(i64, np.zeros(2, np.int64), np.zeros(2, np.int64), 7, f, 0, 4, f, 8, 4, 4,
+                              f, 0, 0, f, 0, 0, 0, 1, 4, 0.5, np.empty(0, np.int64),
+                              np.zeros((1, 2, 4), np.float32), np.zeros((0, 0), np.float32))
+
+
+# ---- GPU ---------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("backend", gpu_backends())
+@pytest.mark.parametrize("dtype,rel", [(torch.float32, 1e-4), (torch.float16, 5e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("heads,concat,beta,edge_dim", [(8, True, False, 16), (4, False, True, None),
+                                                        (1, True, True, 16)])
+def test_gpu_layer_matches_pyg(backend, dtype, rel, heads, concat, beta, edge_dim):
+    conv = _conv(32, 16, heads, concat, beta, edge_dim)
+    x, ei, ea = _graph(60, 300, 32, edge_dim, hub=None)
+    ei[1, :120] = 0  # a hub
+    ref = _pyg(conv.to(dtype).float(), x.to(dtype).float(), ei, None if ea is None else ea.to(dtype).float())
+    dev = torch.device("cuda")
+    out = rasfast.transformer_conv(x.to(dev, dtype), ei.to(dev), None if ea is None else ea.to(dev, dtype),
+                                   conv.to(dev, dtype), backend=backend)
+    assert out.dtype == dtype and out.is_cuda
+    _close(out.cpu(), ref, rel)
+
+
+@gpu
+@pytest.mark.parametrize("backend", gpu_backends())
+def test_gpu_pool_matches_pyg_stack(backend):
+    convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1),
+             _conv(32, 4, 8, edge_dim=12, seed=2)]
+    norms = [torch.nn.LayerNorm(32) for _ in range(2)]
+    x, ei, ea, ptr = _batch([5, 0, 9, 1, 13], 4, 24, 12)
+    ref = _pyg_stack(convs, norms, x, ei, ea, ptr)
+    dev = torch.device("cuda")
+    layers = [(convs[0].to(dev), norms[0].to(dev)), (convs[1].to(dev), norms[1].to(dev)), convs[2].to(dev)]
+    out = rasfast.graph_transformer_pool(x.to(dev), ei.to(dev), ea.to(dev), ptr.to(dev), layers,
+                                         backend=backend)
+    _close(out.cpu(), ref, 1e-4)
