@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import List, Optional
 
@@ -136,17 +137,20 @@ def _cmd_index(args) -> int:
 def _ras_for(args):
     """(ras, dataset) from --index DIR or --dataset NAME."""
     from .pipeline.system import build_ras
-    enc = _encoder(args)
-    planner, answerer = _llm_components(args)
     if getattr(args, "index", None):
         from .pipeline.corpus import load_flat_index
         ds, emb, manifest = load_flat_index(args.index)
-        if manifest["encoder"] != enc.name:
-            raise SystemExit(f"--index was built with encoder {manifest['encoder']!r}, "
-                             f"not {enc.name!r}: pass the matching --encoder")
+        built_with = "hashing" if manifest["encoder"].startswith("hashing") else "minilm"
+        if built_with != args.encoder:   # checked before loading any model
+            raise SystemExit(f"--index was built with encoder {manifest['encoder']!r}: "
+                             f"pass --encoder {built_with}")
+        enc = _encoder(args)
+        planner, answerer = _llm_components(args)
         return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                          embeddings=emb, graph_encoder=_graph_encoder(args, enc),
                          planner=planner, answerer=answerer), ds
+    enc = _encoder(args)
+    planner, answerer = _llm_components(args)
     ds = _dataset(args.dataset, args)
     return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                      graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer), ds
@@ -205,7 +209,13 @@ def _cmd_eval(args) -> int:
     enc = _encoder(args)
     planner, answerer = _llm_components(args)
     for name in names:
-        ds = _dataset(name, args)
+        try:
+            ds = _dataset(name, args)
+        except FileNotFoundError as e:
+            if len(names) == 1:
+                raise SystemExit(f"eval {name}: {e}")
+            print(f"\n{name}: skipped ({e})")
+            continue
         ras = build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                         graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
         t0 = time.perf_counter()
@@ -225,7 +235,8 @@ def _cmd_bench(args) -> int:
     from .bench import format_table, select_table
 
     if args.what == "select":
-        print(format_table(select_table(B=args.batch, N=args.n)))
+        ks = tuple(k for k in (10, 10_000, 250_000) if k <= args.n) or (args.n,)
+        print(format_table(select_table(B=args.batch, N=args.n, ks=ks)))
     return 0
 
 
@@ -245,6 +256,7 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     if dataset:
         p.add_argument("--dataset", default="demo", choices=DATASETS)
@@ -259,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     # hashing by default: no model load, so `make demo` takes seconds on a 2-core machine
     _loop_args(d, dataset=False, encoder="hashing")
     d.add_argument("--questions", type=int, default=6, help="questions to answer (half 2-hop, half 3-hop)")
-    d.add_argument("--trace", default="rasfast_demo_trace.json", help="Chrome trace output path")
+    d.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "rasfast_demo_trace.json"),
+                   help="Chrome trace output path (default: in the temp directory)")
     d.set_defaults(func=_cmd_demo)
 
     ix = sub.add_parser("index", help="index tools")
@@ -283,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     _loop_args(pr)
     pr.add_argument("--n", type=int, default=100)
     pr.add_argument("--batch", type=int, default=100)
-    pr.add_argument("--out", default="rasfast_profile")
+    pr.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rasfast_profile"),
+                    help="directory for the trace JSON and chart PNG (default: in the temp directory)")
     pr.add_argument("--no-warmup", dest="warmup", action="store_false")
     pr.set_defaults(func=_cmd_profile)
 

@@ -300,6 +300,7 @@ def test_heuristic_components_alone():
                    step_triples=[[("Alda Morven", "born in", "Tarsk"), ("Alda Morven", "born in year", "1954")]])
     st.graph = merge_steps(st.step_triples)
     assert HeuristicPlanner().plan([st]) == ["[SUBQ] Tarsk"]
+    assert HeuristicPlanner(with_relation_words=True).plan([st]) == ["[SUBQ] Tarsk country"]
     st.step_triples.append([("Tarsk", "country", "Velland")])
     st.graph = merge_steps(st.step_triples)
     st.subqueries.append("Tarsk")

@@ -9,6 +9,7 @@ subgraph per sub-query and cache it.
 """
 from __future__ import annotations
 
+import functools
 import re
 import string
 from typing import Dict, Iterable, List, Sequence, Tuple
@@ -21,9 +22,24 @@ _WS = re.compile(r"\s+")
 _PUNCT = string.punctuation + " \t\r\n\u2018\u2019\u201c\u201d"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_entity(s: str) -> str:
     """Case-folded, trimmed, white space collapsed, surrounding punctuation stripped."""
     return _WS.sub(" ", s.casefold()).strip(_PUNCT)
+
+
+_NONWORD = re.compile(r"[^\w\s]")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_form(s: str) -> str:
+    """" w1 w2 " from text: case-folded words only, padded, for whole-word containment."""
+    return " " + _WS.sub(" ", _NONWORD.sub(" ", s.casefold())).strip() + " "
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _norm_pred(p: str) -> str:
+    return _WS.sub(" ", p.strip())
 
 
 class QuestionGraph:
@@ -33,6 +49,7 @@ class QuestionGraph:
         self.triples: List[Tuple[int, str, int]] = []
         self._triple_id: Dict[Tuple[int, str, int], int] = {}
         self.steps: List[List[int]] = []
+        self._words: List[str] = []              # word form of each entity (for mentioned_in)
         self._out: Dict[int, List[int]] = {}     # entity id -> ids of triples with it as subject
         self._in: Dict[int, List[int]] = {}
 
@@ -44,15 +61,17 @@ class QuestionGraph:
             eid = len(self.entities)
             self._ent_id[key] = eid
             self.entities.append(name.strip())
+            self._words.append(_word_form(key))
         return -1 if eid is None else eid
 
     def add_step(self, triples: Iterable[Triple]) -> int:
         """Adds one step's triples; returns the step index. Empty fields are skipped."""
         ids: List[int] = []
+        seen = set()
         for s, p, o in triples:
             if not (normalize_entity(s) and normalize_entity(o) and p.strip()):
                 continue
-            key = (self.entity_id(s), _WS.sub(" ", p.strip()), self.entity_id(o))
+            key = (self.entity_id(s), _norm_pred(p), self.entity_id(o))
             tid = self._triple_id.get(key)
             if tid is None:
                 tid = len(self.triples)
@@ -60,7 +79,8 @@ class QuestionGraph:
                 self.triples.append(key)
                 self._out.setdefault(key[0], []).append(tid)
                 self._in.setdefault(key[2], []).append(tid)
-            if tid not in ids:
+            if tid not in seen:
+                seen.add(tid)
                 ids.append(tid)
         self.steps.append(ids)
         return len(self.steps) - 1
@@ -96,11 +116,10 @@ class QuestionGraph:
 
     def mentioned_in(self, text: str) -> List[int]:
         """Entities whose normal form occurs in ``text`` as whole words, longest first."""
-        norm = " " + _WS.sub(" ", re.sub(r"[^\w\s]", " ", text.casefold())) + " "
+        norm = _word_form(text)
         hits = []
-        for key, eid in self._ent_id.items():
-            k = " " + _WS.sub(" ", re.sub(r"[^\w\s]", " ", key)).strip() + " "
-            if len(k.strip()) >= 2 and k in norm:
+        for eid, k in enumerate(self._words):
+            if len(k) >= 4 and k in norm:
                 hits.append((len(k), eid))
         hits.sort(key=lambda x: (-x[0], x[1]))
         return [eid for _, eid in hits]

@@ -65,7 +65,8 @@ class DenseRetriever:
         emb = encode_cached(encoder, texts) if cache else encoder.encode(texts)
         return cls(passages, emb, encoder)
 
-    def _wrap(self, ids: np.ndarray, scores: np.ndarray) -> List[List[RetrievedPassage]]:
+    def to_passages(self, ids: np.ndarray, scores: np.ndarray) -> List[List[RetrievedPassage]]:
+        """Row ids/scores from :meth:`search` as passages (-1 padding dropped)."""
         out = []
         for row_i, row_s in zip(ids, scores):
             hits = []
@@ -87,7 +88,7 @@ class DenseRetriever:
             return []
         q = self.encoder.encode(list(queries))
         ids, scores = self.search(q, k)
-        return self._wrap(ids, scores)
+        return self.to_passages(ids, scores)
 
 
 class FaissRetriever(DenseRetriever):
@@ -110,34 +111,38 @@ class FaissRetriever(DenseRetriever):
 
 
 class ThemeIndexRetriever(DenseRetriever):
-    """Dense or theme-scoped search over a :class:`rasfast.ThemeIndex`.
+    """Dense flat or theme-scoped search over a :class:`rasfast.ThemeIndex`.
 
-    With ``K=None`` the search is flat over the whole index; with ``K`` set, the index first
-    keeps the K passages whose theme distributions are nearest the query's (the theme model
-    maps the query embedding to its distribution) and searches inside that scope.
+    With ``K=None`` the search is flat over the whole index (``index.dense_search``); with
+    ``K`` set, the index's theme model maps the query embeddings to theme vectors (``scope``
+    span) and ``index.search`` keeps the K theme-nearest rows (per shard or globally) and
+    returns the top-k by dense score inside them.
     """
 
-    def __init__(self, index, encoder, passages: Optional[Sequence] = None, theme_model=None,
-                 K: Optional[int] = None, theme_weight: float = 0.0):
+    def __init__(self, index, encoder, K: Optional[int] = None, scope: str = "per_shard",
+                 theme_weight: float = 0.0, backend: str = "auto"):
+        if encoder.dim != index.dim:
+            raise ValueError(f"encoder: dim {encoder.dim} != index dim {index.dim}")
+        if K is not None and (index.ppd is None or index.theme_model is None):
+            raise ValueError("K: theme scoping needs an index built with theme vectors and a theme model")
         self.index = index
-        self.passages = list(passages if passages is not None else index.passages)
         self.encoder = _timed(encoder)
-        self.theme_model = theme_model if theme_model is not None else getattr(index, "theme_model", None)
-        if K is not None and self.theme_model is None:
-            raise ValueError("K: theme scoping needs a theme model (theme_model=... or on the index)")
-        self.K = K
-        self.theme_weight = theme_weight
+        self.K, self.scope, self.theme_weight, self.backend = K, scope, theme_weight, backend
 
     def search(self, q_emb: np.ndarray, k: int):
-        q_ppd = None
-        if self.K is not None:
+        if self.K is None:
+            with span("dense", batch=len(q_emb), k=k):
+                ids, scores = self.index.dense_search(q_emb, k, backend=self.backend)
+        else:
             with span("scope", batch=len(q_emb), K=self.K):
-                q_ppd = np.asarray(self.theme_model.query_ppd(q_emb), dtype=np.float32)
-        with span("dense", batch=len(q_emb), k=k, scoped=self.K is not None):
-            res = self.index.search(q_ppd, q_emb, K=self.K, k=k, **(
-                {"theme_weight": self.theme_weight} if self.theme_weight else {}))
-        ids, scores = res[0], res[1]
+                q_ppd = self.index.query_ppd(q_emb)
+            with span("dense", batch=len(q_emb), k=k, K=self.K):
+                ids, scores = self.index.search(q_ppd, q_emb, self.K, k, scope=self.scope,
+                                                theme_weight=self.theme_weight, backend=self.backend)
         return np.asarray(ids), np.asarray(scores)
+
+    def to_passages(self, ids, scores) -> List[List[RetrievedPassage]]:
+        return self.index.passages(ids, scores)
 
 
 class GraphExpandedRetriever:
@@ -164,13 +169,12 @@ class GraphExpandedRetriever:
             fused = graph_expand(self.graph, q, [[i for i in row.tolist() if i >= 0] for row in ids],
                                  k=k, beam_width=self.beam_width, max_len=self.max_len,
                                  gamma=self.gamma, **self.expand_kwargs)
-        out = []
-        for row in fused:
-            pids = [int(p) for p in (row[0] if isinstance(row, tuple) else row)][:k]
-            out.append([RetrievedPassage(int(self.base.passages[p].pid), self.base.passages[p].title,
-                                         self.base.passages[p].text, 1.0 / (1 + r))
-                        for r, p in enumerate(pids)])
-        return out
+        rows = np.full((len(fused), k), -1, dtype=np.int64)
+        for b, row in enumerate(fused):
+            got = [int(p) for p in (row[0] if isinstance(row, tuple) else row)][:k]
+            rows[b, :len(got)] = got
+        # fused rank r scores 1/(1+r): a rank, not a similarity
+        return self.base.to_passages(rows, np.broadcast_to(1.0 / (1 + np.arange(k)), rows.shape))
 
 
 __all__ = ["DenseRetriever", "FaissRetriever", "ThemeIndexRetriever", "GraphExpandedRetriever"]
