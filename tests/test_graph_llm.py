@@ -243,3 +243,24 @@ def test_export_merged_decodes_the_same_through_an_engine(tok, tmp_path):
     want = m.generate(s, max_new_tokens=6)
     assert m.generate(s, max_new_tokens=6, engine=engine) == want
     assert any("lora_" in n for n, _ in m.model.named_parameters())  # export left the adapter in place
+
+
+def test_trains_with_the_rasfast_graph_encoder(tok):
+    """rasfast.GraphEncoder (autograd path in training): gradients reach its layers, and the
+    fused eval path serves generation afterwards."""
+    from rasfast import GraphEncoder, build_question_graph
+    from rasfast.encode import HashingEncoder
+    enc = HashingEncoder(32)
+    genc = GraphEncoder(in_channels=32, hidden=16, heads=2, num_layers=2, edge_dim=32)
+    model, _ = tiny_llama(hidden_size=32, num_layers=2, num_heads=2, tokenizer=tok, initializer_range=0.1)
+    m = GraphLLM(model, tok, genc, projector_hidden=32)
+    assert m.graph_dim == 16
+    qg = [build_question_graph([("Velora", "founded by", "Mira")], enc),
+          build_question_graph([("Mira", "born in", "Castrell")], enc)]
+    data = [GraphLLMSample("plan", "Where was Velora's founder born?", [], qg[:1], "[SUBQ] Where was Mira born?"),
+            GraphLLMSample("plan", "Where was Velora's founder born?", [], qg, "[SUFFICIENT]")]
+    before = genc.convs[0].lin_value.weight.detach().clone()  # (one in-edge per node: queries get no gradient)
+    losses = m.fit(data, epochs=3, batch_size=2, lr=1e-2)
+    assert all(map(lambda x: x == x, losses))
+    assert not torch.equal(before, genc.convs[0].lin_value.weight)
+    assert len(m.generate(data, max_new_tokens=3)) == 2

@@ -147,6 +147,9 @@ def test_from_cli_and_make_llm(server):
 
 
 def test_graph_llm_planner_and_answerer_in_the_loop(world):
+    """rasfast.GraphEncoder + GraphLLM (tiny random Llama) as the loop's planner/answerer; the
+    loop encodes each step's subgraph once through GraphLLM.subgraph_encoder."""
+    from rasfast import GraphEncoder
     from rasfast.llm.graph_llm import GraphLLM
     from rasfast.llm.tiny import tiny_llama
     from rasfast.pipeline import CachedTripleExtractor
@@ -154,26 +157,47 @@ def test_graph_llm_planner_and_answerer_in_the_loop(world):
     with torch_threads(1):
         model, tok = tiny_llama(hidden_size=32, num_layers=2, num_heads=2, seed=0, initializer_range=0.1)
         enc = HashingEncoder(64)
-        gl = GraphLLM(model, tok, StandInGraphEncoder(in_dim=64, out_dim=64), projector_hidden=32)
-
-        class LoopGraphEncoder:  # the loop's graph_encoder: triple lists -> vectors, via GraphLLM's encoder
-            def encode_subgraphs(self, subgraphs):
-                with gl.timer.stage("graph_llm.graph_encode"), torch.no_grad():
-                    return torch.stack([gl.graph_encoder([torch.from_numpy(enc.encode([s for s, _, o in sg] or ["-"]))])
-                                        for sg in subgraphs]).numpy()
-
+        genc = GraphEncoder(in_channels=64, hidden=32, heads=4, num_layers=2, edge_dim=64)
+        gl = GraphLLM(model, tok, genc, projector_hidden=32)
+        assert gl.graph_dim == 32
         ras = RAS(make_retriever("dense", world.passages, enc), CachedTripleExtractor.from_dataset(world),
                   GraphLLMPlanner(gl, max_new_tokens=6), GraphLLMAnswerer(gl, max_new_tokens=4),
-                  graph_encoder=LoopGraphEncoder(), max_iters=2, k=3)
+                  graph_encoder=gl.subgraph_encoder(enc), max_iters=2, k=3)
         qs = [q.question for q in world.questions[:4]]
         trace = Trace("graph llm")
         res = ras.run_batch(qs, trace=trace)
         assert all(r.error is None for r in res), [r.error for r in res]
         assert all(isinstance(r.answer, str) for r in res)
         names = {s.name for s in trace.spans}
-        assert {"plan", "answer", "graph_llm.graph_encode", "graph_llm.generate"} <= names
-        enc_spans = [s for s in trace.spans if s.name == "graph_llm.graph_encode"]
-        assert all(s.category == "model" for s in enc_spans)
-        # with the loop's per-step vectors, the planner projects them instead of re-encoding
+        assert {"plan", "answer", "graph_encode", "graph_llm.graph_encode", "graph_llm.generate"} <= names
+        assert all(s.category == "model" for s in trace.spans if s.name.startswith("graph_llm."))
         retrieved = [r for r in res if r.step_triples]
         assert retrieved and all(len(r.graph_embeddings) == len(r.step_triples) for r in retrieved)
+        # each step's subgraph went through the encoder once (the planner only projects the mean)
+        assert genc.cache_misses == len({tuple(t) for r in res for t in r.step_triples if t})
+
+
+def test_graph_llm_reads_question_graphs_from_the_text_encoder(world):
+    """Without loop-side vectors, GraphInputs builds rasfast question graphs per step (once)
+    and the GraphLLM encodes them in one pooled call per batch."""
+    from rasfast import GraphEncoder, build_question_graph
+    from rasfast.llm.graph_llm import GraphLLM
+    from rasfast.llm.tiny import tiny_llama
+
+    with torch_threads(1):
+        model, tok = tiny_llama(hidden_size=32, num_layers=2, num_heads=2, seed=0, initializer_range=0.1)
+        enc = HashingEncoder(64)
+        genc = GraphEncoder(in_channels=64, hidden=32, heads=4, num_layers=2, edge_dim=64)
+        gl = GraphLLM(model, tok, genc, projector_hidden=32)
+        steps = [[tuple(t) for t in world.triples[p]] for p in (0, 1, 2)]
+        states = [LoopState("q1?", ["q1?", "s"], steps[:2]), LoopState("q2?", ["q2?"], steps[2:]), LoopState("q3?")]
+        planner = GraphLLMPlanner(gl, text_encoder=enc, max_new_tokens=4)
+        out = planner.plan(states)
+        assert len(out) == 3 and genc.cache_misses == 3
+        planner.plan(states)
+        assert genc.cache_misses == 3 and len(planner.graphs._cache) == 3
+        # the pooled batch equals encoding each sample on its own
+        qg = [[build_question_graph(s, enc) for s in steps[:2]], [build_question_graph(steps[2], enc)]]
+        with torch.no_grad():
+            both = gl.encode_graphs(qg)
+            assert torch.allclose(both[0], genc(qg[0]), atol=1e-5) and torch.allclose(both[1], genc(qg[1]), atol=1e-5)

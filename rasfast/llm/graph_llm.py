@@ -52,9 +52,17 @@ class LoraSettings:
 
 
 def _graph_dim_of(encoder) -> Optional[int]:
-    for a in _DIM_ATTRS:
+    """The output width of a graph encoder: its projector's last Linear when it has one
+    (rasfast.GraphEncoder with llm_hidden), else ``hidden`` (rasfast.GraphEncoder) or a
+    conventional ``out_dim``-style attribute."""
+    proj = getattr(encoder, "projector", None)
+    if isinstance(proj, nn.Module):
+        lins = [m for m in proj.modules() if isinstance(m, nn.Linear)]
+        if lins:
+            return lins[-1].out_features
+    for a in ("hidden",) + _DIM_ATTRS:
         v = getattr(encoder, a, None)
-        if isinstance(v, int) and v > 0:
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
 
@@ -141,22 +149,39 @@ class GraphLLM(nn.Module):
     # -- graph side -----------------------------------------------------------------------
     def encode_graphs(self, graphs: Sequence[Any]) -> torch.Tensor:
         """``[B, graph_dim]`` float32: one vector per graph input (None/empty -> zeros;
-        a tensor passes through; anything else goes through the graph encoder)."""
-        vecs = []
+        a tensor passes through; a list of subgraphs goes through the graph encoder).
+
+        With a ``rasfast.GraphEncoder`` (no projector of its own), all subgraphs of the batch
+        are pooled in ONE fused ``encode_graphs`` call (cached per subgraph) and averaged per
+        sample; other encoders are called once per sample."""
+        vecs: List[Optional[torch.Tensor]] = [None] * len(graphs)
+        todo: List[Tuple[int, Any]] = []
         for i, g in enumerate(graphs):
             if g is None or (isinstance(g, (list, tuple)) and len(g) == 0):
-                v = torch.zeros(self.graph_dim, device=self.device)
+                vecs[i] = torch.zeros(self.graph_dim, device=self.device)
             elif isinstance(g, torch.Tensor):
-                v = g.to(self.device, torch.float32).reshape(-1)
+                vecs[i] = g.to(self.device, torch.float32).reshape(-1)
             else:
                 if self.graph_encoder is None:
                     raise ValueError(f"samples[{i}].graph: a graph needs a graph_encoder (or pass a vector)")
                 if isinstance(g, (list, tuple)) and self.max_subgraphs is not None:
                     g = list(g)[-self.max_subgraphs:]  # the oldest subgraphs go first
-                v = self.graph_encoder(g).to(self.device, torch.float32).reshape(-1)
+                todo.append((i, g))
+        enc = self.graph_encoder
+        pooled = callable(getattr(enc, "encode_graphs", None)) and getattr(enc, "projector", None) is None
+        if todo and pooled and all(isinstance(g, (list, tuple)) for _, g in todo):
+            flat = [sg for _, g in todo for sg in g]
+            allv = enc.encode_graphs(flat).to(self.device, torch.float32)
+            start = 0
+            for i, g in todo:
+                vecs[i] = allv[start:start + len(g)].mean(0)
+                start += len(g)
+        else:
+            for i, g in todo:
+                vecs[i] = enc(g).to(self.device, torch.float32).reshape(-1)
+        for i, v in enumerate(vecs):
             if v.numel() != self.graph_dim:
                 raise ValueError(f"samples[{i}].graph: encoded to {v.numel()} values, expected graph_dim={self.graph_dim}")
-            vecs.append(v)
         return torch.stack(vecs) if vecs else torch.zeros((0, self.graph_dim), device=self.device)
 
     def graph_tokens(self, graphs: Sequence[Any]) -> torch.Tensor:
@@ -389,6 +414,6 @@ class SubgraphEncoder:
         g = self.graph_llm
         g.eval()
         with g.timer.stage("graph_llm.graph_encode"):
-            vecs = [g.encode_graphs([[build_question_graph(list(sg), self.text_encoder)]])[0] if sg
-                    else torch.zeros(g.graph_dim, device=g.device) for sg in subgraphs]
-        return torch.stack(vecs).cpu().numpy() if vecs else torch.zeros((0, g.graph_dim)).numpy()
+            graphs = [[build_question_graph(list(sg), self.text_encoder)] if sg else None for sg in subgraphs]
+            vecs = g.encode_graphs(graphs)
+        return vecs.cpu().numpy()
