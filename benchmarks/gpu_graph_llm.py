@@ -20,21 +20,11 @@ import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from llm_throughput import make_pyg_encoder, planner_samples, prompts  # noqa: E402
+from llm_throughput import graph_encoders, planner_samples, prompts  # noqa: E402
 from machine import header_markdown, machine_info  # noqa: E402
 
 SIZES = {"tiny": dict(hidden_size=64, num_layers=2, num_heads=4),
          "1b": dict(hidden_size=2048, num_layers=16, num_heads=32, intermediate_size=5632)}
-
-
-def fused_encoder(convs, norms):
-    """rasfast.GraphEncoder with the PyG weights, when the gconv module is available."""
-    try:
-        from rasfast import GraphEncoder
-        return GraphEncoder.from_pyg(convs, norms)
-    except Exception as e:  # not merged yet, or a different signature
-        print(f"rasfast.GraphEncoder unavailable ({type(e).__name__}: {e}); PyG encoder only")
-        return None
 
 
 def main():
@@ -82,11 +72,7 @@ def main():
     model = model.to("cpu")
 
     # 2. GraphLLM per-stage trace, PyG encoder vs fused rasfast encoder
-    pyg, convs, norms = make_pyg_encoder(384)
-    encoders = {"pyg": pyg}
-    fused = fused_encoder(convs, norms)
-    if fused is not None:
-        encoders["rasfast"] = fused
+    encoders = graph_encoders(384)
     res["graph_llm"] = {}
     for name, enc in encoders.items():
         model, _ = tiny_llama(tokenizer=tok, seed=0, **SIZES[args.size])
@@ -98,6 +84,7 @@ def main():
         trace = Trace(f"graph_llm {name}")
         for bs in (1, 16):
             for _ in range(args.reps):
+                getattr(enc, "clear_cache", lambda: None)()  # cold subgraph encoding each rep
                 with trace.activate(), trace.span(f"planner batch {bs}", category="loop"):
                     for s in range(0, 16, bs):
                         gl.generate(samples[s:s + bs], max_new_tokens=args.new_tokens)
@@ -113,7 +100,7 @@ def main():
             gl.train_step(samples, opt)
         sync()
         step = (time.perf_counter() - t) / args.reps
-        trace.to_chrome(args.out + f"_{name}_trace.json")
+        trace.to_chrome(args.out + f"_{name.split('.')[0].split()[0].lower()}_trace.json")
         summ = gl.timer.summary()
         res["graph_llm"][name] = {"stages": summ, "train_step_s": step, "trace_summary": trace.summary()}
         lines += [f"\n## GraphLLM, {name} graph encoder (batch 1 and 16 calls, {args.reps} reps each)\n",
