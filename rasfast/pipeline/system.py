@@ -55,9 +55,11 @@ def build_ras(dataset, encoder: Union[str, Any] = "minilm", retriever: str = "de
               embeddings=None) -> RAS:
     """The default loop over a QADataset: dense retrieval over its passages, triples from the
     dataset (gold/OpenIE; sentence patterns for passages without), heuristic planner and
-    answerer sharing one encoder-backed reasoner (unless planner/answerer are given)."""
+    answerer sharing one encoder-backed reasoner (unless planner/answerer are given).
+    ``retriever`` is a kind for :func:`make_retriever` or a ready retriever object."""
     enc = make_encoder(encoder)
-    ret = make_retriever(retriever, dataset.passages, enc, embeddings, dataset=dataset)
+    ret = retriever if not isinstance(retriever, str) else \
+        make_retriever(retriever, dataset.passages, enc, embeddings, dataset=dataset)
     ext = CachedTripleExtractor.from_dataset(dataset, fallback=SentenceTripleExtractor()
                                              if getattr(dataset, "triples", None) is None else None)
     reasoner = GraphPathReasoner(ret.encoder)
