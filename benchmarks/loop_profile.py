@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
 import sys
 import tempfile
 import time
@@ -28,23 +27,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import header_markdown, machine_info  # noqa: E402
-
-
-def self_times(trace):
-    """Per stage: milliseconds not covered by nested spans (so stages add up to the wall)."""
-    spans = sorted(trace.spans, key=lambda s: (s.start_ns, -s.end_ns))
-    out = {}
-    for i, sp in enumerate(spans):
-        children, end = 0, sp.start_ns
-        for c in spans[i + 1:]:
-            if c.start_ns >= sp.end_ns:
-                break
-            if c.depth == sp.depth + 1 and c.start_ns >= end:
-                children += c.end_ns - c.start_ns
-                end = c.end_ns
-        key = f"{sp.name} ({sp.category})" if sp.category == "model" else sp.name
-        out[key] = out.get(key, 0.0) + (sp.end_ns - sp.start_ns - children) / 1e6
-    return out
 
 
 def run(encoder_name: str, n: int, repeats: int, seed: int, device: str = "cpu"):
@@ -72,7 +54,7 @@ def run(encoder_name: str, n: int, repeats: int, seed: int, device: str = "cpu")
         acc = sum(r.answer == q.answer for r, q in zip(results, world.questions)) / n
         reps.append({"wall_ms": wall, "model_ms": model, "overhead_ms": wall - model,
                      "overhead_share": (wall - model) / wall, "rounds": max(len(r.subqueries) for r in results),
-                     "accuracy": acc, "self_ms": self_times(trace), "trace": trace})
+                     "accuracy": acc, "self_ms": trace.self_times(), "trace": trace})
     return enc.name, reps
 
 
@@ -120,6 +102,9 @@ def main(argv=None) -> int:
                       f"rows add up to the wall time):", "", "| stage | ms | share |", "|---|---:|---:|"]
         for k, v in sorted(b["self_ms"].items(), key=lambda kv: -kv[1]):
             lines.append(f"| {k} | {v:.1f} | {100 * v / b['wall_ms']:.1f}% |")
+    lines += ["", "Repeats vary with machine load: a busy shared CPU slows the encoder more than "
+                  "the loop's own numpy/Python work, which lowers the share; the quiet repeats "
+                  "are the conservative (higher) numbers."]
     lines += ["", "Per-question overhead = overhead ms / questions; compare it with your LLM's "
                   "latency per call. Trace and chart: `loop_overhead_<encoder>_trace.json` "
                   "(Perfetto) and `loop_overhead_<encoder>.png`.", ""]

@@ -206,6 +206,28 @@ class Trace:
             total += cur_e - cur_s
         return total / 1e6
 
+    def self_times(self) -> Dict[str, float]:
+        """Exclusive milliseconds per stage: each span minus its direct children (same
+        thread), so the values add up to the traced wall time. Model spans are keyed
+        "<name> (model)"."""
+        out: Dict[str, float] = {}
+        by_tid: Dict[int, List[Span]] = {}
+        for sp in self.spans:
+            by_tid.setdefault(sp.tid, []).append(sp)
+        for spans in by_tid.values():
+            spans.sort(key=lambda s: (s.start_ns, -s.end_ns))
+            for i, sp in enumerate(spans):
+                children, end = 0, sp.start_ns
+                for c in spans[i + 1:]:
+                    if c.start_ns >= sp.end_ns:
+                        break
+                    if c.depth == sp.depth + 1 and c.start_ns >= end:
+                        children += c.end_ns - c.start_ns
+                        end = c.end_ns
+                key = f"{sp.name} (model)" if sp.category == "model" else sp.name
+                out[key] = out.get(key, 0.0) + (sp.end_ns - sp.start_ns - children) / 1e6
+        return out
+
     def model_time(self) -> float:
         """Milliseconds spent inside encoder / model calls (category ``"model"``)."""
         return self.union_ms("model")
@@ -240,21 +262,25 @@ class Trace:
         return path
 
     def plot(self, path: os.PathLike, title: Optional[str] = None) -> str:
-        """Writes a PNG bar chart of total time per stage (needs matplotlib)."""
+        """Writes a PNG stage breakdown (needs matplotlib): exclusive time per stage (nested
+        spans subtracted, so the bars add up to the wall time), model calls in orange."""
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError as e:
             raise ImportError("Trace.plot needs matplotlib (pip install 'rasfast[plot]')") from e
-        rows = self.summary_rows()
-        names = [r["stage"] for r in rows]
-        totals = [r["total_ms"] for r in rows]
-        fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(rows), 3) + 1.2))
-        ax.barh(names[::-1], totals[::-1], color="#4c72b0")
-        for y, v in enumerate(totals[::-1]):
-            ax.text(v, y, f" {v:.1f} ms", va="center", fontsize=8)
-        ax.set_xlabel("total time per stage (ms; nested stages overlap)")
+        items = sorted(self.self_times().items(), key=lambda kv: -kv[1])
+        names = [k for k, _ in items][::-1]
+        vals = [v for _, v in items][::-1]
+        wall = max(self.wall_ms(), 1e-9)
+        colors = ["#dd8452" if n.endswith("(model)") else "#4c72b0" for n in names]
+        fig, ax = plt.subplots(figsize=(7, 0.42 * max(len(names), 3) + 1.3))
+        ax.barh(names, vals, color=colors)
+        for y, v in enumerate(vals):
+            ax.text(v, y, f" {v:.1f} ms ({100 * v / wall:.1f}%)", va="center", fontsize=8)
+        ax.set_xlabel("exclusive time per stage, ms (orange: encoder/model calls)")
+        ax.set_xlim(0, max(vals + [1e-9]) * 1.3)
         ax.set_title(title or f"{self.name}: wall {self.wall_ms():.1f} ms")
         fig.tight_layout()
         path = os.fspath(path)

@@ -143,3 +143,11 @@ def test_loop_trace_has_the_stages(tmp_path, monkeypatch):
     assert {"plan", "retrieve", "encode", "dense", "extract", "graph_build", "graph_encode",
             "answer", "loop"} <= names
     jsonschema.validate(json.loads(open(r.trace.to_chrome(tmp_path / "t.json")).read()), CHROME_SCHEMA)
+
+
+def test_self_times_add_up_to_wall():
+    tr = make_trace()
+    st = tr.self_times()
+    assert set(st) == {"loop", "dense", "encode (model)", "answer"}
+    assert sum(st.values()) == pytest.approx(tr.wall_ms(), rel=1e-6)
+    assert st["encode (model)"] == pytest.approx(tr.model_time(), rel=1e-6)

@@ -70,7 +70,10 @@ class GraphPathReasoner:
     def __init__(self, encoder=None, max_hops: int = 4, encoder_weight: float = 0.1,
                  reverse_weight: float = 0.5, word_gain: float = 1.5):
         from ..encode import CachedEncoder
+        from ..profile import TimedEncoder
         self.encoder = None
+        if isinstance(encoder, TimedEncoder):   # this class records its own "encode" spans
+            encoder = encoder.encoder
         if encoder is not None:
             self.encoder = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(encoder)
         self.max_hops = max_hops
