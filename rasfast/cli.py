@@ -110,7 +110,8 @@ def _cmd_demo(args) -> int:
     for q, r in zip(qs, results):
         _print_result(r, q.answer)
     correct = sum(golden_match(r.answer or "", q.answers) for q, r in zip(qs, results))
-    print(f"\n{int(correct)}/{len(qs)} answered correctly (heuristic baseline planner/answerer)")
+    who = f"rasfast.llm {args.llm}" if planner is not None else "heuristic baseline planner/answerer"
+    print(f"\n{int(correct)}/{len(qs)} answered correctly ({who})")
     print(f"\nper-stage latency, batch of {len(qs)} questions:")
     print(trace.summary())
     path = trace.to_chrome(args.trace)

@@ -172,17 +172,18 @@ class Trace:
         """
         rows = self.summary_rows()
         gpu = any("gpu_ms" in r for r in rows)
-        head = f"{'stage':<14}{'count':>7}{'total ms':>11}{'mean ms':>10}{'p50 ms':>10}{'p95 ms':>10}"
+        w = max([14] + [len(r["stage"]) + 2 for r in rows])
+        head = f"{'stage':<{w}}{'count':>7}{'total ms':>11}{'mean ms':>10}{'p50 ms':>10}{'p95 ms':>10}"
         if gpu:
             head += f"{'gpu ms':>10}"
         lines = [head, "-" * len(head)]
         for r in rows:
-            line = (f"{r['stage']:<14}{r['count']:>7}{r['total_ms']:>11.2f}{r['mean_ms']:>10.3f}"
+            line = (f"{r['stage']:<{w}}{r['count']:>7}{r['total_ms']:>11.2f}{r['mean_ms']:>10.3f}"
                     f"{r['p50_ms']:>10.3f}{r['p95_ms']:>10.3f}")
             if gpu:
                 line += f"{r.get('gpu_ms', float('nan')):>10.2f}"
             lines.append(line)
-        lines.append(f"{'wall':<14}{'':>7}{self.wall_ms():>11.2f}")
+        lines.append(f"{'wall':<{w}}{'':>7}{self.wall_ms():>11.2f}")
         return "\n".join(lines)
 
     def wall_ms(self) -> float:
