@@ -26,7 +26,6 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -13,7 +13,8 @@ into shards (contiguous row ranges). On disk it is a directory (DESIGN.md sectio
 
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays; searches over a memory-mapped
 index (or with ``chunk_rows``) stream the corpus in chunks with bounded extra memory and
-return the same results as the in-memory search (see rasfast._index_stream).
+return exactly the in-memory result of the torch reference backend (and so the compiled
+backends' result up to their float rounding at the K-th distance; see rasfast._index_stream).
 
 Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
 
@@ -458,7 +459,9 @@ class ThemeIndex:
             k: results per query.
             theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
             backend: op backend for in-memory search ("auto" | "cpu" | "cuda" | "triton" |
-                "torch"). Streaming search computes with the torch reference formulas.
+                "torch"). Streaming search (CPU) reproduces the "torch" backend bit for bit;
+                compiled backends may differ from it only for rows whose theme distance is
+                within float rounding of the K-th distance.
             chunk_rows: stream the corpus in chunks of this many rows (default: stream only
                 when memory-mapped).
 

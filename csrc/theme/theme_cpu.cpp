@@ -22,8 +22,6 @@ namespace rasfast {
 namespace theme {
 namespace {
 
-using KeyBuf = std::unique_ptr<uint32_t[]>;
-
 const char* kPpdNonFinite =
     "corpus_ppd: contains NaN or infinite values (a theme distance is not finite)";
 const char* kEmbNonFinite =
@@ -70,7 +68,7 @@ void scope_typed(const float* q, int64_t B, int64_t T, const void* corpus, int64
   using S = typename Storage<D>::type;
   const int threads = omp_get_max_threads();
   const int64_t qb = query_block(B, N);
-  KeyBuf keys(new uint32_t[(size_t)(qb * N)]);
+  KeyMatrix keys(qb * N);
   for (int64_t b0 = 0; b0 < B; b0 += qb) {
     const int64_t nb = std::min(qb, B - b0);
     PaddedQueries qs = pad_queries(q + b0 * T, nb, T);
@@ -104,6 +102,27 @@ void theme_scope_cpu(py::array q, py::array corpus, int dtype_code, int64_t K, b
   int64_t* op = mutable_ptr<int64_t>(out);
   py::gil_scoped_release nogil;
   RASFAST_DISPATCH_DTYPE(dt, D, { scope_typed<D>(qp, B, T, cp, N, K, ip, op); })
+}
+
+// Pass 1 alone (keys[b, i]), for tests of the scan and for measuring its bandwidth.
+void theme_scan_keys_cpu(py::array q, py::array corpus, int dtype_code, bool ip, py::array out) {
+  const DType dt = dtype_from_code(dtype_code);
+  check_buffer(q, "q_ppd", 2, 4);
+  const int64_t B = q.shape(0), T = q.shape(1);
+  check_buffer(corpus, "corpus_ppd", 2, dtype_itemsize(dt), {-1, T});
+  const int64_t N = corpus.shape(0);
+  require(T >= 1, "corpus_ppd: needs T >= 1");
+  check_buffer(out, "out", 2, 4, {B, N});
+  const float* qp = const_ptr<float>(q);
+  const void* cp = corpus.data();
+  uint32_t* op = mutable_ptr<uint32_t>(out);
+  py::gil_scoped_release nogil;
+  PaddedQueries qs = pad_queries(qp, B, T);
+  bool ok = true;
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    ok = scan_keys<D>(qs, static_cast<const typename Storage<D>::type*>(cp), N, ip, op);
+  })
+  if (!ok) throw py::value_error(kPpdNonFinite);
 }
 
 // ------------------------------------------------------------------------ scoped dense
@@ -212,7 +231,7 @@ void fused_typed(const FusedArgs& a) {
   using SP = typename Storage<DP>::type;
   const int threads = omp_get_max_threads();
   const int64_t qb = query_block(a.B, a.N);
-  KeyBuf keys(new uint32_t[(size_t)(qb * a.N)]);
+  KeyMatrix keys(qb * a.N);
   for (int64_t b0 = 0; b0 < a.B; b0 += qb) {
     const int64_t nb = std::min(qb, a.B - b0);
     PaddedQueries qs = pad_queries(a.q_ppd + b0 * a.T, nb, a.T);
@@ -261,6 +280,9 @@ void bind(py::module_& m) {
         py::arg("emb_dtype_code"), py::arg("K"), py::arg("k"), py::arg("theme_weight"),
         py::arg("ip"), py::arg("out_ids"), py::arg("out_scores"),
         "Fused theme scoping (radix-select threshold, no sort) + dense top-k.");
+  m.def("theme_scan_keys", &theme_scan_keys_cpu, py::arg("q_ppd"), py::arg("corpus_ppd"),
+        py::arg("dtype_code"), py::arg("ip"), py::arg("out"),
+        "Pass 1 only: ordered uint32 keys [B, N] of squared L2 (or inverted ip keys).");
   m.def("theme_simd_level", []() { return std::string(simd().name); },
         "SIMD variant the theme kernels run with on this CPU.");
 }

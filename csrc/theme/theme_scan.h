@@ -8,6 +8,7 @@
 // (||q||^2 + ||c||^2 - 2 q.c, float32 accumulation). Threads split the tiles.
 #pragma once
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -71,16 +72,29 @@ bool scan_keys(const PaddedQueries& qs, const typename Storage<D>::type* corpus,
       // Rows nr..nr4 of the last tile hold stale finite data; their results are unused.
       const int64_t nr4 = (nr + 3) / 4 * 4;
       s.dot_tile(tile.get(), nr4, qs.data.get(), Bp, ld, dots.get());
+      // Keys of this tile, query by query (contiguous, vectorisable). v - v is NaN
+      // exactly when v is NaN or inf, so `chk` flags a non-finite distance.
+      float chk = 0.f;
       for (int64_t b = 0; b < B; ++b) {
         uint32_t* kb = keys + b * N + i0;
+        const float* db = dots.get() + b * nr4;
         const float qn = qs.norm[(size_t)b];
-        for (int64_t r = 0; r < nr; ++r) {
-          const float dot = dots[r * Bp + b];
-          const float v = ip ? dot : qn + cn[r] - 2.f * dot;
-          bad |= !std::isfinite(v);
-          kb[r] = select_key(v, ip);
+        if (ip) {
+#pragma omp simd reduction(+ : chk)
+          for (int64_t r = 0; r < nr; ++r) {
+            chk += db[r] - db[r];
+            kb[r] = ~float_to_key(db[r]);
+          }
+        } else {
+#pragma omp simd reduction(+ : chk)
+          for (int64_t r = 0; r < nr; ++r) {
+            const float v = qn + cn[r] - 2.f * db[r];
+            chk += v - v;
+            kb[r] = float_to_key(v);
+          }
         }
       }
+      bad |= chk != 0.f;
     }
   }
   return bad == 0;
@@ -122,6 +136,25 @@ inline std::vector<ScopeCut> scope_cuts(const uint32_t* keys, int64_t B, int64_t
   }
   return cuts;
 }
+
+// The [B, N] key matrix (64 MiB at B=16, N=1M), 2 MiB-aligned and advised to use
+// transparent huge pages: with 4 KiB pages its first touch costs ~16k page faults per call.
+struct KeyMatrix {
+  uint32_t* p = nullptr;
+  explicit KeyMatrix(int64_t n) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(uint32_t) + kHuge - 1) / kHuge * kHuge;
+    p = static_cast<uint32_t*>(std::aligned_alloc(kHuge, bytes));
+    if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);  // advisory; ignored where THP is off
+#endif
+  }
+  ~KeyMatrix() { std::free(p); }
+  KeyMatrix(const KeyMatrix&) = delete;
+  KeyMatrix& operator=(const KeyMatrix&) = delete;
+  uint32_t* get() const { return p; }
+};
 
 // Queries per pass-1 block so that the key matrix stays within budget (B x N uint32).
 inline int64_t query_block(int64_t B, int64_t N) {

@@ -36,7 +36,7 @@ inline FloatBuf aligned_floats(int64_t n) {
   return FloatBuf(p);
 }
 
-// dot_tile(rows, nrows, qs, nq, ld, out): out[r * nq + b] = <rows[r], qs[b]> over ld floats.
+// dot_tile(rows, nrows, qs, nq, ld, out): out[b * nrows + r] = <rows[r], qs[b]> over ld floats.
 // rows/qs are 64-byte aligned with stride ld (multiple of kPad), nrows a multiple of 4,
 // nq a multiple of 4. R rows x 4 queries of accumulators stay in registers.
 using DotTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
@@ -44,8 +44,7 @@ using DotTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t
 using DotFn = float (*)(const float*, const float*, int64_t);
 
 #define RASFAST_THEME_KERNELS(SUFFIX, ATTR, W, R)                                              \
-  typedef float vec_##SUFFIX __attribute__((vector_size(4 * W)));                             \
-  typedef float uvec_##SUFFIX __attribute__((vector_size(4 * W), aligned(4)));                \
+  RASFAST_THEME_DOT(SUFFIX, ATTR, W)                                                           \
   ATTR static void dot_tile_##SUFFIX(const float* __restrict rows, int64_t nrows,              \
                                      const float* __restrict qs, int64_t nq, int64_t ld,       \
                                      float* __restrict out) {                                  \
@@ -72,11 +71,15 @@ using DotFn = float (*)(const float*, const float*, int64_t);
           for (int j = 0; j < 4; ++j) {                                                        \
             float s = 0.f;                                                                     \
             for (int l = 0; l < W; ++l) s += acc[i][j][l];                                     \
-            out[(r0 + i) * nq + b0 + j] = s;                                                   \
+            out[(b0 + j) * nrows + r0 + i] = s;                                                \
           }                                                                                    \
       }                                                                                        \
     }                                                                                          \
-  }                                                                                            \
+  }
+
+#define RASFAST_THEME_DOT(SUFFIX, ATTR, W)                                                     \
+  typedef float vec_##SUFFIX __attribute__((vector_size(4 * W)));                             \
+  typedef float uvec_##SUFFIX __attribute__((vector_size(4 * W), aligned(4)));                \
   ATTR static float dot_##SUFFIX(const float* __restrict a, const float* __restrict b,         \
                                  int64_t n) {                                                  \
     typedef uvec_##SUFFIX U;                                                                   \
@@ -96,12 +99,59 @@ using DotFn = float (*)(const float*, const float*, int64_t);
   }
 
 #if defined(RASFAST_THEME_X86)
-RASFAST_THEME_KERNELS(avx512, __attribute__((target("avx512f"))), 16, 4)
+RASFAST_THEME_DOT(avx512, __attribute__((target("avx512f"))), 16)
+
+// AVX-512 dot_tile with a transposing reduction: the 16 accumulators of a 4-row x 4-query
+// block (16 lanes each) are summed into ONE vector of 16 dot products by 4 levels of
+// two-source shuffles + adds (15 adds) instead of 16 x 15 scalar adds. The addition tree
+// is the same for every (row, query) lane, so results stay position-independent.
+#define RF_SH(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+__attribute__((target("avx512f"))) static void dot_tile_avx512t(
+    const float* __restrict rows, int64_t nrows, const float* __restrict qs, int64_t nq,
+    int64_t ld, float* __restrict out) {
+  typedef vec_avx512 V;
+  for (int64_t r0 = 0; r0 < nrows; r0 += 4) {
+    for (int64_t b0 = 0; b0 < nq; b0 += 4) {
+      V x[16];
+      _Pragma("GCC unroll 16") for (int m = 0; m < 16; ++m) x[m] = V{};
+      const float* rp = rows + r0 * ld;
+      const float* qp = qs + b0 * ld;
+      for (int64_t t = 0; t < ld; t += 16) {
+        V q0 = *(const V*)(qp + t), q1 = *(const V*)(qp + ld + t);
+        V q2 = *(const V*)(qp + 2 * ld + t), q3 = *(const V*)(qp + 3 * ld + t);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
+          V c = *(const V*)(rp + i * ld + t);
+          x[4 * i + 0] += c * q0;
+          x[4 * i + 1] += c * q1;
+          x[4 * i + 2] += c * q2;
+          x[4 * i + 3] += c * q3;
+        }
+      }
+      V y[8], z[4], u[2];
+      _Pragma("GCC unroll 8") for (int p = 0; p < 8; ++p)
+        y[p] = RF_SH(x[2 * p], x[2 * p + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               RF_SH(x[2 * p], x[2 * p + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+      _Pragma("GCC unroll 4") for (int p = 0; p < 4; ++p)
+        z[p] = RF_SH(y[2 * p], y[2 * p + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               RF_SH(y[2 * p], y[2 * p + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+      _Pragma("GCC unroll 2") for (int p = 0; p < 2; ++p)
+        u[p] = RF_SH(z[2 * p], z[2 * p + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               RF_SH(z[2 * p], z[2 * p + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+      const V v = RF_SH(u[0], u[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+                  RF_SH(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+      // lane m = <row r0 + m / 4, query b0 + m % 4>
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) out[(b0 + j) * nrows + r0 + i] = v[4 * i + j];
+    }
+  }
+}
+#undef RF_SH
 RASFAST_THEME_KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 2)
 #endif
 RASFAST_THEME_KERNELS(base, , 4, 2)
 
 #undef RASFAST_THEME_KERNELS
+#undef RASFAST_THEME_DOT
 
 struct Simd {
   DotTileFn dot_tile;
@@ -113,7 +163,7 @@ inline const Simd& simd() {
   static const Simd s = []() -> Simd {
 #if defined(RASFAST_THEME_X86)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return {dot_tile_avx512, dot_avx512, "avx512"};
+    if (__builtin_cpu_supports("avx512f")) return {dot_tile_avx512t, dot_avx512, "avx512"};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       return {dot_tile_avx2, dot_avx2, "avx2"};
 #endif

@@ -250,6 +250,14 @@ def _fused_cpu(q, qe, c, e, K, k, w, metric):
 
 
 # ----------------------------------------------------------------------------- cuda
+def _cuda_k(k):
+    """The CUDA top-k keeps per-warp lists in shared memory, so k is bounded there."""
+    kmax = _bk.cuda_module().theme_max_k
+    if k > kmax:
+        raise ValueError(f"k: backend 'cuda' supports k <= {kmax}, got {k}; use backend='triton' "
+                         "or 'torch' for larger k")
+
+
 def _scope_cuda(q, c, K, metric):
     out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
     with torch.cuda.device(q.device):
@@ -260,6 +268,7 @@ def _scope_cuda(q, c, K, metric):
 
 
 def _dense_cuda(q, e, s, k):
+    _cuda_k(k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with torch.cuda.device(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
@@ -270,6 +279,7 @@ def _dense_cuda(q, e, s, k):
 
 
 def _fused_cuda(q, qe, c, e, K, k, w, metric):
+    _cuda_k(k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with torch.cuda.device(q.device):
         _bk.cuda_module().theme_scoped_search(

@@ -1,0 +1,151 @@
+"""GPU benchmark of the theme ops (run in a GPU session; needs rasfast._cuda and a device).
+
+Issue 3's GPU target: N=5,000,000, T=298 float16, D=768 float16, B=64, K=250,000, k=10.
+Measures, in one run:
+- device copy bandwidth (torch copy_ of a 2 GiB tensor, read + write bytes / s);
+- the cuda PPD scan (pass 1 alone): corpus-PPD bytes read / s, and as a fraction of copy;
+- theme_scoped_search cuda (and triton) end to end;
+- the torch peer: f16 matmul distances + topk(K) + gather + bmm + topk (query-chunked so the
+  gathered [B, K, D] block fits), and theme_scope cuda vs torch.topk + sort.
+Writes benchmarks/results/theme_gpu.md/.json.
+
+    .venv/bin/python benchmarks/gpu_theme.py            # issue sizes (~14 GB of GPU memory)
+    .venv/bin/python benchmarks/gpu_theme.py --n 500000 # quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import rasfast  # noqa: E402
+from machine import header_markdown, machine_info  # noqa: E402
+
+
+def cuda_time(fn, repeats):
+    """(result, best seconds, all seconds) with CUDA events around each call."""
+    out, times = None, []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return out, min(times), times
+
+
+def make_data(n, t, d, b, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def unit(x):
+        return (x / x.norm(dim=1, keepdim=True)).to(dtype)
+
+    c = torch.empty((n, t), dtype=dtype, device="cuda")
+    e = torch.empty((n, d), dtype=dtype, device="cuda")
+    step = 1 << 20
+    for s in range(0, n, step):  # chunked so float32 temporaries stay small
+        m = min(step, n - s)
+        c[s:s + m] = unit(torch.rand((m, t), device="cuda", generator=g))
+        e[s:s + m] = unit(torch.randn((m, d), device="cuda", generator=g))
+    q = unit(torch.rand((b, t), device="cuda", generator=g))
+    qe = unit(torch.randn((b, d), device="cuda", generator=g))
+    return q, qe, c, e
+
+
+def torch_peer(q, qe, c, e, K, k, cn, chunk=8):
+    d = (q.float() * q.float()).sum(1, keepdim=True) + cn[None] - 2.0 * (q.to(c.dtype) @ c.T).float()
+    scope = torch.topk(d, K, dim=1, largest=False, sorted=False).indices
+    ids, vals = [], []
+    for s in range(0, q.shape[0], chunk):
+        rows = e[scope[s:s + chunk]]  # [chunk, K, D]
+        sc = torch.bmm(rows, qe[s:s + chunk, :, None].to(e.dtype))[:, :, 0].float()
+        top = torch.topk(sc, k, dim=1)
+        ids.append(torch.gather(scope[s:s + chunk], 1, top.indices))
+        vals.append(top.values)
+    return torch.cat(ids), torch.cat(vals)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=5_000_000)
+    ap.add_argument("--t", type=int, default=298)
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--b", type=int, default=64)
+    ap.add_argument("--K", type=int, default=250_000)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results" / "theme_gpu"))
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_theme.py needs a CUDA device")
+    dtype = getattr(torch, a.dtype)
+    N, T, D, B, K, k, R = a.n, a.t, a.d, a.b, a.K, a.k, a.repeats
+    q, qe, c, e = make_data(N, T, D, B, dtype)
+    cuda = rasfast.dispatch.cuda_module()
+    res = {"sizes": dict(N=N, T=T, D=D, B=B, K=K, k=k, dtype=a.dtype), "machine": machine_info(),
+           "times_s": {}}
+    tm = res["times_s"]
+
+    def run(name, fn, repeats=R):
+        out, best, _ = cuda_time(fn, repeats)
+        tm[name] = best
+        print(f"{name:40s} {best * 1e3:9.2f} ms", flush=True)
+        return out
+
+    # copy bandwidth
+    x = torch.empty(1 << 29, dtype=torch.float32, device="cuda")  # 2 GiB
+    y = torch.empty_like(x)
+    run("device copy (2 GiB)", lambda: y.copy_(x))
+    copy_bps = 2 * x.numel() * 4 / tm["device copy (2 GiB)"]
+    del x, y
+    # PPD scan alone
+    keys = torch.empty((B, N), dtype=torch.int32, device="cuda")
+    qf = q.float().contiguous()
+    code = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
+    stream = torch.cuda.current_stream().cuda_stream
+    run("cuda PPD scan (pass 1)",
+        lambda: cuda.theme_scan_keys(qf.data_ptr(), c.data_ptr(), code, B, N, T, False,
+                                     keys.data_ptr(), stream))
+    del keys
+    scan_bps = c.numel() * c.element_size() / tm["cuda PPD scan (pass 1)"]
+    res["bandwidth"] = {"device_copy_bytes_per_s": copy_bps, "ppd_scan_read_bytes_per_s": scan_bps,
+                        "fraction_of_copy": scan_bps / copy_bps}
+
+    ours = run("rasfast cuda theme_scoped_search",
+               lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
+    run("rasfast cuda theme_scope (sorted K)", lambda: rasfast.theme_scope(q, c, K, backend="cuda"))
+    if not a.no_triton:
+        run("rasfast triton theme_scoped_search",
+            lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="triton"))
+    cn = torch.cat([(c[s:s + (1 << 20)].float() ** 2).sum(1) for s in range(0, N, 1 << 20)])
+    peer = run("torch matmul+topk+gather+bmm+topk", lambda: torch_peer(q, qe, c, e, K, k, cn))
+    res["speedup_vs_torch"] = tm["torch matmul+topk+gather+bmm+topk"] / tm["rasfast cuda theme_scoped_search"]
+    res["ids_identical_to_torch_peer"] = float((ours[0] == peer[0]).float().mean())
+    out = pathlib.Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2))
+    bw = res["bandwidth"]
+    lines = ["# theme ops on GPU", "", header_markdown(),
+             f"Sizes: N={N:,}, T={T}, D={D}, B={B}, K={K:,}, k={k}, {a.dtype}; best of {R}.", "",
+             "| method | best ms |", "|---|---:|"]
+    lines += [f"| {n} | {t * 1e3:.2f} |" for n, t in tm.items()]
+    lines += ["", f"- PPD scan reads {bw['ppd_scan_read_bytes_per_s'] / 1e9:.0f} GB/s = "
+              f"{bw['fraction_of_copy'] * 100:.0f}% of device copy {bw['device_copy_bytes_per_s'] / 1e9:.0f} GB/s",
+              f"- theme_scoped_search cuda vs torch peer: {res['speedup_vs_torch']:.2f}x",
+              f"- ids identical to the torch peer: {res['ids_identical_to_torch_peer'] * 100:.2f}% "
+              "(differences only expected at the K-th-distance boundary / f16 matmul rounding)", ""]
+    out.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""theme_scope / scoped_dense_search / theme_scoped_search: every backend vs the torch reference.
+
+Two kinds of parity:
+- exact: small-integer data, where every formula (direct (x-y)^2, norm expansion, any
+  summation order) is exact in float32, so results must equal the reference bit for bit,
+  including the id tie-breaks (small integers tie a lot; rows are also duplicated);
+- tolerant: random float data in all storage dtypes, checked with
+  rasfast.reference.theme_check (disagreement allowed only within tol of the K-th distance).
+"""
+import numpy as np
+import pytest
+import torch
+from backends_util import cpu_backends, gpu_backends
+from conftest import gpu
+
+import rasfast
+from rasfast.reference.theme_check import check_scoped_search, check_theme_scope
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+CPU = ["cpu"]
+TRITON = [b for b in cpu_backends() if b == "triton"]
+
+
+def int_data(B, N, T, D, dtype=torch.float32, seed=0, dup=True):
+    """Small integers (exact in every dtype and formula); some corpus rows duplicated."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 3, (B, T), generator=g).to(dtype)
+    c = torch.randint(0, 3, (N, T), generator=g).to(dtype)
+    qe = torch.randint(-2, 3, (B, D), generator=g).to(dtype)
+    e = torch.randint(-2, 3, (N, D), generator=g).to(dtype)
+    if dup and N >= 4:
+        src = torch.randint(0, N, (N // 3,), generator=g)
+        dst = torch.randint(0, N, (N // 3,), generator=g)
+        c[dst] = c[src]
+        e[dst] = e[src]
+    return q, qe, c, e
+
+
+def float_data(B, N, T, D, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def unit(x):
+        return (x / x.norm(dim=1, keepdim=True)).to(dtype)
+
+    q = unit(torch.rand(B, T, generator=g))
+    c = unit(torch.rand(N, T, generator=g))
+    c[N // 2] = c[0]  # an exact duplicate row
+    qe = unit(torch.randn(B, D, generator=g))
+    e = unit(torch.randn(N, D, generator=g))
+    return q, qe, c, e
+
+
+def ref_scope(q, c, K, metric):
+    return rasfast.theme_scope(q, c, K, metric, backend="torch")
+
+
+def ref_fused(q, qe, c, e, K, k, w, metric):
+    return rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend="torch")
+
+
+# --------------------------------------------------------------------------- exact parity
+EXACT_CASES = [  # B, N, T, D, K, k
+    (3, 50, 7, 5, 8, 3),
+    (5, 130, 17, 33, 40, 10),     # N crosses the 64-row tile, B not a multiple of 4
+    (1, 1, 3, 2, 1, 1),           # N = 1
+    (2, 3, 4, 3, 10, 5),          # K >= N, k > N
+    (4, 200, 298, 16, 20, 25),    # k > K, T = 298
+    (6, 2100, 9, 8, 700, 7),      # crosses the 1024-row scoring chunks
+]
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", EXACT_CASES)
+def test_exact_parity(backend, dtype, case):
+    B, N, T, D, K, k = case
+    q, qe, c, e = int_data(B, N, T, D, dtype, seed=N)
+    for metric in ("l2", "ip"):
+        want = ref_scope(q, c, K, metric)
+        assert torch.equal(rasfast.theme_scope(q, c, K, metric, backend=backend), want)
+        for w in (0.0, 0.5):
+            wi, ws = ref_fused(q, qe, c, e, K, k, w, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend=backend)
+            assert torch.equal(gi, wi), (metric, w)
+            assert torch.equal(gs, ws), (metric, w)
+        scope = want
+        wi, ws = rasfast.scoped_dense_search(qe, e, scope, k, backend="torch")
+        gi, gs = rasfast.scoped_dense_search(qe, e, scope, k, backend=backend)
+        assert torch.equal(gi, wi) and torch.equal(gs, ws)
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_all_rows_identical_ties_by_id(backend):
+    """Every corpus row equal: the scope is ids 0..K-1 and the top-k is 0..k-1."""
+    q = torch.rand(3, 11)
+    c = torch.rand(1, 11).repeat(100, 1)
+    e = torch.rand(1, 6).repeat(100, 1)
+    qe = torch.rand(3, 6)
+    for metric in ("l2", "ip"):
+        ids = rasfast.theme_scope(q, c, 30, metric, backend=backend)
+        assert torch.equal(ids, torch.arange(30).repeat(3, 1))
+        gi, _ = rasfast.theme_scoped_search(q, qe, c, e, 30, 5, 0.1, metric, backend=backend)
+        assert torch.equal(gi, torch.arange(5).repeat(3, 1))
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_scope_padding_and_minus_one(backend):
+    q, qe, c, e = int_data(2, 20, 5, 4)
+    scope = torch.tensor([[3, -1, 7, 1, -1], [-1, -1, -1, -1, -1]])
+    gi, gs = rasfast.scoped_dense_search(qe, e, scope, 6, backend=backend)
+    wi, ws = rasfast.scoped_dense_search(qe, e, scope, 6, backend="torch")
+    assert torch.equal(gi, wi) and torch.equal(gs, ws)
+    assert (gi[0, 3:] == -1).all() and torch.isneginf(gs[0, 3:]).all()
+    assert (gi[1] == -1).all()
+    # int32 scope ids are accepted too
+    gi32, _ = rasfast.scoped_dense_search(qe, e, scope.int(), 6, backend=backend)
+    assert torch.equal(gi32, wi)
+
+
+# --------------------------------------------------------------------------- tolerant parity
+FLOAT_CASES = [(4, 300, 298, 384, 60, 10), (1, 97, 13, 7, 96, 100), (7, 1500, 31, 65, 400, 3)]
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", FLOAT_CASES)
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_float_parity_with_tolerance(backend, dtype, case, metric):
+    B, N, T, D, K, k = case
+    q, qe, c, e = float_data(B, N, T, D, dtype, seed=B * N)
+    ids = rasfast.theme_scope(q, c, K, metric, backend=backend)
+    check_theme_scope(ids, q, c, K, metric)
+    for w in (0.0, 0.1):
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend=backend)
+        check_scoped_search(gi, gs, q, qe, c, e, K, k, w, metric)
+    gi, gs = rasfast.scoped_dense_search(qe, e, ids, k, backend=backend)
+    check_scoped_search(gi, gs, None, qe, None, e, K, k, scope_ids=ids)
+
+
+def test_checker_rejects_wrong_results():
+    """The tolerance checks must be able to fail."""
+    q, qe, c, e = float_data(2, 200, 9, 5)
+    ids = ref_scope(q, c, 20, "l2")
+    bad = ids.clone()
+    bad[0, 0] = ref_scope(q, c, 200, "l2")[0, -1]  # the farthest row
+    with pytest.raises(AssertionError):
+        check_theme_scope(bad, q, c, 20)
+    gi, gs = ref_fused(q, qe, c, e, 20, 5, 0.0, "l2")
+    with pytest.raises(AssertionError):
+        check_scoped_search(gi.flip(1), gs.flip(1), q, qe, c, e, 20, 5)
+    with pytest.raises(AssertionError):
+        check_scoped_search(gi, gs + 0.1, q, qe, c, e, 20, 5)
+
+
+def test_numpy_in_numpy_out():
+    q, qe, c, e = (x.numpy() for x in float_data(3, 100, 8, 6))
+    ids = rasfast.theme_scope(q, c, 10)
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.shape == (3, 10)
+    gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 10, 4)
+    assert isinstance(gi, np.ndarray) and gs.dtype == np.float32
+    gi2, _ = rasfast.scoped_dense_search(qe, e, ids, 4)
+    assert isinstance(gi2, np.ndarray)
+
+
+def test_mixed_dtypes_and_empty_batch():
+    q, qe, c, e = int_data(3, 40, 6, 5)
+    want = ref_fused(q, qe, c, e, 10, 3, 0.0, "l2")
+    got = rasfast.theme_scoped_search(q.half(), qe, c.bfloat16(), e.half(), 10, 3, backend="cpu")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    empty = rasfast.theme_scoped_search(q[:0], qe[:0], c, e, 10, 3, backend="cpu")
+    assert empty[0].shape == (0, 3) and empty[1].shape == (0, 3)
+    assert rasfast.theme_scope(q[:0], c, 100, backend="cpu").shape == (0, 40)
+
+
+# --------------------------------------------------------------------------- triton (tiny)
+@pytest.mark.parametrize("backend", TRITON)
+def test_triton_tiny(backend):
+    for dtype in DTYPES:
+        q, qe, c, e = int_data(3, 37, 5, 6, dtype, seed=3)
+        for metric in ("l2", "ip"):
+            assert torch.equal(rasfast.theme_scope(q, c, 9, metric, backend=backend),
+                               ref_scope(q, c, 9, metric))
+            wi, ws = ref_fused(q, qe, c, e, 9, 4, 0.5, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 9, 4, 0.5, metric, backend=backend)
+            assert torch.equal(gi, wi) and torch.equal(gs, ws)
+    q, qe, c, e = float_data(2, 50, 7, 9, seed=5)
+    gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 60, 70, 0.1, "l2", backend=backend)
+    check_scoped_search(gi, gs, q, qe, c, e, 60, 70, 0.1, "l2")
+    q, qe, c, e = float_data(2, 300, 7, 9, seed=6)
+    for metric in ("l2", "ip"):
+        check_theme_scope(rasfast.theme_scope(q, c, 40, metric, backend=backend), q, c, 40, metric)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 40, 5, 0.1, metric, backend=backend)
+        check_scoped_search(gi, gs, q, qe, c, e, 40, 5, 0.1, metric)
+    scope = ref_scope(q, c, 12, "l2")
+    gi, gs = rasfast.scoped_dense_search(qe, e, scope, 5, backend=backend)
+    wi, ws = rasfast.scoped_dense_search(qe, e, scope, 5, backend="torch")
+    assert torch.equal(gi, wi)
+    assert torch.allclose(gs, ws, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- GPU
+@gpu
+@pytest.mark.parametrize("backend", gpu_backends())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_parity(backend, dtype):
+    for case in EXACT_CASES:
+        B, N, T, D, K, k = case
+        q, qe, c, e = (x.cuda() for x in int_data(B, N, T, D, dtype, seed=N))
+        for metric in ("l2", "ip"):
+            want = ref_scope(q, c, K, metric)
+            assert torch.equal(rasfast.theme_scope(q, c, K, metric, backend=backend), want)
+            wi, ws = ref_fused(q, qe, c, e, K, k, 0.5, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.5, metric, backend=backend)
+            assert torch.equal(gi, wi) and torch.equal(gs, ws)
+            wi, ws = rasfast.scoped_dense_search(qe, e, want, k, backend="torch")
+            gi, gs = rasfast.scoped_dense_search(qe, e, want, k, backend=backend)
+            assert torch.equal(gi, wi) and torch.equal(gs, ws)
+    q, qe, c, e = (x.cuda() for x in float_data(5, 5000, 298, 384, dtype))
+    gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 700, 10, 0.1, backend=backend)
+    check_scoped_search(gi.cpu(), gs.cpu(), q.cpu(), qe.cpu(), c.cpu(), e.cpu(), 700, 10, 0.1)
+    check_theme_scope(rasfast.theme_scope(q, c, 700, backend=backend).cpu(), q.cpu(), c.cpu(), 700)
+
+
+# --------------------------------------------------------------------------- bad input
+def _args():
+    q, qe, c, e = int_data(2, 10, 4, 3)
+    return q, qe, c, e
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_errors_theme_scope(backend):
+    q, _, c, _ = _args()
+    bad = [
+        (dict(q_ppd=[[1.0]]), TypeError, "q_ppd"),
+        (dict(q_ppd=q.double().numpy()), TypeError, "q_ppd"),
+        (dict(q_ppd=q.long()), TypeError, "q_ppd"),
+        (dict(q_ppd=q[0]), ValueError, "q_ppd"),
+        (dict(q_ppd=q[:, :3]), ValueError, "q_ppd"),
+        (dict(q_ppd=torch.full_like(q, float("nan"))), ValueError, "q_ppd"),
+        (dict(corpus_ppd=c[:0]), ValueError, "corpus_ppd"),
+        (dict(corpus_ppd=c[:, :0], q_ppd=q[:, :0]), ValueError, "corpus_ppd"),
+        (dict(corpus_ppd=c.int()), TypeError, "corpus_ppd"),
+        (dict(corpus_ppd=c[None]), ValueError, "corpus_ppd"),
+        (dict(K=0), ValueError, "K"),
+        (dict(K=2.5), TypeError, "K"),
+        (dict(K=True), TypeError, "K"),
+        (dict(metric="cos"), ValueError, "metric"),
+        (dict(backend="gpu"), ValueError, "backend"),
+    ]
+    for over, exc, name in bad:
+        args = dict(q_ppd=q, corpus_ppd=c, K=3, metric="l2", backend=backend)
+        args.update(over)
+        with pytest.raises(exc, match=name):
+            rasfast.theme_scope(**args)
+    for val in (float("nan"), float("inf")):
+        c2 = c.clone()
+        c2[4, 1] = val
+        with pytest.raises(ValueError, match="corpus_ppd"):
+            rasfast.theme_scope(q, c2, 3, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_errors_scoped_dense_search(backend):
+    _, qe, _, e = _args()
+    s = torch.tensor([[0, 1, 2], [3, 4, -1]])
+    bad = [
+        (dict(q_emb="x"), TypeError, "q_emb"),
+        (dict(q_emb=qe[:, :2]), ValueError, "q_emb"),
+        (dict(q_emb=torch.full_like(qe, float("inf"))), ValueError, "q_emb"),
+        (dict(corpus_emb=e[:0]), ValueError, "corpus_emb"),
+        (dict(scope_ids=s.float()), TypeError, "scope_ids"),
+        (dict(scope_ids=s[0]), ValueError, "scope_ids"),
+        (dict(scope_ids=s[:1]), ValueError, "scope_ids"),
+        (dict(scope_ids=torch.tensor([[0, 1, 10], [0, 1, 2]])), ValueError, "scope_ids"),
+        (dict(scope_ids=torch.tensor([[0, 1, -2], [0, 1, 2]])), ValueError, "scope_ids"),
+        (dict(scope_ids=torch.tensor([[0, 1, 1], [0, 1, 2]])), ValueError, "duplicate"),
+        (dict(k=0), ValueError, "k"),
+        (dict(k=None), TypeError, "k"),
+        (dict(backend="nope"), ValueError, "backend"),
+    ]
+    for over, exc, name in bad:
+        args = dict(q_emb=qe, corpus_emb=e, scope_ids=s, k=2, backend=backend)
+        args.update(over)
+        with pytest.raises(exc, match=name):
+            rasfast.scoped_dense_search(**args)
+    e2 = e.clone()
+    e2[4, 0] = float("nan")  # row 4 is in query 1's scope
+    with pytest.raises(ValueError, match="corpus_emb"):
+        rasfast.scoped_dense_search(qe, e2, s, 2, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_errors_theme_scoped_search(backend):
+    q, qe, c, e = _args()
+    bad = [
+        (dict(q_ppd=q[:, :2]), ValueError, "q_ppd"),
+        (dict(q_emb=qe[:1]), ValueError, "q_emb"),
+        (dict(q_emb=qe[:, :2]), ValueError, "q_emb"),
+        (dict(corpus_emb=e[:5]), ValueError, "corpus_emb"),
+        (dict(corpus_emb=e.long()), TypeError, "corpus_emb"),
+        (dict(corpus_ppd=c.numpy().astype(np.float64)), TypeError, "corpus_ppd"),
+        (dict(K=-1), ValueError, "K"),
+        (dict(k=0), ValueError, "k"),
+        (dict(theme_weight=-0.1), ValueError, "theme_weight"),
+        (dict(theme_weight=1.5), ValueError, "theme_weight"),
+        (dict(theme_weight=float("nan")), ValueError, "theme_weight"),
+        (dict(theme_weight="0.1"), TypeError, "theme_weight"),
+        (dict(metric="L2"), ValueError, "metric"),
+        (dict(backend=1), ValueError, "backend"),
+    ]
+    for over, exc, name in bad:
+        args = dict(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e, K=4, k=2, backend=backend)
+        args.update(over)
+        with pytest.raises(exc, match=name):
+            rasfast.theme_scoped_search(**args)
+    c2, e2 = c.clone(), e.clone()
+    c2[7, 0] = float("inf")
+    with pytest.raises(ValueError, match="corpus_ppd"):
+        rasfast.theme_scoped_search(q, qe, c2, e, 4, 2, backend=backend)
+    e2[3, 2] = float("nan")  # K = N: every row is in scope
+    with pytest.raises(ValueError, match="corpus_emb"):
+        rasfast.theme_scoped_search(q, qe, c, e2, 10, 2, backend=backend)
+
+
+def test_backend_unavailable_is_clear():
+    q, qe, c, e = _args()
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises((ValueError, rasfast.BackendUnavailable), match="cuda|CUDA"):
+        rasfast.theme_scope(q, c, 3, backend="cuda")
