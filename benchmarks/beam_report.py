@@ -32,12 +32,14 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def timed(fn, repeats):
-    times, out = [], None
+    """(last output, wall seconds per run, process CPU seconds per run -- all threads)."""
+    walls, cpus, out = [], [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         out = fn()
-        times.append(time.perf_counter() - t0)
-    return out, times
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return out, walls, cpus
 
 
 def main(argv=None):
@@ -64,10 +66,16 @@ def main(argv=None):
     print(f"graph: {describe(graph)} (generated in {gen_s:.1f} s)")
 
     call = lambda be: rasfast.triple_beam_search(graph, emb, q, seeds, backend=be, **kw)  # noqa: E731
+    cmod = rasfast.dispatch.cpu_module()
+    threads = cmod.omp_max_threads()
     call("cpu")  # warm-up (page in the embeddings)
-    cpu, cpu_t = timed(lambda: call("cpu"), args.repeats)
-    print(f"cpu: median {statistics.median(cpu_t) * 1e3:.1f} ms over {args.repeats}")
-    ref, torch_t = timed(lambda: call("torch"), args.torch_repeats)
+    cpu, cpu_t, cpu_c = timed(lambda: call("cpu"), args.repeats)
+    cmod.set_num_threads(1)
+    _, cpu1_t, cpu1_c = timed(lambda: call("cpu"), args.repeats)
+    cmod.set_num_threads(threads)
+    print(f"cpu: median {statistics.median(cpu_t) * 1e3:.1f} ms ({threads} threads), "
+          f"{statistics.median(cpu1_t) * 1e3:.1f} ms (1 thread)")
+    ref, torch_t, torch_c = timed(lambda: call("torch"), args.torch_repeats)
     print(f"torch reference: {statistics.median(torch_t):.2f} s")
     same = (np.array_equal(cpu.sequences, ref.sequences) and np.array_equal(cpu.lengths, ref.lengths)
             and np.allclose(cpu.scores[np.isfinite(ref.scores)], ref.scores[np.isfinite(ref.scores)],
@@ -75,41 +83,48 @@ def main(argv=None):
 
     indptr_l, indices_l = graph[0].tolist(), graph[1].tolist()  # the transcription's data: lists
     k = min(args.python_queries, args.queries)
-    t0 = time.perf_counter()
-    py_out = [beam_search_python(indptr_l, indices_l, emb, q[i], seeds[i], args.width, args.length,
-                                 gamma, args.max_neighbors) for i in range(k)]
-    py_s = time.perf_counter() - t0
-    py_scaled = py_s / k * args.queries
+    py_out, py_t, py_c = timed(lambda: [beam_search_python(
+        indptr_l, indices_l, emb, q[i], seeds[i], args.width, args.length, gamma,
+        args.max_neighbors) for i in range(k)], 1)
+    scale = args.queries / k
+    py_wall, py_cpu = py_t[0] * scale, py_c[0] * scale
     py_same = all(ref.sequences[i, :len(s), :len(s[0]) if s else 0].tolist() == s and
                   np.allclose(ref.scores[i, :len(s)], sc, atol=1e-5)
                   for i, (s, sc) in enumerate(py_out))
-    print(f"pure Python: {py_s:.2f} s for {k} queries -> {py_scaled:.1f} s scaled to {args.queries}")
+    print(f"pure Python: {py_t[0]:.2f} s for {k} queries -> {py_wall:.1f} s scaled to {args.queries}")
 
-    cpu_med = statistics.median(cpu_t)
+    med = statistics.median
+    base_w, base_c = med(cpu_t), med(cpu_c)
     rows = [
-        ("rasfast cpu (C++/OpenMP)", cpu_med, 1.0),
-        ("torch reference (vectorised per query)", statistics.median(torch_t),
-         statistics.median(torch_t) / cpu_med),
-        (f"pure-Python transcription ({k} queries, scaled to {args.queries})", py_scaled,
-         py_scaled / cpu_med),
+        (f"rasfast cpu (C++/OpenMP, {threads} threads)", base_w, base_c),
+        ("rasfast cpu (1 thread)", med(cpu1_t), med(cpu1_c)),
+        ("torch reference (vectorised per query)", med(torch_t), med(torch_c)),
+        (f"pure-Python transcription ({k} queries, scaled to {args.queries})", py_wall, py_cpu),
     ]
     info = machine_info()
     result = dict(machine=info, sizes=vars(args) | {"gamma": gamma}, graph=describe(graph),
-                  cpu_s=cpu_t, torch_s=torch_t, python_s=py_s, python_queries=k,
-                  python_scaled_s=py_scaled, speedup_vs_torch=rows[1][2],
-                  speedup_vs_python=rows[2][2], cpu_equals_torch=bool(same),
-                  python_equals_torch=bool(py_same))
+                  cpu_threads=threads, cpu_wall_s=cpu_t, cpu_cpu_s=cpu_c, cpu_1thread_wall_s=cpu1_t,
+                  cpu_1thread_cpu_s=cpu1_c, torch_wall_s=torch_t, torch_cpu_s=torch_c,
+                  python_wall_s=py_t[0], python_cpu_s=py_c[0], python_queries=k,
+                  speedup_wall_vs_torch=med(torch_t) / base_w, speedup_wall_vs_python=py_wall / base_w,
+                  speedup_cputime_vs_torch=med(torch_c) / base_c,
+                  speedup_cputime_vs_python=py_cpu / base_c,
+                  cpu_equals_torch=bool(same), python_equals_torch=bool(py_same))
     md = ["# triple_beam_search: cpu backend vs peers", "", header_markdown(),
           f"Sizes: {describe(graph)}; D={args.dim}, B={args.queries} queries x {args.seeds} seeds, "
           f"beam width {args.width}, length {args.length}, max_neighbors {args.max_neighbors}, "
-          f"gamma {gamma:g}; float32; rasfast threads {info.get('rasfast_threads')}, "
-          f"torch threads {info['torch_threads']}.", "",
-          "| implementation | time for B queries | cpu speed-up |", "|---|---:|---:|"]
-    md += [f"| {name} | {t * 1e3:.1f} ms | {r:.1f}x |" for name, t, r in rows]
-    md += ["", f"cpu median of {args.repeats} runs (all: {', '.join(f'{t * 1e3:.1f}' for t in cpu_t)} ms); "
-           f"torch reference {args.torch_repeats} run(s). Parity in the same run: cpu == torch "
-           f"reference: {same}; pure-Python == torch reference on its {k} queries: {py_same}.",
-           "Ratios are the meaningful numbers on a shared machine; absolute times depend on load."]
+          f"gamma {gamma:g}; float32; torch threads {info['torch_threads']}. "
+          f"Machine load average at start: {os.getloadavg()[0]:.1f}.", "",
+          "| implementation | wall time, B queries | speed-up (wall) | CPU time (all threads) "
+          "| speed-up (CPU time) |", "|---|---:|---:|---:|---:|"]
+    md += [f"| {name} | {w * 1e3:.1f} ms | {w / base_w:.1f}x | {c * 1e3:.1f} ms "
+           f"| {c / base_c:.1f}x |" for name, w, c in rows]
+    md += ["", f"Speed-up = time / rasfast cpu ({threads} threads). Wall: median of {args.repeats} "
+           f"runs for cpu (all: {', '.join(f'{t * 1e3:.1f}' for t in cpu_t)} ms), "
+           f"{args.torch_repeats} run(s) for the torch reference. CPU time (process time of all "
+           "threads) is the load-independent measure on a shared machine; wall times depend on "
+           "load. Parity in the same run: cpu == torch reference: "
+           f"{same}; pure-Python == torch reference on its {k} queries: {py_same}."]
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(md) + "\n")

@@ -408,3 +408,60 @@ def test_bad_encoder_output_shape():
     with pytest.raises(ValueError, match="encoder"):
         rasfast.triple_beam_search(p["graph"], p["emb"], p["q"], p["seeds"], scoring="text",
                                    encoder=Wrong(), texts=["a", "b", "c"])
+
+
+def test_cpu_portable_path_matches_reference():
+    """The cpu backend picks AVX2 code at run time; RASFAST_BEAM_PORTABLE=1 forces the
+    portable loops, which must agree as well (checked in a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, torch, sys; sys.path.insert(0, 'tests');"
+        "import test_beam as t;"
+        "rng = np.random.default_rng(9);"
+        "[t.assert_same(t.search(p, 'cpu', beam_width=5, max_len=3, max_neighbors=4),"
+        " t.search(p, 'torch', beam_width=5, max_len=3, max_neighbors=4))"
+        " for dt in t.DTYPES for p in [t.make_problem(rng, 60, 37, 4, dt)]];"
+        "print('ok')")
+    env = dict(os.environ, RASFAST_BEAM_PORTABLE="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["torch"] + cpu_backends())
+def test_empty_inputs(backend):
+    g = (np.array([0, 1, 2]), np.array([1, 0]))
+    r = rasfast.triple_beam_search(g, np.ones((2, 3), np.float32), np.ones((0, 3), np.float32), [],
+                                   backend=backend)
+    assert r.sequences.shape == (0, 10, 2) and r.scores.shape == (0, 10)
+    assert r.flatten_triples_batch() == []
+    empty = (np.array([0]), np.array([], np.int64))
+    r = rasfast.triple_beam_search(empty, np.ones((0, 3), np.float32), np.ones((2, 3), np.float32),
+                                   [[], []], max_len=3, backend=backend)
+    assert r.sequences.shape == (2, 10, 3) and (r.sequences == -1).all()
+    assert r.lengths.tolist() == [0, 0] and r.num_beams.tolist() == [0, 0]
+    assert np.isneginf(r.scores).all()
+
+
+def test_cuda_launch_plan_without_a_device():
+    """Host-side checks of the CUDA binding (run wherever the module is built)."""
+    if not rasfast.backends()["cuda"]["built"]:
+        pytest.skip("rasfast._cuda not built")
+    mod = rasfast.dispatch.cuda_module()
+    small = mod.beam_search_smem(200_000, 384, 10, 2, 100, 21, 791)
+    assert 0 < small < 16 * 1024
+    assert mod.beam_search_smem(200_000, 384, 64, 4, 100, 129, 791) > small
+    args = dict(indptr=0, indices=0, idx64=True, emb=0, dtype_code=0, n=10, D=4, q=0, qnorm=0,
+                B=0, seed_ptr=0, seed_ids=0, beam_width=10, max_len=2, max_neighbors=0, decay=0,
+                decay_len=3, max_deg=5, out_seq=0, out_score=0, out_len=0, out_count=0,
+                scratch_u=0, err=0, stream=0)
+    mod.beam_search(**args)  # B = 0: nothing to launch
+    with pytest.raises(ValueError, match="shared memory"):
+        mod.beam_search(**dict(args, beam_width=20_000))
+    with pytest.raises(ValueError, match="n < 2"):
+        mod.beam_search(**dict(args, n=2**31))
+    with pytest.raises(ValueError, match="null"):
+        mod.beam_search(**dict(args, B=1))

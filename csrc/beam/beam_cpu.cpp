@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -141,7 +142,9 @@ __attribute__((target("avx2,fma"))) void dot_norm_x86(const float* x, const floa
   nn = sn;
 }
 
-const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+// RASFAST_BEAM_PORTABLE=1 in the environment forces the portable path (tests cover both).
+const bool kHasAvx2 = std::getenv("RASFAST_BEAM_PORTABLE") == nullptr &&
+                      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                       __builtin_cpu_supports("f16c");
 #endif
 

@@ -132,7 +132,11 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
             GEAR, a slow Python path; backend "auto" or "torch" only).
         encoder, texts: for ``scoring="text"``: an Encoder (``.encode(list[str])``) and the
             n triple texts (default ``graph.texts``).
-        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cpu: C++/OpenMP over
+            queries. cuda: one block per query, on-chip selection; it keeps at most
+            min(max_neighbors, ceil(gamma) + b) candidates per beam in shared memory and
+            raises ValueError when that (or b * max_len) exceeds its limit. triton: Triton
+            candidate scoring with the reference's selection logic.
 
     Returns:
         :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
