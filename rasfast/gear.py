@@ -75,8 +75,6 @@ def reciprocal_rank_fusion(rankings: Sequence, k: float = RRF_K,
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     ids = np.concatenate(ids_parts)
     terms = np.concatenate(term_parts)
-    if k == 0 and np.isinf(terms).any():  # cannot happen (rank >= 1), kept for clarity
-        raise ValueError("k: 0 gives an infinite score")
     uniq, first_pos, inverse = np.unique(ids, return_index=True, return_inverse=True)
     # sum each id's terms largest first, so equal rank sets give identical floats
     order = np.lexsort((-terms, inverse))
@@ -129,6 +127,10 @@ def _ragged(x, name: str, B: Optional[int] = None) -> List[np.ndarray]:
     if B is not None and len(x) != B:
         raise ValueError(f"{name}: expected one list per query (B = {B}), got {len(x)}")
     return [_int_ranking(r, f"{name}[{i}]") for i, r in enumerate(x)]
+
+
+def _host(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def _normalised(m: np.ndarray) -> np.ndarray:
@@ -191,7 +193,8 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
     Args:
         graph: a :class:`rasfast.TripleGraph` (or an object with indptr, indices,
             passage_ids) over the corpus triples.
-        triple_emb: float [n, D] triple embeddings (row i = triple i of the graph).
+        triple_emb: float [n, D] triple embeddings (row i = triple i of the graph); may be
+            None with scoring="text" and mode="naive".
         q_emb: float [B, D] query embeddings.
         base_pids: the base retriever's ranked passage ids per query (list of B int arrays,
             or a 2-D int array [B, m]); fused with the expansion.
@@ -220,9 +223,15 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
     base = _ragged(base_pids, "base_pids", B)
     if seed_passages is not None:
         seed_passages = check_int_arg(seed_passages, "seed_passages", 1)
-    emb = triple_emb.detach().cpu().numpy() if hasattr(triple_emb, "detach") else np.asarray(triple_emb)
-    if emb.ndim != 2 or emb.shape[0] != len(pid_table):
-        raise ValueError(f"triple_emb: expected [n = {len(pid_table)} triples, D], got shape {emb.shape}")
+    if triple_emb is None:
+        if scoring != "text" or mode != "naive":
+            raise ValueError("triple_emb: needed unless scoring='text' with mode='naive'")
+        emb = None
+    else:
+        emb = triple_emb.detach().cpu().numpy() if hasattr(triple_emb, "detach") else np.asarray(triple_emb)
+        if emb.ndim != 2 or emb.shape[0] != len(pid_table):
+            raise ValueError(f"triple_emb: expected [n = {len(pid_table)} triples, D], "
+                             f"got shape {emb.shape}")
 
     if mode == "naive":
         if proximal is not None:
@@ -234,10 +243,12 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
         prox = _proximal_embeddings(proximal, B, emb.shape[1], encoder)
         seeds = [link_triples(p, emb, link_k) for p in prox]
 
-    beams = triple_beam_search(graph, triple_emb, q, seeds, beam_width=beam_width,
+    # q_emb / triple_emb go through as given (torch on a GPU selects the cuda backend)
+    beams = triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width=beam_width,
                                max_len=max_len, gamma=gamma, max_neighbors=max_neighbors,
                                scoring=scoring, encoder=encoder, backend=backend)
-    expansion = [e[e >= 0] for e in beams.flatten_passages_batch(pid_table)]  # -1: no passage
+    expansion = [_host(e) for e in beams.flatten_passages_batch(pid_table)]
+    expansion = [e[e >= 0] for e in expansion]  # -1: triple without a passage
     fused = [reciprocal_rank_fusion([b, e], k=rrf_k, top=top) for b, e in zip(base, expansion)]
     return ExpansionResult([f[0] for f in fused], [f[1] for f in fused], expansion,
                            [np.asarray(s, dtype=np.int64) for s in seeds], beams)
@@ -272,6 +283,7 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
                      base_sizes: Sequence[int] = (5, 10, 15, 20), encoder=None,
                      beam_width: int = 10, max_len: int = 2, gamma: float = 20.0,
                      max_neighbors: int = 100, max_degree: Optional[int] = None,
+                     fusion_depth: Optional[int] = None,
                      backend: str = "auto") -> Dict[str, object]:
     """Recall@k on the 100 MuSiQue questions: dense retrieval vs dense + NaiveGE.
 
@@ -279,6 +291,8 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
     (default all-MiniLM-L6-v2; corpus embeddings cached on disk). For each base size m, the
     dense top-m passages seed NaiveGE and are fused (RRF) with its passages; a fused list
     shorter than k is filled with the next dense passages, so every list has k entries.
+    ``fusion_depth``: fuse with the dense top-``fusion_depth`` list instead of the top m
+    (the seeds stay the top m).
 
     Returns:
         {"rows": [{"method", "base_size", "recall@k"...}], "graph": degree stats,
@@ -297,23 +311,26 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
     t_emb = encode_cached(enc, graph.texts)
     q_emb = encode_cached(enc, [q.question for q in ds.questions])
     gold = [q.gold_pids for q in ds.questions]
-    depth = max(max(ks), max(base_sizes)) + max(ks)
+    if fusion_depth is not None:
+        fusion_depth = check_int_arg(fusion_depth, "fusion_depth", 1)
+    depth = max(max(ks), max(base_sizes), fusion_depth or 0) + max(ks)
     dense = dense_rankings(q_emb, p_emb, depth)
 
     rows = [{"method": "dense", "base_size": None,
              **{f"recall@{k}": recall_at_k(dense, gold, k) for k in ks}}]
     for m in base_sizes:
-        res = graph_expand(graph, t_emb, q_emb, dense[:, :m], mode="naive",
-                           beam_width=beam_width, max_len=max_len, gamma=gamma,
+        res = graph_expand(graph, t_emb, q_emb, dense[:, :fusion_depth or m], mode="naive",
+                           seed_passages=m, beam_width=beam_width, max_len=max_len, gamma=gamma,
                            max_neighbors=max_neighbors, backend=backend)
         ranked = [_pad(f, d, max(ks)) for f, d in zip(res.passages, dense)]
-        rows.append({"method": "dense + NaiveGE", "base_size": m,
+        rows.append({"method": "dense + NaiveGE", "base_size": m, "fusion_depth": fusion_depth or m,
                      "mean_expansion_passages": float(np.mean([len(e) for e in res.expansion])),
                      **{f"recall@{k}": recall_at_k(ranked, gold, k) for k in ks}})
     return {"rows": rows, "graph": graph.degree_stats(), "n_questions": len(ds.questions),
             "encoder": enc.name,
             "settings": {"beam_width": beam_width, "max_len": max_len, "gamma": gamma,
                          "max_neighbors": max_neighbors, "max_degree": max_degree,
+                         "fusion_depth": fusion_depth,
                          "rrf_k": RRF_K, "scoring": "sum"}}
 
 

@@ -20,7 +20,8 @@ Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them 
 - Hub guard ``max_degree``: an entity's degree is the number of kept triples that mention it
   (as subject or object). An entity of degree > ``max_degree`` links no triples: two triples
   that share ONLY hub entities are not neighbours. Triples keep their entity ids either way.
-  Without the guard an entity of degree d adds d*(d-1) entries to ``indices``.
+  Without the guard an entity of degree d adds d*(d-1) entries to ``indices``; ``max_edges``
+  (default 2**31) refuses, with a ValueError before allocating, a graph that could exceed it.
 """
 from __future__ import annotations
 
@@ -76,13 +77,14 @@ class TripleGraph:
         source_index [n]: position of each kept triple in the input.
         entity_degree [num_entities]: kept triples mentioning each entity.
         entities: list of normalised entity strings (index = entity id).
-        triples: list of the kept (subject, predicate, object) as given.
+        triples: list of the kept (subject, predicate, object) as given (tuples made on
+            first access from the input rows; mutate no input row before that).
         n_skipped: number of malformed input triples.
         embeddings: float32 [n, D] once :meth:`embed` ran (else None).
     """
 
     def __init__(self, *, indptr, indices, head, tail, entities, entity_degree, passage_ids,
-                 source_index, triples, n_skipped, n_hubs=0, normalize=True, max_degree=None):
+                 source_index, source, n_skipped, n_hubs=0, normalize=True, max_degree=None):
         self.indptr = indptr
         self.indices = indices
         self.head = head
@@ -91,7 +93,8 @@ class TripleGraph:
         self.entity_degree = entity_degree
         self.passage_ids = passage_ids
         self.source_index = source_index
-        self.triples = triples
+        self._source = source          # the input list (a private copy); kept rows = source_index
+        self._triples: Optional[List[tuple]] = None
         self.n_skipped = int(n_skipped)
         self.n_hubs = int(n_hubs)
         self.normalize = normalize
@@ -127,14 +130,13 @@ class TripleGraph:
         kept = r["kept"]
         return cls(indptr=r["indptr"], indices=r["indices"], head=r["head"], tail=r["tail"],
                    entities=r["entities"], entity_degree=r["entity_degree"],
-                   passage_ids=pids[kept], source_index=kept,
-                   triples=[tuple(items[i]) for i in kept.tolist()],
+                   passage_ids=pids[kept], source_index=kept, source=items,
                    n_skipped=r["n_skipped"], n_hubs=r["n_hubs"], normalize=normalize,
                    max_degree=max_degree)
 
     @classmethod
-    def from_dataset(cls, dataset, normalize: bool = True,
-                     max_degree: Optional[int] = None) -> "TripleGraph":
+    def from_dataset(cls, dataset, normalize: bool = True, max_degree: Optional[int] = None,
+                     max_edges: int = DEFAULT_MAX_EDGES) -> "TripleGraph":
         """The graph of a QADataset's OpenIE triples (MuSiQue); passage id = corpus index."""
         per_passage = getattr(dataset, "triples", None)
         if per_passage is None:
@@ -143,7 +145,8 @@ class TripleGraph:
         counts = [len(t) for t in per_passage]
         flat = list(itertools.chain.from_iterable(per_passage))
         pids = np.repeat(np.arange(len(per_passage), dtype=np.int64), counts)
-        return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree)
+        return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree,
+                                max_edges=max_edges)
 
     # ---- accessors ----------------------------------------------------------------------
     @property
@@ -161,6 +164,14 @@ class TripleGraph:
     def num_edges(self) -> int:
         """Directed adjacency entries (each undirected edge counts twice)."""
         return int(self.indices.shape[0])
+
+    @property
+    def triples(self) -> List[tuple]:
+        """The kept (subject, predicate, object) triples, original strings (built on first use)."""
+        if self._triples is None:
+            src = self._source
+            self._triples = [tuple(src[i]) for i in self.source_index.tolist()]
+        return self._triples
 
     @property
     def texts(self) -> List[str]:

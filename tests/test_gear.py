@@ -90,6 +90,10 @@ def test_naive_ge_by_hand(tiny):
     assert beams[:2].tolist() == [[1, 3], [0, 2]]
     np.testing.assert_allclose(np.asarray(res.beams.scores)[0, :2], [0.6 + 1.6 / np.sqrt(3.2), 1.0],
                                rtol=1e-5)
+    import torch
+    res_t = graph_expand(tiny, torch.from_numpy(EMB), torch.from_numpy(Q), [torch.tensor([0, 3])],
+                         seed_passages=1)
+    assert res_t.passages[0].tolist() == [0, 3, 2, 1] and isinstance(res_t.passages[0], np.ndarray)
 
 
 def test_naive_ge_seeds_all_base_passages_by_default(tiny):
@@ -128,6 +132,27 @@ def test_sync_ge_with_text_proximal_triples(tiny):
                        proximal=[[("c", "r", "d")], ["g r h"]], encoder=enc)
     assert [s.tolist() for s in res.seeds] == [[1], [4]]
     assert [e.tolist() for e in res.expansion] == [[0, 2], [3]]
+
+
+def test_text_scoring_matches_sum_scoring_for_an_additive_encoder(tiny):
+    # an encoder that sums fixed word vectors and normalises: cosine(q, enc(" ".join(texts)))
+    # equals cosine(q, sum of per-triple vectors) -> both scorings give the same passages
+    words = {w: v for w, v in zip("ABCDEFGHr", np.eye(9, dtype=np.float32))}
+
+    class Additive:
+        name, dim = "additive", 9
+
+        def encode(self, texts, batch_size=64):
+            m = np.stack([sum(words[w] for w in t.split()) for t in texts]).astype(np.float32)
+            return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    enc = Additive()
+    emb = np.stack([sum(words[w] for w in t.split()) for t in tiny.texts]).astype(np.float32)
+    q = enc.encode(["B E D"])
+    by_text = graph_expand(tiny, None, q, [[0]], scoring="text", encoder=enc)
+    by_sum = graph_expand(tiny, emb, q, [[0]])
+    assert by_text.expansion[0].tolist() == by_sum.expansion[0].tolist()
+    assert by_text.passages[0].tolist() == by_sum.passages[0].tolist()
 
 
 def test_link_triples_top_k_unique():
@@ -180,6 +205,8 @@ def test_graph_expand_bad_input(tiny):
         graph_expand(tiny, EMB[:3], Q, [[0]])
     with pytest.raises(ValueError, match="q_emb"):
         graph_expand(tiny, EMB, Q[0], [[0]])
+    with pytest.raises(ValueError, match="triple_emb"):
+        graph_expand(tiny, None, Q, [[0]])
     with pytest.raises(TypeError, match="graph"):
         graph_expand((tiny.indptr, tiny.indices), EMB, Q, [[0]])
     with pytest.raises(ValueError, match="seed_passages"):

@@ -210,6 +210,19 @@ def test_bad_arguments():
         TripleGraph.from_dataset(type("D", (), {"triples": None, "name": "hotpotqa"})())
 
 
+def test_matches_python_builder_on_a_larger_zipf_graph():
+    # many threads hitting the same hub keys: the concurrent id table must still give
+    # first-appearance ids
+    triples = synthetic_triples(20_000, 6_000, zipf=1.1, offset=5, seed=3)
+    triples[5] = None
+    g = TripleGraph.from_triples(triples, max_degree=60)
+    ref = build_triple_graph(triples, max_degree=60)
+    assert g.entities == ref["entities"] and g.head.tolist() == ref["head"]
+    assert g.tail.tolist() == ref["tail"] and g.entity_degree.tolist() == ref["entity_degree"]
+    assert g.indptr.tolist() == np.cumsum([0] + [len(r) for r in ref["neighbors"]]).tolist()
+    assert g.indices.tolist() == [j for r in ref["neighbors"] for j in r]
+
+
 def test_build_time_1e5():
     triples = synthetic_triples(100_000, 60_000)
     TripleGraph.from_triples(triples[:1000])          # warm-up (module import)

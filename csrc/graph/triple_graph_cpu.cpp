@@ -13,13 +13,16 @@
 //
 // Phases: (1) with the GIL, validate and copy the entity strings' UTF-8 bytes into an arena
 // (so nothing points into Python objects once the GIL is released); (2) without the GIL:
-// normalise (OpenMP), hash (OpenMP), assign ids (one sequential pass over an open-addressing
-// table, to keep first-appearance order), entity -> triples CSR by counting sort, triple
-// adjacency by merging the two sorted entity lists of each triple (OpenMP, count then fill).
+// normalise (OpenMP), hash (OpenMP), assign ids (a concurrent open-addressing table keeps
+// each key's first slot; a linear scan numbers them in order), entity -> triples CSR by
+// counting sort, triple adjacency by merging the two sorted entity lists of each triple
+// (OpenMP, count then fill).
 #include <Python.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -211,34 +214,49 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < n_slots; ++s) hashes[s] = hash_bytes(key_ptr(s), key_len[s]);
 
-    // ---- entity ids in first-appearance order: open addressing, linear probing ----
+    // ---- entity ids in first-appearance order ----
+    // (a) concurrent open addressing (linear probing, CAS): each cell ends holding the
+    //     SMALLEST slot of its key (an atomic min), i.e. the key's first appearance;
+    // (b) first appearances, scanned in slot order, get consecutive ids.
+    // Relaxed atomics suffice: keys and hashes were written before this parallel region.
     uint64_t cap = 16;
     while (cap < static_cast<uint64_t>(2 * n_slots)) cap <<= 1;
-    std::vector<int64_t> table(cap, -1);
-    std::vector<int64_t> slot_entity(n_slots);
-    std::vector<uint64_t> ent_hash;
+    const uint64_t mask = cap - 1;
+    std::unique_ptr<std::atomic<int64_t>[]> table(new std::atomic<int64_t>[cap]);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < static_cast<int64_t>(cap); ++c) table[c].store(-1, std::memory_order_relaxed);
+    auto same_key = [&](int64_t a, int64_t b) {
+      return hashes[a] == hashes[b] && key_len[a] == key_len[b] &&
+             std::memcmp(key_ptr(a), key_ptr(b), static_cast<size_t>(key_len[a])) == 0;
+    };
+    std::vector<int64_t> cell_of(n_slots);
+#pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < n_slots; ++s) {
-      const uint64_t h = hashes[s];
-      uint64_t p = h & (cap - 1);
-      const char* k = key_ptr(s);
-      const int64_t kl = key_len[s];
+      uint64_t p = hashes[s] & mask;
       while (true) {
-        const int64_t e = table[p];
-        if (e < 0) {
-          table[p] = static_cast<int64_t>(ent_rep.size());
-          slot_entity[s] = table[p];
-          ent_rep.push_back(s);
-          ent_hash.push_back(h);
+        int64_t cur = table[p].load(std::memory_order_relaxed);
+        if (cur < 0 && table[p].compare_exchange_strong(cur, s, std::memory_order_relaxed)) break;
+        // cur is a slot (cells never return to -1); any slot of a key compares the same
+        if (same_key(cur, s)) {
+          while (s < cur && !table[p].compare_exchange_weak(cur, s, std::memory_order_relaxed)) {
+          }
           break;
         }
-        const int64_t r = ent_rep[e];
-        if (ent_hash[e] == h && key_len[r] == kl && std::memcmp(key_ptr(r), k, kl) == 0) {
-          slot_entity[s] = e;
-          break;
-        }
-        p = (p + 1) & (cap - 1);
+        p = (p + 1) & mask;
+      }
+      cell_of[s] = static_cast<int64_t>(p);
+    }
+    std::vector<int64_t> rep(n_slots), slot_entity(n_slots);
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < n_slots; ++s) rep[s] = table[cell_of[s]].load(std::memory_order_relaxed);
+    for (int64_t s = 0; s < n_slots; ++s) {
+      if (rep[s] == s) {
+        slot_entity[s] = static_cast<int64_t>(ent_rep.size());
+        ent_rep.push_back(s);
       }
     }
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < n_slots; ++s) slot_entity[s] = slot_entity[rep[s]];
     const int64_t n_ent = static_cast<int64_t>(ent_rep.size());
     for (int64_t i = 0; i < n; ++i) head[i] = slot_entity[2 * i], tail[i] = slot_entity[2 * i + 1];
 
