@@ -188,6 +188,7 @@ def test_pool_all_graphs_empty():
     assert out.shape == (2, 8) and torch.all(out == 0)
 
 
+@pytest.mark.triton
 def test_triton_tiny():
     """Triton (interpreted without a GPU): a layer and a pooled stack on tiny graphs."""
     if "triton" not in cpu_backends():
@@ -291,6 +292,7 @@ def test_compiled_module_checks_its_buffers():
 # ---- GPU ---------------------------------------------------------------------------------
 
 @gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype,rel", [(torch.float32, 1e-4), (torch.float16, 5e-3), (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("heads,concat,beta,edge_dim", [(8, True, False, 16), (4, False, True, None),
@@ -308,6 +310,7 @@ def test_gpu_layer_matches_pyg(backend, dtype, rel, heads, concat, beta, edge_di
 
 
 @gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 def test_gpu_pool_matches_pyg_stack(backend):
     convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1),
@@ -320,3 +323,45 @@ def test_gpu_pool_matches_pyg_stack(backend):
     out = rasfast.graph_transformer_pool(x.to(dev), ei.to(dev), ea.to(dev), ptr.to(dev), layers,
                                          backend=backend)
     _close(out.cpu(), ref, 1e-4)
+
+
+def test_inputs_requiring_grad():
+    """Compiled backends accept tensors that require grad (inference); torch stays differentiable."""
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = _graph(6, 14, 8, 3)
+    x.requires_grad_(True)
+    ref = conv(x, ei, ea)
+    out = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    assert not out.requires_grad
+    _close(out, ref.detach(), 1e-4)
+    out_t = rasfast.transformer_conv(x, ei, ea, conv, backend="torch")
+    g_ref, = torch.autograd.grad(ref.square().sum(), x)
+    g, = torch.autograd.grad(out_t.square().sum(), x)
+    _close(g, g_ref, 1e-4)
+
+
+def test_module_weights_follow_in_place_updates():
+    """Packed weights cached per PyG module are rebuilt after an in-place parameter update."""
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = _graph(6, 14, 8, 3)
+    before = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    with torch.no_grad():
+        conv.lin_key.weight.mul_(3.0)
+        conv.lin_skip.bias.add_(1.0)
+    after = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    assert not torch.allclose(before, after)
+    _close(after, _pyg(conv, x, ei, ea), 1e-4)
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(n=st.integers(0, 12), e=st.integers(0, 60), heads=st.sampled_from([1, 2, 4]),
+       concat=st.booleans(), beta=st.booleans(), edge=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_graphs_cpu_vs_reference(n, e, heads, concat, beta, edge, seed):
+    """Fresh random graphs (incl. empty, edgeless, dense multi-graphs) on the cpu backend."""
+    e = e if n else 0
+    conv = _conv(10, 3, heads, concat, beta, 5 if edge else None, seed=seed % 7)
+    x, ei, ea = _graph(n, e, 10, 5 if edge else None, seed=seed)
+    ref = rasfast.transformer_conv(x, ei, ea, conv, backend="torch")
+    _close(rasfast.transformer_conv(x, ei, ea, conv, backend="cpu"), ref, 1e-4)
