@@ -42,7 +42,7 @@ IGNORE = -100
 _DIM_ATTRS = ("out_dim", "output_dim", "out_channels", "dim", "hidden_dim", "embed_dim")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSettings:
     """RAS's LoRA: r=8, alpha=16, dropout 0.05 on the attention query and value projections."""
     r: int = 8
