@@ -36,10 +36,16 @@ def _encoder(args):
 
 
 def _graph_encoder(args, encoder):
-    if not getattr(args, "graph_encoder", False):
+    kind = getattr(args, "graph_encoder", None)
+    if not kind:
         return None
-    from .pipeline.graph_encoding import MeanTextGraphEncoder
-    return MeanTextGraphEncoder(encoder)
+    from .pipeline import graph_encoding
+    if kind == "gnn":
+        try:
+            return graph_encoding.GNNGraphEncoder(text_encoder=encoder)
+        except ImportError as e:
+            raise SystemExit(f"--graph-encoder gnn: rasfast.GraphEncoder is not available ({e})")
+    return graph_encoding.MeanTextGraphEncoder(encoder)
 
 
 def _llm_components(args):
@@ -92,7 +98,10 @@ def _cmd_demo(args) -> int:
     ras = build_ras(world, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
                     graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
     print(f"index: {enc.name} embeddings of {len(world.passages)} passages in "
-          f"{time.perf_counter() - t1:.1f} s (cached on disk after the first run)")
+          f"{time.perf_counter() - t1:.1f} s (cached on disk after the first run)"
+          + ("; --encoder minilm uses all-MiniLM-L6-v2" if enc.name.startswith("hashing") else ""))
+    print("planner/answerer: " + ("rasfast.llm " + args.llm if planner is not None else
+                                  "model-free heuristic baseline (relation paths in the question graph)"))
     # a few questions of each hop count
     qs = [q for q in world.questions if q.type.startswith("2hop")][: (args.questions + 1) // 2] + \
          [q for q in world.questions if q.type.startswith("3hop")][: args.questions // 2]
@@ -251,8 +260,9 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--seed", type=int, default=0, help="demo world seed")
     p.add_argument("--passages", type=int, default=2000, help="demo world size")
     p.add_argument("--data-root", default=None, help="../shared/data by default")
-    p.add_argument("--graph-encoder", action="store_true",
-                   help="encode each step's subgraph (mean of entity/triple embeddings)")
+    p.add_argument("--graph-encoder", default=None, choices=["mean", "gnn"],
+                   help="encode each step's subgraph: 'mean' of entity embeddings, or 'gnn' "
+                        "(rasfast.GraphEncoder, randomly initialised: shows its cost in the trace)")
     p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)

@@ -307,3 +307,84 @@ def test_heuristic_components_alone():
     assert HeuristicPlanner().plan([st]) == ["[SUFFICIENT]"]
     assert HeuristicAnswerer().answer([st]) == ["Velland"]
     assert HeuristicPlanner().plan([LoopState("Who is Alda Morven?")]) == ["[SUBQ] Who is Alda Morven?"]
+
+
+def test_gnn_graph_encoder_in_the_loop(world, enc):
+    pytest.importorskip("rasfast.models.graph_encoder")
+    from rasfast.pipeline.graph_encoding import GNNGraphEncoder
+    ge = GNNGraphEncoder(text_encoder=enc, hidden=32, heads=2, num_layers=2)
+    ras = build_ras(world, encoder=enc, graph_encoder=ge)
+    out = ras.run_batch([q.question for q in world.questions[:3]])
+    for r in out:
+        assert r.error is None and len(r.graph_embeddings) == len(r.subqueries)
+        assert r.graph_embeddings[0].shape == (32,) and np.isfinite(r.graph_embeddings[0]).all()
+    assert {"graph_encode", "encode"} <= {s.name for s in out[0].trace.spans}
+    # the same subgraph gives the same vector, an empty one zeros
+    v = ge.encode_subgraphs([out[0].step_triples[0], [], out[0].step_triples[0]])
+    assert np.allclose(v[0], v[2], atol=1e-5) and not v[1].any()
+
+
+def test_theme_index_retriever(world, enc):
+    pytest.importorskip("rasfast.index")
+    from rasfast.encode import encode_cached
+    from rasfast.index import ThemeIndex
+    from rasfast.pipeline import ThemeIndexRetriever
+    emb = encode_cached(enc, [p.content for p in world.passages])
+    index = ThemeIndex.build(emb, passages=world.passages, num_themes=8)
+    dense = DenseRetriever(world.passages, emb, enc)
+    qs = [q.question for q in world.questions[:6]]
+    flat = ThemeIndexRetriever(index, enc).retrieve(qs, 5)
+    whole = ThemeIndexRetriever(index, enc, K=len(world.passages)).retrieve(qs, 5)   # scope = all
+    for a, b, c in zip(dense.retrieve(qs, 5), flat, whole):
+        assert [p.pid for p in a] == [p.pid for p in b] == [p.pid for p in c]
+    scoped = ThemeIndexRetriever(index, enc, K=300)
+    got = scoped.retrieve(qs, 5)
+    assert all(len(r) == 5 for r in got)
+    ras = build_ras(world, encoder=enc)
+    ras.retriever = scoped
+    out = ras.run_batch(qs)
+    assert all(r.error is None for r in out)
+    assert "scope" in {s.name for s in out[0].trace.spans}
+    with pytest.raises(ValueError, match="dim"):
+        ThemeIndexRetriever(index, HashingEncoder(64))
+
+
+def test_malformed_component_results_stay_in_their_slot():
+    class HalfBroken(Recorder):
+        def retrieve(self, queries, k):
+            out = super().retrieve(queries, k)
+            return [None if q == "bad-retrieval" else r for q, r in zip(queries, out)]
+
+    class BadTriples(Echo):
+        def extract(self, passages):
+            return [[("only", "two")] if p.title == "bad-triples" else [(p.title, "is", "x")]
+                    for p in passages]
+
+    script = {q: ["[SUBQ] x", "[SUFFICIENT]"] for q in ("ok1", "bad-retrieval", "bad-triples", "ok2")}
+    ras = RAS(HalfBroken(), BadTriples(), Scripted(script), Echo())
+    out = ras.run_batch(list(script))
+    assert [r.question for r in out] == list(script)
+    assert out[0].error is None and out[3].error is None and out[0].answer == "1"
+    assert out[1].error.stage == "retrieve" and "malformed" in out[1].error.message
+    assert out[2].error.stage == "extract" and "triple" in out[2].error.message
+
+
+def test_triple_csr():
+    g = QuestionGraph()
+    g.add_step([("a", "r", "b"), ("b", "r", "c"), ("x", "r", "y"), ("c", "r", "a")])
+    indptr, indices = g.triple_csr()
+    rows = [indices[indptr[i]:indptr[i + 1]].tolist() for i in range(4)]
+    assert rows == [[1, 3], [0, 3], [], [0, 1]]
+
+
+def test_beam_answerer(world, enc):
+    pytest.importorskip("rasfast.ops.beam")
+    from rasfast.pipeline import BeamAnswerer
+    ras = build_ras(world, encoder=enc)
+    ras.answerer = BeamAnswerer(enc)
+    qs = world.questions[:30]
+    out = ras.run_batch([q.question for q in qs])
+    assert all(r.error is None and r.answer for r in out)
+    assert "expand" in {s.name for s in out[0].trace.spans}
+    acc = np.mean([r.answer == q.answer for r, q in zip(out, qs)])
+    assert acc >= 0.3      # a weaker baseline than the path search; measured in the report

@@ -17,6 +17,7 @@ node projections at E = 4N) and then runs ~25 memory-bound tensor ops. Here:
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import torch
@@ -28,6 +29,26 @@ from ..reference.graph_conv import graph_mean
 from .graph_conv_params import packed_node_weights
 
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
+_WORKSPACE = threading.local()
+
+
+def _scratch(name: str, shape, dtype=torch.float32) -> torch.Tensor:
+    """A per-thread scratch tensor reused across layers and calls.
+
+    The intermediates here are large (64 MB at the RAS size) and a fresh allocation of that
+    size is a fresh mmap whose page faults cost as much as a GEMM; one buffer per name
+    (replaced when the shape changes) avoids them. Never used for returned tensors.
+    """
+    ws = _WORKSPACE.__dict__.setdefault("bufs", {})
+    t = ws.get(name)
+    if t is None or t.shape != tuple(shape) or t.dtype != dtype:
+        t = ws[name] = torch.empty(tuple(shape), dtype=dtype)
+    return t
+
+
+def clear_workspace() -> None:
+    """Frees the scratch buffers of the calling thread."""
+    _WORKSPACE.__dict__.pop("bufs", None)
 
 
 def _empty2(dtype: torch.dtype) -> np.ndarray:
@@ -40,12 +61,12 @@ def _factored(num_edges: int, num_nodes: int) -> bool:
 
 
 def _attend(csr, nodes, val, val_dim, val_head, qe, qe_head, ed, ed_head, ed_dim, w, rows,
-            graph_ptr=None):
+            graph_ptr=None, tag=""):
     """Runs graph_conv_attend; returns (out1 [H, rows, val_dim], out2 [H, rows, ed_dim] | None)."""
     h, c = w.heads, w.channels
     code = DTYPE_CODES[nodes.dtype]
-    out1 = torch.empty((h, rows, val_dim), dtype=torch.float32)
-    out2 = torch.empty((h, rows, ed_dim), dtype=torch.float32) if ed_dim else None
+    out1 = _scratch(tag + "out1", (h, rows, val_dim))
+    out2 = _scratch(tag + "out2", (h, rows, ed_dim)) if ed_dim else None
     _bk.cpu_module().graph_conv_attend(
         csr.indptr.numpy(), csr.src.numpy(), csr.eid.numpy(), code,
         cpu_buffer(nodes)[0], 0, h * c, cpu_buffer(val)[0], 0 if val is not nodes else 2 * h * c,
@@ -67,7 +88,7 @@ def _edge_operands(csr, ea, w, nodes, n):
         return nodes, c, e, c, c, None
     we = w.w_edge.view(h, c, -1)                        # head h: rows h*C .. h*C+C
     q = nodes[:, :h * c].view(n, h, c).transpose(0, 1)  # [H, N, C]
-    qe = torch.bmm(q, we).reshape(h * n, -1)            # [H*N, De]: W_e,h^T q_i,h
+    qe = torch.bmm(q, we, out=_scratch("qe", (h, n, we.shape[2]), nodes.dtype)).view(h * n, -1)
     return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
 
 
@@ -75,7 +96,7 @@ def conv_layer(x, csr, ea, w, norm, relu):
     """One layer on CPU tensors: [N, out_channels] in x's dtype."""
     n, h, c = x.shape[0], w.heads, w.channels
     wn, bn = packed_node_weights(w)
-    nodes = torch.addmm(bn, x, wn.t())                  # [N, 3HC (+ skip)]
+    nodes = torch.addmm(bn, x, wn.t(), out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
     qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
     out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n)
     if out2 is None:
@@ -83,7 +104,7 @@ def conv_layer(x, csr, ea, w, norm, relu):
     elif we is None:
         agg = out1.add_(out2)
     else:
-        agg = torch.baddbmm(out1, out2, we.float().transpose(1, 2))
+        agg = torch.baddbmm(out1, out2, we.float().transpose(1, 2), out=_scratch("agg", out1.shape))
     return _epilogue(agg, nodes, w, norm, relu)
 
 
@@ -108,9 +129,10 @@ def _pooled_last_layer(x, csr, ea, gp, w):
     n, h, c = x.shape[0], w.heads, w.channels
     g = gp.numel() - 1
     wn, bn = packed_node_weights(w, with_skip=False)
-    nodes = torch.addmm(bn[:2 * h * c], x, wn[:2 * h * c].t())        # [N, 2HC]: q, k
+    nodes = torch.addmm(bn[:2 * h * c], x, wn[:2 * h * c].t(),             # [N, 2HC]: q, k
+                        out=_scratch("nodes_qk", (n, 2 * h * c), x.dtype))
     qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
-    out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp)
+    out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp, "pooled_")
     counts = gp.diff()
     # share of each graph's nodes that have an incoming edge (their softmax weights sum to 1)
     has_in = (csr.indptr.diff() > 0).float()[:, None]

@@ -3,7 +3,7 @@ the question graph, default components (dense/faiss/theme-scoped/graph-expanded 
 cached and sentence-pattern triple extractors, the heuristic baseline planner/answerer),
 metrics and evaluation."""
 from .extractors import CachedTripleExtractor, SentenceTripleExtractor
-from .heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
+from .heuristic import BeamAnswerer, GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
 from .loop import RAS, ErrorRecord, PlanStep, RASResult, call_isolated
 from .parse import (NoRetrieval, SubQuery, Sufficient, TripleParse, clean_triples, format_triples,
                     parse_plan, parse_triples)
@@ -18,6 +18,6 @@ __all__ = ["RAS", "RASResult", "PlanStep", "ErrorRecord", "call_isolated",
            "format_triples", "clean_triples", "QuestionGraph", "merge_steps", "normalize_entity",
            "DenseRetriever", "FaissRetriever", "ThemeIndexRetriever", "GraphExpandedRetriever",
            "CachedTripleExtractor", "SentenceTripleExtractor", "HeuristicPlanner",
-           "HeuristicAnswerer", "GraphPathReasoner", "build_ras", "evaluate", "EvalReport",
+           "HeuristicAnswerer", "BeamAnswerer", "GraphPathReasoner", "build_ras", "evaluate", "EvalReport",
            "make_encoder", "make_retriever", "Answerer", "LoopState", "Planner",
            "RetrievedPassage", "Retriever", "Triple", "TripleExtractor"]

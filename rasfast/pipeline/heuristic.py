@@ -248,4 +248,62 @@ class HeuristicAnswerer:
         return [self.answer_one(s) for s in states]
 
 
-__all__ = ["HeuristicPlanner", "HeuristicAnswerer", "GraphPathReasoner", "stems", "STOPWORDS"]
+class BeamAnswerer:
+    """Baseline answerer through GEAR's diverse triple beam search (``rasfast.triple_beam_search``)
+    over each question graph's triple adjacency: seeds are the triples about entities named in
+    the question, beams are scored by cosine between the question and the sum of their triple
+    embeddings, and the answer is the end of the best beam's last triple (the entity not shared
+    with the triple before it). All questions of a round go through ONE search call (their
+    graphs are laid side by side as one disjoint graph). Falls back to
+    :class:`HeuristicAnswerer` for a question without seeds."""
+
+    def __init__(self, encoder, beam_width: int = 4, max_len: int = 3, fallback=None):
+        from ..encode import CachedEncoder
+        self.encoder = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(encoder)
+        self.beam_width, self.max_len = beam_width, max_len
+        self.fallback = fallback or HeuristicAnswerer(reasoner=GraphPathReasoner(self.encoder))
+
+    @staticmethod
+    def _text(t) -> str:
+        return " ".join(t)
+
+    def answer(self, states: Sequence[LoopState]) -> List[str]:
+        from ..ops.beam import triple_beam_search
+        graphs = [_graph(s) for s in states]
+        texts = [self._text(g.triple(t)) for g in graphs for t in range(g.num_triples)]
+        with span("encode", category="model", n=len(texts) + len(states)):
+            q = self.encoder.encode([s.question for s in states])
+            temb = self.encoder.encode(texts) if texts else np.zeros((0, self.encoder.dim), np.float32)
+        ptrs, idxs, seeds, offs = [np.zeros(1, np.int64)], [], [], []
+        off = 0
+        for s, g in zip(states, graphs):
+            indptr, indices = g.triple_csr()
+            ptrs.append(indptr[1:] + ptrs[-1][-1])
+            idxs.append(indices + off)
+            named = set(g.mentioned_in(s.question))
+            seeds.append([off + t for t, (a, _, b) in enumerate(g.triples) if a in named or b in named])
+            offs.append(off)
+            off += g.num_triples
+        out = [None] * len(states)
+        if off and any(seeds):
+            with span("expand", batch=len(states)):
+                res = triple_beam_search((np.concatenate(ptrs), np.concatenate(idxs) if idxs else
+                                          np.zeros(0, np.int64)), temb, q, seeds,
+                                         beam_width=self.beam_width, max_len=self.max_len)
+            seqs, lengths = np.asarray(res.sequences), np.asarray(res.lengths)
+            for i, (g, o) in enumerate(zip(graphs, offs)):
+                L = int(lengths[i])
+                if L == 0:
+                    continue
+                path = [int(t) - o for t in seqs[i, 0, :L]]
+                s_, _, o_ = g.triples[path[-1]]
+                prev = set(g.triples[path[-2]][::2]) if L > 1 else set(g.mentioned_in(states[i].question))
+                out[i] = g.entities[s_ if o_ in prev and s_ not in prev else o_]
+        missing = [i for i, a in enumerate(out) if a is None]
+        if missing:
+            for i, a in zip(missing, self.fallback.answer([states[i] for i in missing])):
+                out[i] = a
+        return out
+
+
+__all__ = ["HeuristicPlanner", "HeuristicAnswerer", "BeamAnswerer", "GraphPathReasoner", "stems", "STOPWORDS"]

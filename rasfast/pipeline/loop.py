@@ -82,6 +82,12 @@ def _norm_query(q: str) -> str:
     return re.sub(r"\s+", " ", q.casefold()).strip(" ?.!")
 
 
+def _as_triple(t) -> Triple:
+    if isinstance(t, str) or len(t) != 3:
+        raise ValueError(f"expected a (subject, predicate, object) triple, got {t!r}")
+    return (str(t[0]), str(t[1]), str(t[2]))
+
+
 class BatchCallError(ValueError):
     pass
 
@@ -242,6 +248,21 @@ class RAS:
 
     def _extract_round(self, ids: List[int], got: Dict[int, Any], states: List[LoopState],
                        errors: List[Optional[ErrorRecord]], rnd: int) -> None:
+        # a retriever's per-query result must be a list of passages; anything else is that
+        # question's error, not a crash of the batch
+        ok: List[int] = []
+        for i in ids:
+            try:
+                passages = list(got[i])
+                for p in passages:
+                    if not isinstance(p.pid, (int, np.integer)):
+                        raise TypeError(f"passage pid must be an int, got {type(p.pid).__name__}")
+                got[i] = passages
+                ok.append(i)
+            except Exception as e:
+                errors[i] = ErrorRecord("retrieve", type(e).__name__,
+                                        f"malformed retriever result: {e}", rnd)
+        ids[:] = ok
         # one extractor call over the round's distinct passages (by pid)
         uniq: Dict[int, RetrievedPassage] = {}
         for i in ids:
@@ -259,10 +280,13 @@ class RAS:
                 if bad:
                     errors[i] = ErrorRecord.of("extract", err_pid[bad[0]], rnd)
                     continue
-                triples: List[Triple] = []
-                for p in passages:
-                    triples.extend(tuple(t) for t in (by_pid[p.pid] or []))
-                triples = list(dict.fromkeys(triples))
+                try:
+                    triples = list(dict.fromkeys(_as_triple(t) for p in passages
+                                                 for t in (by_pid[p.pid] or [])))
+                except Exception as e:
+                    errors[i] = ErrorRecord("extract", type(e).__name__,
+                                            f"malformed extractor result: {e}", rnd)
+                    continue
                 st = states[i]
                 st.step_passages.append(passages)
                 st.step_triples.append(triples)

@@ -133,6 +133,20 @@ class QuestionGraph:
         preds = [self.triples[t][1] for t in tids]
         return np.asarray([src, dst], dtype=np.int64).reshape(2, -1), preds
 
+    def triple_csr(self) -> Tuple[np.ndarray, np.ndarray]:
+        """GEAR's triple adjacency (triples sharing an entity), CSR ``(indptr, indices)``:
+        neighbours sorted, unique, no self loops."""
+        rows: List[List[int]] = []
+        for t, (s, _, o) in enumerate(self.triples):
+            nb = set(self._out.get(s, ())) | set(self._in.get(s, ())) | \
+                set(self._out.get(o, ())) | set(self._in.get(o, ()))
+            nb.discard(t)
+            rows.append(sorted(nb))
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(r) for r in rows])
+        indices = np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(indptr[-1]))
+        return indptr, indices
+
     def to_dict(self) -> Dict[str, object]:
         return {"entities": list(self.entities),
                 "triples": [list(self.triple(t)) for t in range(len(self.triples))],

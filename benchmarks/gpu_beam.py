@@ -1,0 +1,132 @@
+"""triple_beam_search on a GPU: the cuda backend at B=1024 (issue 4 target: < 5 ms), parity.
+
+Same problem as beam_report.py (200,000-triple power-law graph, D=384, 50 seeds per query,
+width 10, length 2, max_neighbors 100) with B=1024 queries, all inputs resident on the GPU.
+Reports the whole public call (validation + seed normalisation + kernel + error read-back)
+and the kernel alone (the backend function on prepared device arrays), CUDA-event timed,
+and checks that the cuda (and Triton) results equal the cpu backend's.
+
+    .venv/bin/python benchmarks/gpu_beam.py      # writes benchmarks/results/gpu_beam.{md,json}
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from beam_graph import describe, make_problem  # noqa: E402
+from machine import header_markdown, machine_info  # noqa: E402
+
+import rasfast  # noqa: E402
+from rasfast.ops import beam as beam_op  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def cuda_time(fn, repeats):
+    """Median milliseconds of fn() over repeats, CUDA events around each call."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), times
+
+
+def same(a, b) -> bool:
+    sa, sb = np.asarray(torch.as_tensor(a.scores).cpu()), np.asarray(torch.as_tensor(b.scores).cpu())
+    fin = np.isfinite(sb)
+    return bool(torch.equal(torch.as_tensor(a.sequences).cpu(), torch.as_tensor(b.sequences).cpu())
+                and np.array_equal(np.isfinite(sa), fin) and np.allclose(sa[fin], sb[fin], atol=1e-5))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--queries", type=int, default=1024)
+    ap.add_argument("--seeds", type=int, default=50)
+    ap.add_argument("--width", type=int, default=10)
+    ap.add_argument("--length", type=int, default=2)
+    ap.add_argument("--max-neighbors", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--triton", action="store_true", help="also time the Triton backend")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "gpu_beam"))
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_beam.py needs a CUDA device")
+
+    P = make_problem(args.n, args.dim, args.queries, args.seeds, seed=0)
+    kw = dict(beam_width=args.width, max_len=args.length, max_neighbors=args.max_neighbors)
+    dev = torch.device("cuda")
+    graph = tuple(torch.from_numpy(a).to(dev) for a in P["graph"])
+    emb = torch.from_numpy(P["triple_emb"]).to(dev)
+    q = torch.from_numpy(P["q_emb"]).to(dev)
+    seeds = [torch.from_numpy(s).to(dev) for s in P["seeds"]]
+    ptr = np.cumsum([0] + [len(s) for s in P["seeds"]])
+    seeds_ptr = (torch.from_numpy(ptr).to(dev), torch.from_numpy(np.concatenate(P["seeds"])).to(dev))
+
+    cpu = rasfast.triple_beam_search(P["graph"], P["triple_emb"], P["q_emb"], P["seeds"],
+                                     backend="cpu", **kw)
+    rows, parity = [], {}
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        e = emb.to(dtype)
+        ref = cpu if dtype == torch.float32 else rasfast.triple_beam_search(
+            P["graph"], e.cpu(), P["q_emb"], P["seeds"], backend="cpu", **kw)
+        out = rasfast.triple_beam_search(graph, e, q, seeds_ptr, backend="cuda", **kw)
+        parity[f"cuda {name}"] = same(out, ref)
+        call_ms, _ = cuda_time(lambda: rasfast.triple_beam_search(graph, e, q, seeds_ptr,
+                                                                  backend="cuda", **kw), args.repeats)
+        # kernel alone: the backend function on arrays the op has already prepared
+        indptr, indices = beam_op._graph_arrays(graph, args.n, dev)
+        sp, si = beam_op._normalise_seeds(seeds_ptr, args.queries, args.n)
+        qf = q.float().contiguous()
+        qn = torch.sqrt((qf * qf).sum(1))
+        max_deg = int((indptr[1:] - indptr[:-1]).max())
+        a = dict(n=args.n, b=args.width, L=args.length, max_neighbors=args.max_neighbors,
+                 max_deg=max_deg, decay=torch.tensor(beam_op._ref.decay_factors(2.0 * args.width, max_deg),
+                                                     dtype=torch.float64))
+        sp, si = sp.to(dev), si.to(dev)
+        kern_ms, _ = cuda_time(lambda: beam_op._cuda(indptr, indices, e, qf, qn, sp, si, a), args.repeats)
+        rows.append((f"cuda, {name} embeddings", call_ms, kern_ms))
+    list_ms, _ = cuda_time(lambda: rasfast.triple_beam_search(graph, emb, q, seeds, backend="cuda", **kw),
+                           args.repeats)
+    rows.append(("cuda, float32, seeds as a list of 1024 GPU arrays", list_ms, float("nan")))
+    if args.triton:
+        out = rasfast.triple_beam_search(graph, emb, q, seeds_ptr, backend="triton", **kw)
+        parity["triton float32"] = same(out, cpu)
+        t_ms, _ = cuda_time(lambda: rasfast.triple_beam_search(graph, emb, q, seeds_ptr,
+                                                               backend="triton", **kw), 2)
+        rows.append(("triton (per-query loop, torch selection)", t_ms, float("nan")))
+
+    md = ["# triple_beam_search on a GPU", "", header_markdown(),
+          f"Sizes: {describe(P['graph'])}; D={args.dim}, B={args.queries} x {args.seeds} seeds, "
+          f"width {args.width}, length {args.length}, max_neighbors {args.max_neighbors}, gamma "
+          f"{2 * args.width}. Median of {args.repeats} CUDA-event-timed runs. Target: < 5 ms.", "",
+          "| backend | whole call (ms) | kernel only (ms) |", "|---|---:|---:|"]
+    md += [f"| {r} | {c:.3f} | {k:.3f} |" for r, c, k in rows]
+    md += ["", "Parity with the cpu backend (same sequences, scores within 1e-5): " +
+           ", ".join(f"{k}: {v}" for k, v in parity.items())]
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out + ".md", "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(args.out + ".json", "w") as f:
+        json.dump(dict(machine=machine_info(), sizes=vars(args), rows=rows, parity=parity), f, indent=2)
+    print("\n".join(md))
+    if not all(parity.values()):
+        raise SystemExit("parity check failed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+// triple_beam_search, CUDA backend: launcher interface shared by the kernel (beam_search.cu)
+// and its pybind11 binding (beam_cuda.cpp). Plain pointers only; see beam_search.cu.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace rasfast {
+
+struct BeamCudaArgs {
+  // problem
+  int64_t n, D, B, b, L;
+  int64_t max_nb;  // 0 = no cap
+  int64_t tail;    // decay has tail + 1 factors; ranks >= tail use decay[tail]
+  int dtype;       // DType code of emb
+  bool idx64;      // graph.indices is int64 (else int32)
+  // on-chip sizes (computed by the binding)
+  int64_t m_seed;  // running top-M size while scanning seeds (= b)
+  int64_t m_step;  // running top-M size per beam expansion
+  int64_t chunk;   // candidates scored per round
+  int64_t cap;     // power of two >= max(m_seed, m_step) + chunk  (kv buffer)
+  int64_t cap2;    // power of two >= b + m_step                   (global pool)
+  // device pointers
+  const int64_t* indptr;
+  const void* indices;
+  const void* emb;
+  const float* q;
+  const float* qnorm;
+  const int64_t* seed_ptr;
+  const int64_t* seed_ids;
+  const double* decay;
+  int64_t* out_seq;
+  float* out_score;
+  int64_t* out_len;
+  int64_t* out_count;
+  float* scratch_u;  // [B, 2, b, D] running sums (double buffered)
+  int* err;          // [2]: code (0 ok, 1 id out of range, 2 row not increasing, 3 non-finite), where
+};
+
+constexpr int kBeamThreads = 256;
+
+// Bytes of dynamic shared memory the kernel needs for these sizes.
+size_t beam_search_smem_bytes(const BeamCudaArgs& a);
+
+// Launches one block per query on `stream` (asynchronous).
+void beam_search_launch(const BeamCudaArgs& a, cudaStream_t stream);
+
+}  // namespace rasfast

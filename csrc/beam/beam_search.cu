@@ -1,0 +1,301 @@
+// triple_beam_search, CUDA kernel: one block per query, everything on chip.
+//
+// Per beam expansion the block scores the last triple's neighbours in chunks (a warp per
+// candidate: lanes stride over D, butterfly reduction), and keeps a running top-M of
+// 64-bit keys (~float_key(v) << 32 | id: ascending = value desc, id asc) by bitonic-sorting
+// [top-M | chunk] in shared memory. The top M get their rank decay (float64, like every
+// backend) and are merged into the query's running global top-b, another bitonic sort of
+// (~double_key(d), id, beam) triples. M = min(max_neighbors, T + b, max degree) is exact
+// (see csrc/beam/beam_cpu.cpp for why). Running sums live in global scratch. Ties and
+// arithmetic follow rasfast/reference/beam.py, so results equal the other backends.
+#include <cstdint>
+#include <stdexcept>
+
+#include "beam/beam_cuda.h"
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+
+namespace rasfast {
+namespace {
+
+constexpr uint64_t kNone = ~0ull;
+constexpr int kWarps = kBeamThreads / 32;
+
+struct PoolEntry {  // ascending order = (d desc, id asc, beam asc)
+  uint64_t dkey;
+  uint32_t id;
+  uint32_t parent;
+};
+
+__device__ __forceinline__ bool pool_less(const PoolEntry& a, const PoolEntry& b) {
+  if (a.dkey != b.dkey) return a.dkey < b.dkey;
+  if (a.id != b.id) return a.id < b.id;
+  return a.parent < b.parent;
+}
+
+// Order-preserving double -> uint64 (-0.0 == +0.0), inverted so larger d sorts first.
+__device__ __forceinline__ uint64_t desc_double_key(double d) {
+  uint64_t u = (uint64_t)__double_as_longlong(d);
+  if ((u << 1) == 0) u = 0;
+  const uint64_t k = (u >> 63) ? ~u : (u | (1ull << 63));
+  return ~k;
+}
+
+__device__ __forceinline__ double desc_double_value(uint64_t key) {
+  const uint64_t k = ~key;
+  const uint64_t u = (k >> 63) ? (k & ~(1ull << 63)) : ~k;
+  return __longlong_as_double((long long)u);
+}
+
+__device__ __forceinline__ uint64_t value_key(float v, uint32_t id) {
+  return ((uint64_t)(~float_to_key(v)) << 32) | id;
+}
+
+__device__ __forceinline__ float key_value(uint64_t key) {
+  return key_to_float(~(uint32_t)(key >> 32));
+}
+
+__device__ void set_error(int* err, int code, int64_t where) {
+  if (atomicCAS(err, 0, code) == 0) err[1] = (int)where;
+}
+
+// Ascending bitonic sort of n (a power of two) items in shared memory by the whole block.
+template <class T, class Less>
+__device__ void bitonic_sort(T* a, int n, Less less) {
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int ixj = i ^ j;
+        if (ixj > i) {
+          const bool up = (i & k) == 0;
+          T x = a[i], y = a[ixj];
+          if (up ? less(y, x) : less(x, y)) { a[i] = y; a[ixj] = x; }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// dot(q, u + e) and |u + e|^2 by one warp (u == nullptr: u = 0); every lane gets the sums.
+template <DType DT>
+__device__ __forceinline__ void warp_score_parts(const typename Storage<DT>::type* e,
+                                                 const float* u, const float* q, int64_t D,
+                                                 float& dot, float& nn) {
+  const int lane = threadIdx.x & 31;
+  float sd = 0.f, sn = 0.f;
+  for (int64_t k = lane; k < D; k += 32) {
+    const float x = Storage<DT>::load(e, k);
+    const float w = u ? u[k] + x : x;
+    sd += q[k] * w;
+    sn += w * w;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    sd += __shfl_xor_sync(0xffffffffu, sd, o);
+    sn += __shfl_xor_sync(0xffffffffu, sn, o);
+  }
+  dot = sd;
+  nn = sn;
+}
+
+__device__ __forceinline__ float cosine(float dot, float nn, float qnorm) {
+  const float den = qnorm * sqrtf(nn);
+  return den > 0.f ? dot / den : 0.f;
+}
+
+template <DType DT, class Idx>
+__global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs a) {
+  using T = typename Storage<DT>::type;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t b = a.b, L = a.L, D = a.D;
+  const int cap = (int)a.cap, cap2 = (int)a.cap2, chunk = (int)a.chunk;
+  PoolEntry* pool = reinterpret_cast<PoolEntry*>(smem);                  // [cap2]
+  uint64_t* buf = reinterpret_cast<uint64_t*>(pool + cap2);              // [cap]
+  int64_t* seq_buf = reinterpret_cast<int64_t*>(buf + cap);              // [2, b, L]
+  float* s_buf = reinterpret_cast<float*>(seq_buf + 2 * b * L);          // [2, b]
+  __shared__ int sh_nb, sh_next;
+
+  const int64_t qi = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* q = a.q + qi * D;
+  const float qn = a.qnorm[qi];
+  const T* emb = static_cast<const T*>(a.emb);
+  const Idx* indices = static_cast<const Idx*>(a.indices);
+  float* u_base = a.scratch_u + qi * 2 * b * D;
+  auto less_key = [](uint64_t x, uint64_t y) { return x < y; };
+
+  // ---- seeds: running top-b by (score desc, id asc)
+  const int64_t s0 = a.seed_ptr[qi], scount = a.seed_ptr[qi + 1] - s0;
+  const int m_seed = (int)a.m_seed;
+  for (int i = threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+  __syncthreads();
+  for (int64_t base = 0; base < scount; base += chunk) {
+    for (int i = m_seed + threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+    __syncthreads();
+    for (int c = warp; c < chunk; c += kWarps) {
+      if (base + c >= scount) break;
+      const int64_t t = a.seed_ids[s0 + base + c];
+      uint64_t key = kNone;
+      if (t >= 0 && t < a.n) {
+        float dot, nn;
+        warp_score_parts<DT>(emb + t * D, nullptr, q, D, dot, nn);
+        if (isfinite(dot) && isfinite(nn)) key = value_key(cosine(dot, nn, qn), (uint32_t)t);
+        else if (lane == 0) set_error(a.err, 3, t);
+      } else if (lane == 0) {
+        set_error(a.err, 1, t);
+      }
+      if (lane == 0) buf[m_seed + c] = key;
+    }
+    __syncthreads();
+    bitonic_sort(buf, cap, less_key);
+  }
+  int cur = 0;
+  if (threadIdx.x == 0) {
+    int nb = 0;
+    while (nb < m_seed && buf[nb] != kNone) ++nb;
+    sh_nb = nb;
+  }
+  __syncthreads();
+  int64_t nb = sh_nb, len = nb ? 1 : 0;
+  {
+    int64_t* seq = seq_buf;
+    float* s = s_buf;
+    float* u = u_base;
+    for (int64_t j = threadIdx.x; j < nb; j += blockDim.x) {
+      seq[j * L] = (int64_t)(uint32_t)(buf[j] & 0xffffffffu);
+      s[j] = key_value(buf[j]);
+    }
+    for (int64_t i = threadIdx.x; i < nb * D; i += blockDim.x) {
+      const int64_t t = (int64_t)(uint32_t)(buf[i / D] & 0xffffffffu);
+      u[i] = Storage<DT>::load(emb + t * D, i % D);
+    }
+  }
+  __syncthreads();
+
+  // ---- expansion steps
+  const int m_step = (int)a.m_step;
+  for (int64_t step = 1; step < L && nb > 0; ++step) {
+    int64_t* seq = seq_buf + cur * b * L;
+    int64_t* seq_next = seq_buf + (1 - cur) * b * L;
+    float* s = s_buf + cur * b;
+    float* s_next = s_buf + (1 - cur) * b;
+    const float* u = u_base + cur * b * D;
+    float* u_next = u_base + (1 - cur) * b * D;
+    for (int i = threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
+    __syncthreads();
+    const int64_t nvis = nb * step;
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t last = seq[j * L + step - 1];
+      const int64_t rs = a.indptr[last], re = a.indptr[last + 1];
+      const float* uj = u + j * D;
+      const float sj = s[j];
+      for (int i = threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+      __syncthreads();
+      for (int64_t base = rs; base < re; base += chunk) {
+        for (int i = m_step + threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+        __syncthreads();
+        for (int c = warp; c < chunk; c += kWarps) {
+          const int64_t e = base + c;
+          if (e >= re) break;
+          const int64_t t = (int64_t)indices[e];
+          uint64_t key = kNone;
+          if (t < 0 || t >= a.n) {
+            if (lane == 0) set_error(a.err, 1, t);
+          } else if (e > rs && (int64_t)indices[e - 1] >= t) {
+            if (lane == 0) set_error(a.err, 2, last);
+          } else {
+            bool seen = false;
+            for (int64_t k = lane; k < nvis; k += 32)
+              seen |= seq[(k / step) * L + (k % step)] == t;
+            if (!__any_sync(0xffffffffu, seen)) {
+              float dot, nn;
+              warp_score_parts<DT>(emb + t * D, uj, q, D, dot, nn);
+              if (isfinite(dot) && isfinite(nn)) key = value_key(sj + cosine(dot, nn, qn), (uint32_t)t);
+              else if (lane == 0) set_error(a.err, 3, t);
+            }
+          }
+          if (lane == 0) buf[m_step + c] = key;
+        }
+        __syncthreads();
+        bitonic_sort(buf, cap, less_key);
+      }
+      // buf[0, m_step): this beam's best candidates by (v desc, id asc); rank = position
+      for (int i = b + threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
+      __syncthreads();
+      for (int r = threadIdx.x; r < m_step; r += blockDim.x) {
+        const uint64_t key = buf[r];
+        if (key == kNone) continue;
+        // the decay multiplies the cumulative value (negative values move toward 0)
+        const double d = (double)key_value(key) * a.decay[r < a.tail ? r : a.tail];
+        pool[b + r] = PoolEntry{desc_double_key(d), (uint32_t)(key & 0xffffffffu), (uint32_t)j};
+      }
+      __syncthreads();
+      bitonic_sort(pool, cap2, [](const PoolEntry& x, const PoolEntry& y) { return pool_less(x, y); });
+    }
+    if (threadIdx.x == 0) {
+      int k = 0;
+      while (k < b && pool[k].dkey != kNone) ++k;
+      sh_next = k;
+    }
+    __syncthreads();
+    const int64_t nn_ = sh_next;
+    if (nn_ == 0) break;  // no beam can extend: keep the current beams
+    for (int64_t i = threadIdx.x; i < nn_ * L; i += blockDim.x) {
+      const int64_t j = i / L, k = i % L;
+      const PoolEntry& pe = pool[j];
+      seq_next[i] = k < step ? seq[(int64_t)pe.parent * L + k] : (k == step ? (int64_t)pe.id : -1);
+    }
+    for (int64_t j = threadIdx.x; j < nn_; j += blockDim.x)
+      s_next[j] = (float)desc_double_value(pool[j].dkey);
+    for (int64_t i = threadIdx.x; i < nn_ * D; i += blockDim.x) {
+      const PoolEntry& pe = pool[i / D];
+      const int64_t k = i % D;
+      u_next[i] = u[(int64_t)pe.parent * D + k] + Storage<DT>::load(emb + (int64_t)pe.id * D, k);
+    }
+    __syncthreads();
+    cur = 1 - cur;
+    nb = nn_;
+    len = step + 1;
+  }
+
+  // ---- outputs
+  const int64_t* seq = seq_buf + cur * b * L;
+  const float* s = s_buf + cur * b;
+  for (int64_t i = threadIdx.x; i < b * L; i += blockDim.x) {
+    const int64_t j = i / L, k = i % L;
+    a.out_seq[qi * b * L + i] = (j < nb && k < len) ? seq[i] : -1;
+  }
+  for (int64_t j = threadIdx.x; j < b; j += blockDim.x)
+    a.out_score[qi * b + j] = j < nb ? s[j] : -INFINITY;
+  if (threadIdx.x == 0) {
+    a.out_len[qi] = len;
+    a.out_count[qi] = nb;
+  }
+}
+
+template <DType DT, class Idx>
+void launch_typed(const BeamCudaArgs& a, size_t smem, cudaStream_t stream) {
+  auto kernel = beam_search_kernel<DT, Idx>;
+  RASFAST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kernel<<<(unsigned)a.B, kBeamThreads, smem, stream>>>(a);
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+size_t beam_search_smem_bytes(const BeamCudaArgs& a) {
+  return (size_t)a.cap2 * sizeof(PoolEntry) + (size_t)a.cap * sizeof(uint64_t) +
+         (size_t)2 * a.b * a.L * sizeof(int64_t) + (size_t)2 * a.b * sizeof(float);
+}
+
+void beam_search_launch(const BeamCudaArgs& a, cudaStream_t stream) {
+  if (a.B == 0) return;
+  const size_t smem = beam_search_smem_bytes(a);
+  const DType dt = static_cast<DType>(a.dtype);
+  RASFAST_DISPATCH_DTYPE(dt, DT, {
+    if (a.idx64) launch_typed<DT, int64_t>(a, smem, stream);
+    else launch_typed<DT, int32_t>(a, smem, stream);
+  })
+}
+
+}  // namespace rasfast

@@ -1,0 +1,271 @@
+// Theme scoping + scoped dense retrieval, CPU backend (DESIGN.md section 3).
+//
+//   theme_scope          pass 1 keys -> per query radix select_row (sorted K ids)
+//   theme_scoped_dense   inner products over given scopes -> per-query top-k
+//   theme_scoped_search  pass 1 keys -> per query K-th key by radix select (no sort, no
+//                        scope list) -> pass 2 over the corpus rows scoring only the rows
+//                        inside each query's cut -> per-query top-k
+//
+// Queries arrive as float32; corpora in their storage dtype (converted on the fly).
+#include <omp.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/buffers.h"
+#include "common/registry.h"
+#include "theme/theme_scan.h"
+#include "theme/theme_topk.h"
+
+namespace rasfast {
+namespace theme {
+namespace {
+
+using KeyBuf = std::unique_ptr<uint32_t[]>;
+
+const char* kPpdNonFinite =
+    "corpus_ppd: contains NaN or infinite values (a theme distance is not finite)";
+const char* kEmbNonFinite =
+    "corpus_emb: contains NaN or infinite values in a scoped row (a dense score is not finite)";
+
+// Score of one in-scope row: the dense inner product, fused with the theme term.
+inline float fused_score(float dense, uint32_t key, bool ip, float w) {
+  if (w == 0.f) return dense;
+  const float theme = ip ? key_to_float(~key) : -key_to_float(key);
+  return (1.f - w) * dense + w * theme;
+}
+
+// Per-thread, per-query running top-k, merged at the end.
+struct TopKTable {
+  std::vector<std::vector<TopK>> per_thread;
+  TopKTable(int threads, int64_t B, int64_t cap)
+      : per_thread((size_t)threads, std::vector<TopK>((size_t)B, TopK(cap))) {}
+  TopK* mine() { return per_thread[(size_t)omp_get_thread_num()].data(); }
+  void write(int64_t b_offset, int64_t nb, int64_t k, int64_t* ids, float* scores) const {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t b = 0; b < nb; ++b) {
+      std::vector<const TopK*> parts;
+      for (const auto& t : per_thread) parts.push_back(&t[(size_t)b]);
+      merge_topk(parts, k, ids + (b_offset + b) * k, scores + (b_offset + b) * k);
+    }
+  }
+};
+
+template <DType DE>
+const float* row_as_float(const typename Storage<DE>::type* emb, int64_t i, int64_t D, float* buf) {
+  if constexpr (DE == DType::F32) {
+    (void)buf;
+    return emb + i * D;
+  } else {
+    load_row<DE>(emb + i * D, buf, D);
+    return buf;
+  }
+}
+
+// ------------------------------------------------------------------------ theme_scope
+template <DType D>
+void scope_typed(const float* q, int64_t B, int64_t T, const void* corpus, int64_t N, int64_t K,
+                 bool ip, int64_t* out) {
+  using S = typename Storage<D>::type;
+  const int threads = omp_get_max_threads();
+  const int64_t qb = query_block(B, N);
+  KeyBuf keys(new uint32_t[(size_t)(qb * N)]);
+  for (int64_t b0 = 0; b0 < B; b0 += qb) {
+    const int64_t nb = std::min(qb, B - b0);
+    PaddedQueries qs = pad_queries(q + b0 * T, nb, T);
+    if (!scan_keys<D>(qs, static_cast<const S*>(corpus), N, ip, keys.get()))
+      throw py::value_error(kPpdNonFinite);
+    auto run = [&](int64_t b, int inner) {
+      const uint32_t* kb = keys.get() + b * N;
+      select_row(N, K, [kb](int64_t i) { return kb[i]; }, true, out + (b0 + b) * K, inner);
+    };
+    if (nb >= threads) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t b = 0; b < nb; ++b) run(b, 1);
+    } else {
+      for (int64_t b = 0; b < nb; ++b) run(b, threads);
+    }
+  }
+}
+
+void theme_scope_cpu(py::array q, py::array corpus, int dtype_code, int64_t K, bool ip,
+                     py::array out) {
+  const DType dt = dtype_from_code(dtype_code);
+  check_buffer(q, "q_ppd", 2, 4);
+  const int64_t B = q.shape(0), T = q.shape(1);
+  check_buffer(corpus, "corpus_ppd", 2, dtype_itemsize(dt), {-1, T});
+  const int64_t N = corpus.shape(0);
+  require(N >= 1 && T >= 1, "corpus_ppd: needs N >= 1 and T >= 1");
+  require(K >= 1 && K <= N, "K must be in [1, N]");
+  check_buffer(out, "out", 2, 8, {B, K});
+  const float* qp = const_ptr<float>(q);
+  const void* cp = corpus.data();
+  int64_t* op = mutable_ptr<int64_t>(out);
+  py::gil_scoped_release nogil;
+  RASFAST_DISPATCH_DTYPE(dt, D, { scope_typed<D>(qp, B, T, cp, N, K, ip, op); })
+}
+
+// ------------------------------------------------------------------------ scoped dense
+template <DType DE>
+void dense_typed(const float* q, int64_t B, int64_t D, const void* emb_v, int64_t N,
+                 const int64_t* scope, int64_t Ks, int64_t k, int64_t* ids, float* scores) {
+  using S = typename Storage<DE>::type;
+  const S* emb = static_cast<const S*>(emb_v);
+  const Simd& s = simd();
+  const int threads = omp_get_max_threads();
+  TopKTable table(threads, B, std::min(k, Ks));
+  constexpr int64_t kChunk = 4096;
+  const int64_t nchunks = (Ks + kChunk - 1) / kChunk;
+  int bad = 0;
+#pragma omp parallel reduction(| : bad)
+  {
+    TopK* heaps = table.mine();
+    FloatBuf buf = aligned_floats(D);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < B * nchunks; ++w) {
+      const int64_t b = w / nchunks, j0 = (w % nchunks) * kChunk;
+      const int64_t j1 = std::min(Ks, j0 + kChunk);
+      const int64_t* sb = scope + b * Ks;
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t i = sb[j];
+        if (i < 0 || i >= N) continue;  // -1 padding (range is validated in Python)
+        const float dense = s.dot(q + b * D, row_as_float<DE>(emb, i, D, buf.get()), D);
+        bad |= !std::isfinite(dense);
+        heaps[b].push(dense, i);
+      }
+    }
+  }
+  if (bad) throw py::value_error(kEmbNonFinite);
+  table.write(0, B, k, ids, scores);
+}
+
+void theme_scoped_dense_cpu(py::array q, py::array emb, int dtype_code, py::array scope, int64_t k,
+                            py::array out_ids, py::array out_scores) {
+  const DType dt = dtype_from_code(dtype_code);
+  check_buffer(q, "q_emb", 2, 4);
+  const int64_t B = q.shape(0), D = q.shape(1);
+  check_buffer(emb, "corpus_emb", 2, dtype_itemsize(dt), {-1, D});
+  const int64_t N = emb.shape(0);
+  check_buffer(scope, "scope_ids", 2, 8, {B, -1});
+  const int64_t Ks = scope.shape(1);
+  require(k >= 1, "k must be >= 1");
+  check_buffer(out_ids, "out_ids", 2, 8, {B, k});
+  check_buffer(out_scores, "out_scores", 2, 4, {B, k});
+  const float* qp = const_ptr<float>(q);
+  const void* ep = emb.data();
+  const int64_t* sp = const_ptr<int64_t>(scope);
+  int64_t* ip = mutable_ptr<int64_t>(out_ids);
+  float* spo = mutable_ptr<float>(out_scores);
+  py::gil_scoped_release nogil;
+  RASFAST_DISPATCH_DTYPE(dt, DE, { dense_typed<DE>(qp, B, D, ep, N, sp, Ks, k, ip, spo); })
+}
+
+// ------------------------------------------------------------------------ fused search
+struct FusedArgs {
+  const float* q_ppd;
+  const void* ppd;
+  const float* q_emb;
+  const void* emb;
+  int64_t B, N, T, D, K, k;
+  float w;
+  bool ip;
+  int64_t* ids;
+  float* scores;
+};
+
+template <DType DE>
+bool score_in_scope(const FusedArgs& a, int64_t b0, int64_t nb, const uint32_t* keys,
+                    const std::vector<ScopeCut>& cuts, TopKTable& table) {
+  using S = typename Storage<DE>::type;
+  const S* emb = static_cast<const S*>(a.emb);
+  const Simd& s = simd();
+  const int64_t N = a.N, D = a.D;
+  constexpr int64_t kChunk = 1024;
+  const int64_t nchunks = (N + kChunk - 1) / kChunk;
+  int bad = 0;
+#pragma omp parallel reduction(| : bad)
+  {
+    TopK* heaps = table.mine();
+    FloatBuf buf = aligned_floats(D);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const int64_t i1 = std::min(N, (c + 1) * kChunk);
+      for (int64_t i = c * kChunk; i < i1; ++i) {
+        const float* row = nullptr;  // converted lazily: only rows in some scope are read
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint32_t key = keys[b * N + i];
+          if (!cuts[(size_t)b].contains(key, i)) continue;
+          if (!row) row = row_as_float<DE>(emb, i, D, buf.get());
+          const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
+          bad |= !std::isfinite(dense);
+          heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+        }
+      }
+    }
+  }
+  return bad == 0;
+}
+
+template <DType DP, DType DE>
+void fused_typed(const FusedArgs& a) {
+  using SP = typename Storage<DP>::type;
+  const int threads = omp_get_max_threads();
+  const int64_t qb = query_block(a.B, a.N);
+  KeyBuf keys(new uint32_t[(size_t)(qb * a.N)]);
+  for (int64_t b0 = 0; b0 < a.B; b0 += qb) {
+    const int64_t nb = std::min(qb, a.B - b0);
+    PaddedQueries qs = pad_queries(a.q_ppd + b0 * a.T, nb, a.T);
+    if (!scan_keys<DP>(qs, static_cast<const SP*>(a.ppd), a.N, a.ip, keys.get()))
+      throw py::value_error(kPpdNonFinite);
+    const std::vector<ScopeCut> cuts = scope_cuts(keys.get(), nb, a.N, a.K);
+    TopKTable table(threads, nb, std::min(a.k, a.K));
+    if (!score_in_scope<DE>(a, b0, nb, keys.get(), cuts, table)) throw py::value_error(kEmbNonFinite);
+    table.write(b0, nb, a.k, a.ids, a.scores);
+  }
+}
+
+void theme_scoped_search_cpu(py::array q_ppd, py::array ppd, int ppd_code, py::array q_emb,
+                             py::array emb, int emb_code, int64_t K, int64_t k, double w, bool ip,
+                             py::array out_ids, py::array out_scores) {
+  const DType dp = dtype_from_code(ppd_code), de = dtype_from_code(emb_code);
+  check_buffer(q_ppd, "q_ppd", 2, 4);
+  const int64_t B = q_ppd.shape(0), T = q_ppd.shape(1);
+  check_buffer(ppd, "corpus_ppd", 2, dtype_itemsize(dp), {-1, T});
+  const int64_t N = ppd.shape(0);
+  check_buffer(q_emb, "q_emb", 2, 4, {B, -1});
+  const int64_t D = q_emb.shape(1);
+  check_buffer(emb, "corpus_emb", 2, dtype_itemsize(de), {N, D});
+  require(N >= 1 && T >= 1 && D >= 1, "corpus: needs N, T, D >= 1");
+  require(K >= 1 && K <= N, "K must be in [1, N]");
+  require(k >= 1, "k must be >= 1");
+  require(w >= 0.0 && w <= 1.0, "theme_weight must be in [0, 1]");
+  check_buffer(out_ids, "out_ids", 2, 8, {B, k});
+  check_buffer(out_scores, "out_scores", 2, 4, {B, k});
+  FusedArgs a{const_ptr<float>(q_ppd), ppd.data(), const_ptr<float>(q_emb), emb.data(),
+              B, N, T, D, K, k, (float)w, ip,
+              mutable_ptr<int64_t>(out_ids), mutable_ptr<float>(out_scores)};
+  py::gil_scoped_release nogil;
+  RASFAST_DISPATCH_DTYPE(dp, DP, { RASFAST_DISPATCH_DTYPE(de, DE, { fused_typed<DP, DE>(a); }) })
+}
+
+void bind(py::module_& m) {
+  m.def("theme_scope", &theme_scope_cpu, py::arg("q_ppd"), py::arg("corpus_ppd"),
+        py::arg("dtype_code"), py::arg("K"), py::arg("ip"), py::arg("out"),
+        "Sorted ids of the K nearest corpus rows per query (float32 queries) into out[B,K].");
+  m.def("theme_scoped_dense", &theme_scoped_dense_cpu, py::arg("q_emb"), py::arg("corpus_emb"),
+        py::arg("dtype_code"), py::arg("scope_ids"), py::arg("k"), py::arg("out_ids"),
+        py::arg("out_scores"), "Top-k inner products inside given scopes (-1 = padding).");
+  m.def("theme_scoped_search", &theme_scoped_search_cpu, py::arg("q_ppd"), py::arg("corpus_ppd"),
+        py::arg("ppd_dtype_code"), py::arg("q_emb"), py::arg("corpus_emb"),
+        py::arg("emb_dtype_code"), py::arg("K"), py::arg("k"), py::arg("theme_weight"),
+        py::arg("ip"), py::arg("out_ids"), py::arg("out_scores"),
+        "Fused theme scoping (radix-select threshold, no sort) + dense top-k.");
+  m.def("theme_simd_level", []() { return std::string(simd().name); },
+        "SIMD variant the theme kernels run with on this CPU.");
+}
+
+}  // namespace
+}  // namespace theme
+RASFAST_REGISTER(theme, theme::bind);
+}  // namespace rasfast

@@ -1,0 +1,244 @@
+"""TripleGraph: a graph whose nodes are (subject, predicate, object) triples.
+
+Two triples are neighbours when they share an entity: the subject or object of one is the
+subject or object of the other (after normalisation). The adjacency is stored as CSR
+(``indptr`` int64[n+1], ``indices`` int64[nnz]; each row sorted, unique, no self loop) and
+built in C++ (csrc/graph/triple_graph_cpu.cpp): hash maps, counting sort, OpenMP.
+
+Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them too):
+
+- Well-formed triple: a list or tuple of exactly three ``str`` parts, each with a character
+  that is not white space. Anything else (2 or 4+ parts, None, NaN, numbers, blank parts) is
+  skipped and counted in ``n_skipped``; ``source_index`` maps kept triples to input positions.
+- Entity normalisation (``normalize=True``): case-fold (str.casefold), trim, collapse white
+  space runs to one space, strip surrounding punctuation (Unicode category P*, e.g. ``.,'"()``;
+  symbols such as ``$+<>`` stay). A string made only of punctuation keeps it ("..." stays).
+  ASCII strings are normalised in C++; each distinct non-ASCII string goes once through
+  :func:`rasfast.reference.triple_graph.normalize_entity` (Python's Unicode tables).
+  Predicates are never normalised. ``normalize=False`` compares strings exactly.
+- Entity ids follow first appearance (subject, then object, of each kept triple in order).
+- Hub guard ``max_degree``: an entity's degree is the number of kept triples that mention it
+  (as subject or object). An entity of degree > ``max_degree`` links no triples: two triples
+  that share ONLY hub entities are not neighbours. Triples keep their entity ids either way.
+  Without the guard an entity of degree d adds d*(d-1) entries to ``indices``.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import dispatch as _bk
+from ._validate import check_bool_arg, check_int_arg
+from .reference.triple_graph import normalize_entity
+
+
+DEFAULT_MAX_EDGES = 2 ** 31
+
+
+def _normalize_many(strings: List[str]) -> List[str]:
+    return [normalize_entity(s) for s in strings]
+
+
+def _as_triple_list(triples) -> list:
+    if isinstance(triples, (str, bytes)) or not hasattr(triples, "__iter__"):
+        raise TypeError(f"triples: expected a sequence of (subject, predicate, object) triples, "
+                        f"got {type(triples).__name__}")
+    if isinstance(triples, np.ndarray):
+        return triples.tolist()   # a [n, 3] string array becomes lists of str
+    return list(triples)         # a private copy: the graph must not change with the caller's list
+
+
+def _passage_array(passage_ids, n_in: int) -> np.ndarray:
+    if passage_ids is None:
+        return np.full(n_in, -1, dtype=np.int64)
+    if hasattr(passage_ids, "detach"):
+        passage_ids = passage_ids.detach().cpu().numpy()
+    arr = np.asarray(passage_ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"passage_ids: expected a 1-d sequence of ints, got "
+                        f"{'dtype ' + str(arr.dtype) if arr.ndim == 1 else f'shape {arr.shape}'}")
+    if arr.shape[0] != n_in:
+        raise ValueError(f"passage_ids: expected one id per input triple ({n_in}), got {arr.shape[0]}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"passage_ids: must be >= 0, got {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+class TripleGraph:
+    """Triples, their entities and passages, and the triple adjacency (CSR).
+
+    Attributes (numpy int64 unless said):
+        indptr [n+1], indices [nnz]: the triple adjacency, rows sorted, no self loops.
+        head, tail [n]: entity ids of each triple's subject and object.
+        passage_ids [n]: source passage of each triple (-1 when not given).
+        source_index [n]: position of each kept triple in the input.
+        entity_degree [num_entities]: kept triples mentioning each entity.
+        entities: list of normalised entity strings (index = entity id).
+        triples: list of the kept (subject, predicate, object) as given.
+        n_skipped: number of malformed input triples.
+        embeddings: float32 [n, D] once :meth:`embed` ran (else None).
+    """
+
+    def __init__(self, *, indptr, indices, head, tail, entities, entity_degree, passage_ids,
+                 source_index, triples, n_skipped, n_hubs=0, normalize=True, max_degree=None):
+        self.indptr = indptr
+        self.indices = indices
+        self.head = head
+        self.tail = tail
+        self.entities = entities
+        self.entity_degree = entity_degree
+        self.passage_ids = passage_ids
+        self.source_index = source_index
+        self.triples = triples
+        self.n_skipped = int(n_skipped)
+        self.n_hubs = int(n_hubs)
+        self.normalize = normalize
+        self.max_degree = max_degree
+        self.embeddings: Optional[np.ndarray] = None
+        self._texts: Optional[List[str]] = None
+        self._passage_csr = None
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_triples(cls, triples: Sequence, passage_ids=None, normalize: bool = True,
+                     max_degree: Optional[int] = None,
+                     max_edges: int = DEFAULT_MAX_EDGES) -> "TripleGraph":
+        """Builds the graph from (subject, predicate, object) string triples.
+
+        Args:
+            triples: a sequence (or iterable, or [n, 3] string array) of triples. Malformed
+                entries are skipped and counted (``n_skipped``), never raised.
+            passage_ids: optional int per INPUT triple (>= 0): its source passage.
+            normalize: normalise entity strings (see the module docstring) before matching.
+            max_degree: optional hub guard (int >= 0): entities mentioned by more triples
+                than this create no adjacency.
+            max_edges: refuse (ValueError, before allocating) when the adjacency could exceed
+                this many entries (bound: sum of d*(d-1) over linking entities of degree d);
+                the default, 2**31 entries, is 16 GiB of int64 indices.
+        """
+        items = _as_triple_list(triples)
+        pids = _passage_array(passage_ids, len(items))
+        normalize = check_bool_arg(normalize, "normalize")
+        md = -1 if max_degree is None else check_int_arg(max_degree, "max_degree", 0)
+        max_edges = check_int_arg(max_edges, "max_edges", 0, 2 ** 62)
+        r = _bk.cpu_module().triple_graph_build(items, normalize, md, max_edges, _normalize_many)
+        kept = r["kept"]
+        return cls(indptr=r["indptr"], indices=r["indices"], head=r["head"], tail=r["tail"],
+                   entities=r["entities"], entity_degree=r["entity_degree"],
+                   passage_ids=pids[kept], source_index=kept,
+                   triples=[tuple(items[i]) for i in kept.tolist()],
+                   n_skipped=r["n_skipped"], n_hubs=r["n_hubs"], normalize=normalize,
+                   max_degree=max_degree)
+
+    @classmethod
+    def from_dataset(cls, dataset, normalize: bool = True,
+                     max_degree: Optional[int] = None) -> "TripleGraph":
+        """The graph of a QADataset's OpenIE triples (MuSiQue); passage id = corpus index."""
+        per_passage = getattr(dataset, "triples", None)
+        if per_passage is None:
+            raise ValueError(f"dataset: {getattr(dataset, 'name', type(dataset).__name__)!r} "
+                             f"has no OpenIE triples (only MuSiQue ships them)")
+        counts = [len(t) for t in per_passage]
+        flat = list(itertools.chain.from_iterable(per_passage))
+        pids = np.repeat(np.arange(len(per_passage), dtype=np.int64), counts)
+        return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree)
+
+    # ---- accessors ----------------------------------------------------------------------
+    @property
+    def num_triples(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    def __len__(self) -> int:
+        return self.num_triples
+
+    @property
+    def num_entities(self) -> int:
+        return len(self.entities)
+
+    @property
+    def num_edges(self) -> int:
+        """Directed adjacency entries (each undirected edge counts twice)."""
+        return int(self.indices.shape[0])
+
+    @property
+    def texts(self) -> List[str]:
+        """"subject predicate object" of each triple, from the original strings."""
+        if self._texts is None:
+            self._texts = [f"{s} {p} {o}" for s, p, o in self.triples]
+        return self._texts
+
+    def neighbors(self, i: int) -> np.ndarray:
+        """Sorted neighbour triple ids of triple ``i``."""
+        i = check_int_arg(i, "i", 0, self.num_triples - 1, "num_triples - 1")
+        return self.indices[self.indptr[i]:self.indptr[i + 1]]
+
+    def degrees(self) -> np.ndarray:
+        """Number of neighbours of each triple."""
+        return np.diff(self.indptr)
+
+    def degree_stats(self) -> Dict[str, float]:
+        """Triple and entity degree summary (for reports and sanity checks)."""
+        d = self.degrees()
+        e = self.entity_degree
+        return {"triples": self.num_triples, "entities": self.num_entities,
+                "edges": self.num_edges, "skipped": self.n_skipped,
+                "isolated": int((d == 0).sum()) if d.size else 0,
+                "degree_mean": float(d.mean()) if d.size else 0.0,
+                "degree_median": float(np.median(d)) if d.size else 0.0,
+                "degree_max": int(d.max()) if d.size else 0,
+                "entity_degree_max": int(e.max()) if e.size else 0,
+                "hub_entities": self.n_hubs}
+
+    # ---- passages -----------------------------------------------------------------------
+    def _passages(self):
+        if self._passage_csr is None:
+            pids = self.passage_ids
+            known = pids >= 0
+            n_p = int(pids.max()) + 1 if known.any() else 0
+            order = np.argsort(pids, kind="stable")
+            order = order[pids[order] >= 0]
+            ptr = np.zeros(n_p + 1, dtype=np.int64)
+            np.cumsum(np.bincount(pids[known], minlength=n_p), out=ptr[1:])
+            self._passage_csr = (ptr, order.astype(np.int64))
+        return self._passage_csr
+
+    def triples_of_passages(self, pids) -> np.ndarray:
+        """Triple ids of the given passages, passage by passage, ascending within one."""
+        ptr, order = self._passages()
+        arr = np.asarray(pids, dtype=np.int64).reshape(-1)
+        arr = arr[(arr >= 0) & (arr < ptr.shape[0] - 1)]
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([order[ptr[p]:ptr[p + 1]] for p in arr.tolist()])
+
+    # ---- embeddings ---------------------------------------------------------------------
+    def embed(self, encoder, cache: bool = True) -> np.ndarray:
+        """Encodes the triple texts (float32 [n, D]), stores them in ``embeddings``."""
+        from .encode import encode_cached
+        texts = self.texts
+        self.embeddings = encode_cached(encoder, texts) if cache else encoder.encode(texts)
+        return self.embeddings
+
+    def __repr__(self) -> str:
+        return (f"TripleGraph(triples={self.num_triples}, entities={self.num_entities}, "
+                f"edges={self.num_edges}, skipped={self.n_skipped})")
+
+
+def synthetic_triples(n: int, n_entities: int, zipf: float = 1.0, offset: int = 100,
+                      seed: int = 0) -> List[tuple]:
+    """``n`` random ASCII triples whose entities follow a Zipf law (for benchmarks and tests).
+
+    Entity r (0-based rank) is drawn with weight 1 / (r + offset) ** zipf, so a few entities
+    are hubs; e.g. n=1e6, n_entities=6e5, zipf=1.0, offset=100 gives a top degree near 2,300.
+    """
+    rng = np.random.default_rng(seed)
+    w = 1.0 / (np.arange(n_entities) + offset) ** zipf
+    ids = rng.choice(n_entities, size=2 * n, p=w / w.sum()).reshape(n, 2)
+    names = [f"Entity {i}" for i in rng.permutation(n_entities).tolist()]
+    preds = ["relates to", "is part of", "born in", "located in"]
+    return [(names[a], preds[(a + b) & 3], names[b]) for a, b in ids.tolist()]
+
+
+__all__ = ["TripleGraph", "synthetic_triples"]

@@ -1,0 +1,546 @@
+"""ThemeIndex: a corpus ready for theme-scoped dense retrieval, in memory or on disk.
+
+An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
+RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
+into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7)::
+
+    manifest.json    format version, counts, dims, dtypes, shard layout, encoder/theme names
+    ppd.npy          [N, T] theme vectors    (bfloat16 is stored as its uint16 bit pattern)
+    emb.npy          [N, D] dense embeddings (idem)
+    pids.npy         [N] int64 passage ids
+    passages.jsonl   one {"pid", "title", "text"} per row
+    theme_model/     the theme model, when it can be saved (rasfast.theme)
+
+``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays; searches over a memory-mapped
+index (or with ``chunk_rows``) stream the corpus in chunks with bounded extra memory and
+return the same results as the in-memory search (see rasfast._index_stream).
+
+Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
+
+    ids, scores = index.search(q_ppd, q_emb, K=50_000, k=10)          # per-shard scoping
+    ids, scores = index.search(q_ppd, q_emb, K, k, scope="global")    # exact over all shards
+    ids, scores = index.dense_search(q_emb, k=10)                     # unscoped ("dense flat")
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import pathlib
+import warnings
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from . import _index_stream as _stream
+from ._arrays import as_tensor, kind_of, to_kind
+from ._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
+                        check_rank)
+
+FORMAT = "rasfast.ThemeIndex"
+VERSION = 1
+MANIFEST = "manifest.json"
+SCOPES = ("per_shard", "global")
+METRICS = ("l2", "ip")
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# numpy dtype each storage dtype is written as (bfloat16 has none: its bits as uint16)
+_FILE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": np.dtype("<u2")}
+
+
+def _dtype_name(dtype) -> str:
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).replace("torch.", "")
+    elif isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        dtype = np.dtype(dtype).name
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: expected one of {', '.join(_DTYPES)}, got {dtype!r}")
+    return dtype
+
+
+def _float_matrix(x, name: str) -> torch.Tensor:
+    t = as_tensor(x, name)
+    check_float(t, name)
+    check_rank(t, name, 2)
+    return t
+
+
+def _normalise_rows(t: torch.Tensor) -> torch.Tensor:
+    t = t.float()
+    return t / t.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def _shard_ranges(shards, n: int) -> List[Tuple[int, int]]:
+    """Contiguous row ranges covering [0, n) from None, a shard count, a list of sizes or a
+    list of (start, stop) ranges."""
+    if shards is None:
+        return [(0, n)]
+    if isinstance(shards, numbers.Integral) and not isinstance(shards, bool):
+        count = check_int_arg(shards, "shards", 1, max(n, 1), "the number of rows")
+        bounds = [n * i // count for i in range(count + 1)]
+        return [(bounds[i], bounds[i + 1]) for i in range(count)]
+    if not isinstance(shards, (list, tuple)) or not shards:
+        raise TypeError("shards: expected None, a shard count, a list of sizes or a list of "
+                        f"(start, stop) ranges, got {shards!r}")
+    if all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in shards):
+        ranges, a = [], 0
+        for s in shards:
+            if s < 1:
+                raise ValueError(f"shards: sizes must be >= 1, got {list(shards)}")
+            ranges.append((a, a + int(s)))
+            a += int(s)
+    else:
+        try:
+            ranges = [(int(a), int(b)) for a, b in shards]
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"shards: expected sizes or (start, stop) pairs, got {shards!r}") from e
+    pos = 0
+    for a, b in ranges:
+        if a != pos or b <= a:
+            raise ValueError(f"shards: ranges must be non-empty, contiguous and start at 0, "
+                             f"got {ranges}")
+        pos = b
+    if pos != n:
+        raise ValueError(f"shards: ranges cover {pos} rows, the index has {n}")
+    return ranges
+
+
+def _passage_fields(p) -> Tuple[int, str, str]:
+    """(pid, title, text) from a rasfast.data Passage, a dict, a tuple or a plain string."""
+    if isinstance(p, str):
+        return -1, "", p
+    if isinstance(p, dict):
+        return int(p.get("pid", -1)), str(p.get("title", "")), str(p.get("text", ""))
+    if isinstance(p, (tuple, list)) and len(p) == 3:
+        return int(p[0]), str(p[1]), str(p[2])
+    if all(hasattr(p, a) for a in ("pid", "title", "text")):
+        return int(p.pid), str(p.title), str(p.text)
+    raise TypeError(f"passages: expected Passage objects, dicts, (pid, title, text) tuples or "
+                    f"strings, got {type(p).__name__}")
+
+
+class ThemeIndex:
+    """Corpus PPD + dense matrices with passage metadata, shards, save/load and search.
+
+    Construct with :meth:`build` (or :meth:`load`); the constructor takes prepared arrays.
+    """
+
+    def __init__(self, ppd: Optional[torch.Tensor], emb: torch.Tensor, pids: np.ndarray,
+                 titles: Sequence[str], texts: Sequence[str], shards: List[Tuple[int, int]],
+                 normalize_ppd: bool = True, metric: str = "l2", encoder_name: Optional[str] = None,
+                 theme_model: Any = None, theme_model_name: Optional[str] = None,
+                 mmapped: bool = False):
+        self.ppd = ppd
+        self.emb = emb
+        self.pids = pids
+        self.titles = list(titles)
+        self.texts = list(texts)
+        self.shards = shards
+        self.normalize_ppd = normalize_ppd
+        self.metric = metric
+        self.encoder_name = encoder_name
+        self.theme_model = theme_model
+        self.theme_model_name = theme_model_name or getattr(theme_model, "name", None)
+        self.mmapped = mmapped
+
+    # ------------------------------------------------------------------ properties
+    def __len__(self) -> int:
+        return int(self.emb.shape[0])
+
+    @property
+    def num_rows(self) -> int:
+        return len(self)
+
+    @property
+    def dim(self) -> int:
+        return int(self.emb.shape[1])
+
+    @property
+    def num_themes(self) -> Optional[int]:
+        return None if self.ppd is None else int(self.ppd.shape[1])
+
+    def __repr__(self) -> str:
+        return (f"ThemeIndex(rows={len(self)}, T={self.num_themes}, D={self.dim}, "
+                f"shards={len(self.shards)}, emb={_dtype_name(self.emb.dtype)}, "
+                f"ppd={None if self.ppd is None else _dtype_name(self.ppd.dtype)}, "
+                f"mmapped={self.mmapped})")
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, emb=None, ppd=None, *, passages: Optional[Sequence[Any]] = None,
+              encoder: Any = None, theme_model: Any = None, pids=None,
+              titles: Optional[Sequence[str]] = None, texts: Optional[Sequence[str]] = None,
+              shards=None, normalize_ppd: bool = True, dtype="float32", ppd_dtype=None,
+              metric: str = "l2", num_themes: int = 64, cache: bool = True) -> "ThemeIndex":
+        """Builds an in-memory index.
+
+        From arrays: ``emb`` [N, D] (and ``ppd`` [N, T]; when omitted it is computed by
+        ``theme_model.ppd(emb)``; with no theme model either, a
+        :class:`rasfast.theme.KMeansThemeModel` with ``num_themes`` centroids is fitted on
+        ``emb``). ``emb``/``ppd`` may also be lists of per-shard arrays (concatenated, one
+        shard each). From text: ``passages`` (rasfast.data Passages, dicts, (pid, title, text)
+        tuples or strings) and an ``encoder`` (rasfast.encode protocol) embed ``title\\ntext``
+        (cached on disk with ``cache=True``). ``theme_model=False`` builds a dense-only index.
+
+        Args:
+            shards: None (one shard), a shard count, a list of shard sizes or of
+                (start, stop) row ranges.
+            normalize_ppd: L2-normalise PPD rows (queries are normalised at search time).
+            dtype: storage dtype of the embeddings (and of PPD unless ``ppd_dtype``):
+                "float32", "float16" or "bfloat16" (torch dtypes accepted).
+            metric: theme distance, "l2" (squared Euclidean) or "ip".
+        """
+        if not isinstance(normalize_ppd, bool):
+            raise TypeError(f"normalize_ppd: expected a bool, got {type(normalize_ppd).__name__}")
+        metric = check_choice(metric, "metric", METRICS)
+        emb_dtype = _DTYPES[_dtype_name(dtype)]
+        ppd_dt = _DTYPES[_dtype_name(ppd_dtype if ppd_dtype is not None else dtype)]
+
+        shard_sizes = None
+        if isinstance(emb, (list, tuple)):
+            parts = [_float_matrix(e, "emb") for e in emb]
+            if not parts:
+                raise ValueError("emb: empty list of shards")
+            shard_sizes = [p.shape[0] for p in parts]
+            emb = torch.cat([p.float() for p in parts])
+        if isinstance(ppd, (list, tuple)):
+            parts = [_float_matrix(p, "ppd") for p in ppd]
+            if shard_sizes is not None and [p.shape[0] for p in parts] != shard_sizes:
+                raise ValueError(f"ppd: per-shard row counts {[p.shape[0] for p in parts]} "
+                                 f"differ from emb's {shard_sizes}")
+            shard_sizes = [p.shape[0] for p in parts]
+            ppd = torch.cat([p.float() for p in parts])
+        if shard_sizes is not None:
+            if shards is not None:
+                raise ValueError("shards: give either per-shard array lists or shards, not both")
+            shards = shard_sizes
+
+        encoder_name = getattr(encoder, "name", None)
+        fields = None
+        if passages is not None:
+            fields = [_passage_fields(p) for p in passages]
+            if emb is None:
+                if encoder is None:
+                    raise ValueError("encoder: needed to embed passages when emb is not given")
+                contents = [f"{t}\n{x}" if t else x for _, t, x in fields]
+                if cache:
+                    from .encode import encode_cached
+                    emb = encode_cached(encoder, contents)
+                else:
+                    emb = encoder.encode(contents)
+        if emb is None:
+            raise ValueError("emb: give an embedding matrix [N, D], or passages and an encoder")
+        e = _float_matrix(emb, "emb")
+        n = e.shape[0]
+        if n == 0 or e.shape[1] == 0:
+            raise ValueError(f"emb: expected a non-empty [N, D] matrix, got shape {tuple(e.shape)}")
+        check_finite(e, "emb")
+
+        if ppd is None and theme_model is None:
+            from .theme import KMeansThemeModel
+            theme_model = KMeansThemeModel(num_themes=min(num_themes, n)).fit(e.float())
+        if ppd is None and theme_model is not False:
+            ppd = theme_model.ppd(e.float())
+        if theme_model is False:
+            theme_model = None
+        p = None
+        if ppd is not None:
+            p = _float_matrix(ppd, "ppd")
+            check_dim(p, "ppd", 0, n, "N (emb.shape[0])")
+            if p.shape[1] == 0:
+                raise ValueError(f"ppd: expected T >= 1 columns, got shape {tuple(p.shape)}")
+            check_finite(p, "ppd")
+            p = (_normalise_rows(p) if normalize_ppd else p).to(ppd_dt).contiguous()
+
+        if fields is not None:
+            if len(fields) != n:
+                raise ValueError(f"passages: {len(fields)} given for {n} embedding rows")
+            pid_list = [f[0] if f[0] >= 0 else i for i, f in enumerate(fields)]
+            titles = titles if titles is not None else [f[1] for f in fields]
+            texts = texts if texts is not None else [f[2] for f in fields]
+        else:
+            pid_list = None
+        if pids is not None:
+            pid_arr = np.asarray(pids.cpu().numpy() if isinstance(pids, torch.Tensor) else pids)
+            if pid_arr.dtype.kind not in "iu" or pid_arr.shape != (n,):
+                raise ValueError(f"pids: expected {n} integer ids, got {pid_arr.dtype} {pid_arr.shape}")
+            pid_arr = pid_arr.astype(np.int64)
+        elif pid_list is not None:
+            pid_arr = np.asarray(pid_list, dtype=np.int64)
+        else:
+            pid_arr = np.arange(n, dtype=np.int64)
+        titles = list(titles) if titles is not None else [""] * n
+        texts = list(texts) if texts is not None else [""] * n
+        for name, seq in (("titles", titles), ("texts", texts)):
+            if len(seq) != n:
+                raise ValueError(f"{name}: expected {n} entries (one per row), got {len(seq)}")
+
+        return cls(p, e.to(emb_dtype).contiguous(), pid_arr, titles, texts,
+                   _shard_ranges(shards, n), normalize_ppd=normalize_ppd, metric=metric,
+                   encoder_name=encoder_name, theme_model=theme_model)
+
+    def to(self, device) -> "ThemeIndex":
+        """An in-memory copy of the matrices on ``device`` (e.g. "cuda") for GPU search."""
+        return ThemeIndex(None if self.ppd is None else self.ppd.to(device), self.emb.to(device),
+                          self.pids, self.titles, self.texts, self.shards, self.normalize_ppd,
+                          self.metric, self.encoder_name, self.theme_model, self.theme_model_name)
+
+    # ------------------------------------------------------------------ save / load
+    def save(self, directory) -> pathlib.Path:
+        """Writes the index directory (manifest last, so a partial save is not loadable)."""
+        d = pathlib.Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / MANIFEST).unlink(missing_ok=True)
+        arrays = {"emb": self.emb}
+        if self.ppd is not None:
+            arrays["ppd"] = self.ppd
+        entries = {}
+        for name, t in arrays.items():
+            dt = _dtype_name(t.dtype)
+            t = t.detach().cpu().contiguous()
+            raw = t.view(torch.int16).numpy().view(np.uint16) if dt == "bfloat16" else t.numpy()
+            np.save(d / f"{name}.npy", raw.astype(_FILE_DTYPES[dt], copy=False))
+            entries[name] = {"file": f"{name}.npy", "dtype": dt, "shape": list(t.shape)}
+        np.save(d / "pids.npy", np.asarray(self.pids, dtype="<i8"))
+        with open(d / "passages.jsonl", "w", encoding="utf-8") as f:
+            for pid, title, text in zip(self.pids.tolist(), self.titles, self.texts):
+                f.write(json.dumps({"pid": pid, "title": title, "text": text}, ensure_ascii=False))
+                f.write("\n")
+        theme_dir = None
+        if self.theme_model is not None and hasattr(self.theme_model, "save"):
+            self.theme_model.save(d / "theme_model")
+            theme_dir = "theme_model"
+        manifest = {
+            "format": FORMAT, "version": VERSION, "num_rows": len(self), "dim": self.dim,
+            "num_themes": self.num_themes, "arrays": entries,
+            "pids": {"file": "pids.npy", "dtype": "int64", "shape": [len(self)]},
+            "passages": {"file": "passages.jsonl", "count": len(self)},
+            "shards": [list(r) for r in self.shards], "normalize_ppd": self.normalize_ppd,
+            "metric": self.metric, "encoder": self.encoder_name,
+            "theme_model": {"name": self.theme_model_name, "dir": theme_dir},
+        }
+        (d / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        return d
+
+    @classmethod
+    def load(cls, directory, mmap: bool = True, load_theme_model: bool = True) -> "ThemeIndex":
+        """Loads a saved index; ``mmap=True`` memory-maps the arrays (searches then stream).
+
+        Raises ValueError naming the file when a file is missing, truncated or does not
+        match the manifest.
+        """
+        d = pathlib.Path(directory)
+        mpath = d / MANIFEST
+        if not mpath.is_file():
+            raise ValueError(f"{mpath}: missing; {d} is not a saved ThemeIndex")
+        try:
+            m = json.loads(mpath.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{mpath}: not valid JSON ({e})") from e
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            raise ValueError(f"{mpath}: not a {FORMAT} manifest")
+        if m.get("version") != VERSION:
+            raise ValueError(f"{mpath}: format version {m.get('version')!r}, this rasfast reads "
+                             f"version {VERSION}")
+        try:
+            n, dim, arrays = int(m["num_rows"]), int(m["dim"]), m["arrays"]
+            shards = _shard_ranges([tuple(r) for r in m["shards"]], n)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{mpath}: malformed manifest ({e})") from e
+
+        def read(entry, shape, what):
+            path = d / entry["file"]
+            dt = entry["dtype"]
+            if dt not in _FILE_DTYPES and dt != "int64":
+                raise ValueError(f"{mpath}: unknown dtype {dt!r} for {entry['file']}")
+            if list(entry["shape"]) != list(shape):
+                raise ValueError(f"{mpath}: {entry['file']} shape {entry['shape']} does not match "
+                                 f"{what} {list(shape)}")
+            if not path.is_file():
+                raise ValueError(f"{path}: missing (listed in {MANIFEST})")
+            try:
+                arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            except Exception as e:  # truncated header/data, not an .npy file
+                raise ValueError(f"{path}: unreadable or truncated ({e})") from e
+            want = np.dtype("<i8") if dt == "int64" else _FILE_DTYPES[dt]
+            if arr.dtype != want or list(arr.shape) != list(shape):
+                raise ValueError(f"{path}: holds {arr.dtype} {list(arr.shape)}, the manifest says "
+                                 f"{dt} (stored as {want}) {list(shape)}")
+            return arr, dt
+
+        def as_torch(arr, dt):
+            with warnings.catch_warnings():  # read-only memmaps wrap zero-copy with a warning
+                warnings.simplefilter("ignore", UserWarning)
+                if dt == "bfloat16":
+                    return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+                return torch.from_numpy(arr)
+
+        e_entry = arrays.get("emb")
+        if e_entry is None:
+            raise ValueError(f"{mpath}: no 'emb' array listed")
+        emb = as_torch(*read(e_entry, [n, dim], "num_rows x dim"))
+        ppd = None
+        if arrays.get("ppd") is not None:
+            T = m.get("num_themes")
+            ppd = as_torch(*read(arrays["ppd"], [n, T], "num_rows x num_themes"))
+        pids, _ = read(m["pids"], [n], "num_rows")
+        pids = np.array(pids)
+
+        ppath = d / m["passages"]["file"]
+        if not ppath.is_file():
+            raise ValueError(f"{ppath}: missing (listed in {MANIFEST})")
+        titles, texts = [], []
+        with open(ppath, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                try:
+                    rec = json.loads(line)
+                    titles.append(rec["title"])
+                    texts.append(rec["text"])
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise ValueError(f"{ppath}: line {lineno} is not a passage record ({e})") from e
+        if len(titles) != n:
+            raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")
+
+        theme_model = None
+        tm = m.get("theme_model") or {}
+        if load_theme_model and tm.get("dir"):
+            from .theme import load_theme_model as _load_tm
+            theme_model = _load_tm(d / tm["dir"])
+        return cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
+                   m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
+                   mmapped=mmap)
+
+    # ------------------------------------------------------------------ search
+    def _queries(self, q_emb, q_ppd):
+        qe = as_tensor(q_emb, "q_emb")
+        check_float(qe, "q_emb")
+        check_rank(qe, "q_emb", 2, "[B, D]")
+        check_dim(qe, "q_emb", 1, self.dim, "D (the index's embedding dim)")
+        check_finite(qe, "q_emb")
+        qp = None
+        if q_ppd is not None:
+            qp = as_tensor(q_ppd, "q_ppd")
+            check_float(qp, "q_ppd")
+            check_rank(qp, "q_ppd", 2, "[B, T]")
+            if self.ppd is None:
+                raise ValueError("q_ppd: this index has no theme vectors (built dense-only)")
+            check_dim(qp, "q_ppd", 1, self.num_themes, "T (the index's number of themes)")
+            check_dim(qp, "q_ppd", 0, qe.shape[0], "B (q_emb.shape[0])")
+            check_finite(qp, "q_ppd")
+            qp = _normalise_rows(qp) if self.normalize_ppd else qp.float()
+        return qe, qp
+
+    def query_ppd(self, q_emb):
+        """Query theme vectors from the index's theme model (``theme_model.query_ppd``)."""
+        if self.theme_model is None:
+            raise ValueError("q_ppd: not given and the index has no theme model to compute it")
+        return self.theme_model.query_ppd(q_emb)
+
+    def _chunk_rows(self, chunk_rows, B: int) -> Optional[int]:
+        if chunk_rows is not None:
+            return check_int_arg(chunk_rows, "chunk_rows", 1)
+        if self.mmapped:
+            return _stream.default_chunk_rows(B, max(self.dim, self.num_themes or 1))
+        return None
+
+    def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
+               theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None):
+        """Theme-scoped dense retrieval.
+
+        Args:
+            q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
+                like the corpus rows when the index normalises PPDs.
+            q_emb: [B, D] query embeddings.
+            K: scope size, per shard (``scope="per_shard"``, the paper's behaviour: each shard
+                keeps its K nearest rows and the shards' top-k lists are merged) or over the
+                whole corpus (``scope="global"``: exactly K rows, ties by lower row id).
+                K >= rows means no scoping.
+            k: results per query.
+            theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
+            backend: op backend for in-memory search ("auto" | "cpu" | "cuda" | "triton" |
+                "torch"). Streaming search computes with the torch reference formulas.
+            chunk_rows: stream the corpus in chunks of this many rows (default: stream only
+                when memory-mapped).
+
+        Returns:
+            (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
+            padded with -1 / -inf; numpy or torch like ``q_emb``.
+        """
+        kind = kind_of(q_emb)
+        if self.ppd is None:
+            raise ValueError("search: this index has no theme vectors (built dense-only); "
+                             "use dense_search")
+        if q_ppd is None:
+            q_ppd = self.query_ppd(q_emb)
+        qe, qp = self._queries(q_emb, q_ppd)
+        K = check_int_arg(K, "K", 1)
+        k = check_int_arg(k, "k", 1)
+        scope = check_choice(scope, "scope", SCOPES)
+        if isinstance(theme_weight, bool) or not isinstance(theme_weight, numbers.Real) \
+                or not 0.0 <= float(theme_weight) <= 1.0:
+            raise ValueError(f"theme_weight: expected a number in [0, 1], got {theme_weight!r}")
+        w = float(theme_weight)
+        ranges = self.shards if scope == "per_shard" else [(0, len(self))]
+        B = qe.shape[0]
+        chunk = self._chunk_rows(chunk_rows, B)
+        if B == 0:
+            ids = torch.empty((0, k), dtype=torch.int64)
+            return to_kind(ids, kind), to_kind(torch.empty((0, k)), kind)
+        parts = []
+        if chunk is not None:
+            if qe.device.type != "cpu":
+                raise ValueError("q_emb: streaming search runs on the CPU; pass CPU arrays or "
+                                 "load the index with mmap=False and .to(device)")
+            for a, b in ranges:
+                parts.append(_stream.scoped_search_range(qp, qe, self.ppd, self.emb, a, b, K, k, w,
+                                                         self.metric, chunk))
+        else:
+            from .ops.theme import theme_scoped_search
+            for a, b in ranges:
+                ids, sc = theme_scoped_search(qp, qe, self.ppd[a:b], self.emb[a:b], K, k, w,
+                                              self.metric, backend)
+                ids = torch.where(ids >= 0, ids + a, ids)
+                parts.append((sc.cpu(), ids.cpu()))
+        if len(parts) == 1:
+            sc, ids = parts[0]
+        else:
+            ids, sc = _stream.merge_results(parts, k)
+        dev = qe.device
+        return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
+
+    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None):
+        """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),
+        ties by lower row id. Runs the theme ops with no scoping (so ``backend`` picks the
+        kernel), over the whole matrix or, when streaming, chunk by chunk with a merge.
+        Returns (ids[B, k], scores[B, k]) like :meth:`search`.
+        """
+        kind = kind_of(q_emb)
+        qe, _ = self._queries(q_emb, None)
+        k = check_int_arg(k, "k", 1)
+        chunk = self._chunk_rows(chunk_rows, qe.shape[0]) or len(self)
+        if qe.shape[0] == 0:
+            return (to_kind(torch.empty((0, k), dtype=torch.int64), kind),
+                    to_kind(torch.empty((0, k)), kind))
+        ids, sc = _stream.dense_search_range(qe, self.emb, 0, len(self), k, chunk, backend)
+        return to_kind(ids.to(qe.device), kind), to_kind(sc.to(qe.device), kind)
+
+    # ------------------------------------------------------------------ results -> passages
+    def passages(self, ids, scores=None) -> List[List[Any]]:
+        """Maps search results to lists of rasfast.pipeline RetrievedPassage (pid, title,
+        text, score) per query, dropping -1 padding."""
+        from .pipeline.types import RetrievedPassage
+        ids = np.asarray(to_kind(as_tensor(ids, "ids").cpu(), "numpy"))
+        sc = None if scores is None else np.asarray(to_kind(as_tensor(scores, "scores").cpu(), "numpy"))
+        if ids.ndim != 2:
+            raise ValueError(f"ids: expected a 2-d array [B, k], got shape {ids.shape}")
+        if ids.size and (ids.max() >= len(self) or ids.min() < -1):
+            raise ValueError(f"ids: row ids must be in [0, {len(self)}) or -1")
+        out = []
+        for b, row in enumerate(ids.tolist()):
+            out.append([RetrievedPassage(int(self.pids[r]), self.titles[r], self.texts[r],
+                                         0.0 if sc is None else float(sc[b, j]))
+                        for j, r in enumerate(row) if r >= 0])
+        return out
+
+
+__all__ = ["ThemeIndex"]

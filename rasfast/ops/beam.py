@@ -1,0 +1,372 @@
+"""triple_beam_search: GEAR's diverse beam search over a graph of triples (DESIGN.md s.4).
+
+Batched: many queries, each with its own seeds, in one call. Every backend implements
+the same total order (rasfast/reference/beam.py states it), so all return identical
+sequences: within a beam, candidates rank by (value desc, triple id asc); globally, by
+(decayed value desc, triple id asc, beam index asc).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from .. import dispatch as _bk
+from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+                       kind_of, to_kind)
+from .._validate import (check_choice, check_finite, check_float, check_int, check_int_arg,
+                         check_rank, check_same_device)
+from ..reference import beam as _ref
+
+
+@dataclass
+class BeamResult:
+    """Final beams of every query, best first.
+
+    Attributes:
+        sequences: int64 [B, b, l] triple ids, -1 padded (beyond ``num_beams[i]`` beams or
+            ``lengths[i]`` positions).
+        scores: float32 [B, b] beam scores (the decayed cumulative values), -inf padded.
+        lengths: int64 [B] length of query i's beams (0 when it had no seeds; < max_len
+            when no beam could extend further).
+        num_beams: int64 [B] number of beams of query i (<= beam_width).
+    All four are the caller's kind (numpy or torch, as ``q_emb``).
+    """
+
+    sequences: object
+    scores: object
+    lengths: object
+    num_beams: object
+
+    def _np(self):
+        def host(x):
+            return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        return host(self.sequences), host(self.lengths), host(self.num_beams)
+
+    def _like(self, arr: np.ndarray):
+        if isinstance(self.sequences, torch.Tensor):
+            return torch.from_numpy(arr).to(self.sequences.device)
+        return arr
+
+    def __len__(self) -> int:
+        return int(self.sequences.shape[0])
+
+    def flatten_triples(self, i: int):
+        """Query i's triples breadth first (all first triples, then all second triples, ...),
+        unique, first occurrence kept. int64, the caller's kind."""
+        return self._like(self._flatten(i, *self._np()))
+
+    def flatten_passages(self, i: int, passage_ids):
+        """Query i's passages: :meth:`flatten_triples` mapped through ``passage_ids[n]``
+        (an int array, or an object with ``.passage_ids`` such as a TripleGraph), unique,
+        first occurrence kept."""
+        pids = _passage_table(passage_ids)
+        return self._like(self._map_unique(self._flatten(i, *self._np()), pids))
+
+    def flatten_triples_batch(self) -> List[object]:
+        """:meth:`flatten_triples` for every query (a list of B arrays)."""
+        seqs, lengths, counts = self._np()
+        return [self._like(self._flatten(i, seqs, lengths, counts)) for i in range(len(self))]
+
+    def flatten_passages_batch(self, passage_ids) -> List[object]:
+        """:meth:`flatten_passages` for every query (a list of B arrays)."""
+        pids = _passage_table(passage_ids)
+        seqs, lengths, counts = self._np()
+        return [self._like(self._map_unique(self._flatten(i, seqs, lengths, counts), pids))
+                for i in range(len(self))]
+
+    def _flatten(self, i, seqs, lengths, counts) -> np.ndarray:
+        i = check_int_arg(i, "i", 0, len(self) - 1, "the number of queries - 1")
+        k, length = int(counts[i]), int(lengths[i])
+        order = seqs[i, :k, :length].T.reshape(-1)  # position-major = breadth first
+        _, first = np.unique(order, return_index=True)
+        return order[np.sort(first)].astype(np.int64)
+
+    @staticmethod
+    def _map_unique(triples: np.ndarray, pids: np.ndarray) -> np.ndarray:
+        if len(triples) and int(triples.max()) >= len(pids):
+            raise ValueError(f"passage_ids: has {len(pids)} entries but the beams hold triple "
+                             f"id {int(triples.max())}")
+        mapped = pids[triples]
+        _, first = np.unique(mapped, return_index=True)
+        return mapped[np.sort(first)].astype(np.int64)
+
+
+def _passage_table(passage_ids) -> np.ndarray:
+    if not isinstance(passage_ids, (np.ndarray, torch.Tensor)) and hasattr(passage_ids, "passage_ids"):
+        passage_ids = passage_ids.passage_ids
+    t = as_tensor(passage_ids, "passage_ids")
+    check_int(t, "passage_ids")
+    check_rank(t, "passage_ids", 1, "[n]")
+    return t.detach().cpu().numpy()
+
+
+def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, max_len: int = 2,
+                       gamma: Optional[float] = None, max_neighbors: Optional[int] = None,
+                       scoring: str = "sum", encoder=None, texts=None,
+                       backend: str = "auto") -> BeamResult:
+    """GEAR's diverse triple beam search (Algorithm 1), batched over queries.
+
+    Args:
+        graph: the triple adjacency as CSR: a pair ``(indptr[n+1], indices[nnz])`` of int32/
+            int64 arrays, or an object with ``.indptr`` and ``.indices`` (a TripleGraph).
+            Neighbour lists must be sorted ascending without duplicates (checked on the rows
+            the search reads); ``indptr`` is checked in full.
+        triple_emb: float32/float16/bfloat16 [n, D] triple embeddings (rows read by the
+            search must be finite). May be None with ``scoring="text"``.
+        q_emb: [B, D] query embeddings (any float dtype; used in float32).
+        seeds: initial triples per query: a list of B int arrays (or lists), a 2-D int array
+            [B, S], or the tuple ``(ptr[B+1], ids)``. Duplicates count once.
+        beam_width: b >= 1 beams kept per step.
+        max_len: l >= 1, the maximum sequence length.
+        gamma: diversity gamma > 0; the n-th candidate of a beam is multiplied by
+            exp(-min(n, gamma)/gamma). Default 2 * beam_width (as GEAR).
+        max_neighbors: keep only the best this many candidates per beam expansion (ranked by
+            value, ties by lower id); None keeps all.
+        scoring: "sum" (cosine with the sum of the sequence's triple embeddings, all
+            backends) or "text" (cosine with ``encoder.encode(" ".join(texts))``, exact
+            GEAR, a slow Python path; backend "auto" or "torch" only).
+        encoder, texts: for ``scoring="text"``: an Encoder (``.encode(list[str])``) and the
+            n triple texts (default ``graph.texts``).
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+
+    Returns:
+        :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
+    """
+    kind = kind_of(q_emb)
+    scoring = check_choice(scoring, "scoring", ("sum", "text"))
+    q = as_tensor(q_emb, "q_emb")
+    check_float(q, "q_emb")
+    check_rank(q, "q_emb", 2, "[B, D]")
+    check_finite(q, "q_emb")
+    if scoring == "sum" or triple_emb is not None:
+        emb = as_tensor(triple_emb, "triple_emb")
+        check_float(emb, "triple_emb")
+        check_rank(emb, "triple_emb", 2, "[n, D]")
+        if emb.shape[1] != q.shape[1]:
+            raise ValueError(f"q_emb: dim 1 must equal triple_emb's D ({emb.shape[1]}), "
+                             f"got shape {tuple(q.shape)}")
+        check_same_device(triple_emb=emb, q_emb=q)
+        n = emb.shape[0]
+    else:
+        emb, n = None, None
+    dev = q.device
+    indptr, indices = _graph_arrays(graph, n, dev)
+    n = len(indptr) - 1
+    b = check_int_arg(beam_width, "beam_width", 1)
+    L = check_int_arg(max_len, "max_len", 1)
+    if gamma is None:
+        gamma = 2.0 * b
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"gamma: expected a number, got {type(gamma).__name__}")
+    gamma = float(gamma)
+    if not (math.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"gamma: must be a finite number > 0, got {gamma}")
+    if max_neighbors is not None:
+        max_neighbors = check_int_arg(max_neighbors, "max_neighbors", 1)
+    seed_ptr, seed_ids = _normalise_seeds(seeds, q.shape[0], n)
+    qf = q.float().contiguous()
+    qnorm = torch.sqrt((qf * qf).sum(dim=1))
+    if not bool(torch.isfinite(qnorm).all()):
+        raise ValueError("q_emb: a query's squared norm overflows float32")
+    max_deg = int((indptr[1:] - indptr[:-1]).max()) if n else 0
+    decay = torch.tensor(_ref.decay_factors(gamma, max_deg), dtype=torch.float64)
+    args = dict(n=n, b=b, L=L, max_neighbors=max_neighbors, decay=decay, max_deg=max_deg)
+
+    if scoring == "text":
+        if backend not in ("auto", "torch"):
+            raise ValueError(f"backend: scoring='text' runs only on the torch path "
+                             f"('auto' or 'torch'), got {backend!r}")
+        scorer = _text_scorer(encoder, texts, graph, n, qf, qnorm)
+        out = _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev), scorer, args)
+    else:
+        be = _bk.resolve(backend, dev, "triple_beam_search")
+        emb = emb.contiguous()
+        out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
+    return BeamResult(*(to_kind(t, kind) for t in out))
+
+
+# ---------------------------------------------------------------------------- validation
+
+def _graph_arrays(graph, n: Optional[int], dev: torch.device):
+    """(indptr int64 [n+1], indices int32/int64 [nnz]) on ``dev``; indptr checked in full."""
+    if isinstance(graph, (tuple, list)):
+        if len(graph) != 2:
+            raise ValueError(f"graph: expected a pair (indptr, indices), got {len(graph)} items")
+        indptr, indices = graph
+    elif hasattr(graph, "indptr") and hasattr(graph, "indices"):
+        indptr, indices = graph.indptr, graph.indices
+    else:
+        raise TypeError("graph: expected a pair (indptr, indices) or an object with .indptr "
+                        f"and .indices (a TripleGraph), got {type(graph).__name__}")
+    indptr = as_tensor(indptr, "graph.indptr")
+    indices = as_tensor(indices, "graph.indices")
+    for t, name in ((indptr, "graph.indptr"), (indices, "graph.indices")):
+        check_int(t, name)
+        check_rank(t, name, 1)
+    if n is not None and len(indptr) != n + 1:
+        raise ValueError(f"graph.indptr: expected n + 1 = {n + 1} entries (n = triple_emb rows), "
+                         f"got {len(indptr)}")
+    if len(indptr) == 0:
+        raise ValueError("graph.indptr: expected n + 1 >= 1 entries, got 0")
+    indptr = indptr.to(device=dev, dtype=torch.int64).contiguous()
+    indices = indices.to(dev).contiguous()
+    if int(indptr[0]) != 0 or int(indptr[-1]) != len(indices):
+        raise ValueError(f"graph.indptr: must start at 0 and end at len(indices) = {len(indices)}, "
+                         f"got {int(indptr[0])} .. {int(indptr[-1])}")
+    if bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError("graph.indptr: must be non-decreasing")
+    return indptr, indices
+
+
+def _as_int_1d(x, name: str) -> np.ndarray:
+    """A 1-d int32/int64 array (numpy, torch, or a list of ints) as an int64 numpy array.
+
+    numpy input is checked without a torch round trip: B small arrays per call add up.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype not in (np.int32, np.int64):
+            raise TypeError(f"{name}: expected an int32 or int64 array, got {x.dtype}")
+        if x.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-d array, got shape {x.shape}")
+        return x.astype(np.int64, copy=False)
+    if isinstance(x, torch.Tensor):
+        check_int(x, name)
+        check_rank(x, name, 1)
+        return x.detach().cpu().long().numpy()
+    if isinstance(x, (list, tuple, range)):
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in x):
+            raise TypeError(f"{name}: expected integers")
+        return np.asarray(list(x), dtype=np.int64).reshape(-1)
+    raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
+
+
+def _normalise_seeds(seeds, B: int, n: int):
+    """(ptr[B+1], ids) int64 on the CPU; ids unique and ascending within each query."""
+    if isinstance(seeds, tuple):
+        if len(seeds) != 2:
+            raise ValueError("seeds: a tuple must be (ptr, ids); pass per-query seeds as a list")
+        ptr = torch.from_numpy(_as_int_1d(seeds[0], "seeds.ptr"))
+        ids = torch.from_numpy(_as_int_1d(seeds[1], "seeds.ids"))
+        if len(ptr) != B + 1:
+            raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
+        if int(ptr[0]) != 0 or int(ptr[-1]) != len(ids) or bool((ptr[1:] < ptr[:-1]).any()):
+            raise ValueError(f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}")
+    else:
+        if isinstance(seeds, (np.ndarray, torch.Tensor)) and seeds.ndim == 2:
+            seeds = list(seeds)
+        if not isinstance(seeds, (list, np.ndarray, torch.Tensor)):
+            raise TypeError("seeds: expected a list of B int arrays, a 2-D int array or a tuple "
+                            f"(ptr, ids), got {type(seeds).__name__}")
+        if len(seeds) != B:
+            raise ValueError(f"seeds: expected one seed array per query (B = {B}), got {len(seeds)}")
+        parts = [_as_int_1d(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
+        ids = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+        ptr = torch.zeros(B + 1, dtype=torch.int64)
+        ptr[1:] = torch.cumsum(torch.tensor([len(p) for p in parts], dtype=torch.int64), 0)
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        raise ValueError(f"seeds: triple ids must be in [0, n = {n}), got "
+                         f"{int(ids.min())} .. {int(ids.max())}")
+    query = torch.repeat_interleave(torch.arange(B), ptr[1:] - ptr[:-1])
+    key = torch.unique(query * max(n, 1) + ids)  # sorted: by query, then id; duplicates once
+    ids = key % max(n, 1)
+    counts = torch.bincount(key // max(n, 1), minlength=B)
+    ptr = torch.zeros(B + 1, dtype=torch.int64)
+    ptr[1:] = torch.cumsum(counts, 0)
+    return ptr, ids
+
+
+def _text_scorer(encoder, texts, graph, n, qf, qnorm):
+    if encoder is None or not callable(getattr(encoder, "encode", None)):
+        raise TypeError("encoder: scoring='text' needs an encoder with .encode(list[str])")
+    if texts is None:
+        texts = getattr(graph, "texts", None)
+        if texts is None:
+            raise ValueError("texts: scoring='text' needs the n triple texts (texts=... or "
+                             "a graph with .texts)")
+    if len(texts) != n:
+        raise ValueError(f"texts: expected n = {n} triple texts, got {len(texts)}")
+    return _ref.TextScorer(encoder, texts, qf, qnorm)
+
+
+# ---------------------------------------------------------------------------- backends
+
+def _search_torch(indptr, indices, seed_ptr, seed_ids, scorer, a):
+    return _ref.beam_search_torch(indptr, indices, a["n"], seed_ptr, seed_ids, scorer, a["b"],
+                                  a["L"], a["decay"].to(seed_ids.device), a["max_neighbors"])
+
+
+def _torch(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
+    dev = emb.device
+    return _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev),
+                         _ref.SumScorer(emb, q, qnorm), a)
+
+
+def _cpu(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
+    mod = _bk.cpu_module()
+    if not hasattr(mod, "beam_search"):
+        raise _bk.BackendUnavailable("triple_beam_search: rasfast._C lacks beam_search; rebuild")
+    B, b, L = q.shape[0], a["b"], a["L"]
+    seqs = torch.empty((B, b, L), dtype=torch.int64)
+    scores = torch.empty((B, b), dtype=torch.float32)
+    lengths = torch.empty(B, dtype=torch.int64)
+    counts = torch.empty(B, dtype=torch.int64)
+    buf, code = cpu_buffer(emb)
+    mod.beam_search(indptr.numpy(), indices.numpy(), buf, code, q.numpy(), qnorm.numpy(),
+                    seed_ptr.numpy(), seed_ids.numpy(), b, L,
+                    a["max_neighbors"] or 0, a["decay"].numpy(),
+                    cpu_out(seqs), cpu_out(scores), cpu_out(lengths), cpu_out(counts))
+    return seqs, scores, lengths, counts
+
+
+def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
+    mod = _bk.cuda_module()
+    if not hasattr(mod, "beam_search"):
+        raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
+    dev = emb.device
+    B, b, L, D = q.shape[0], a["b"], a["L"], emb.shape[1]
+    if indices.dtype not in (torch.int32, torch.int64):
+        indices = indices.long()
+    seed_ptr, seed_ids = seed_ptr.to(dev), seed_ids.to(dev)
+    decay = a["decay"].to(dev)
+    seqs = torch.empty((B, b, L), dtype=torch.int64, device=dev)
+    scores = torch.empty((B, b), dtype=torch.float32, device=dev)
+    lengths = torch.empty(B, dtype=torch.int64, device=dev)
+    counts = torch.empty(B, dtype=torch.int64, device=dev)
+    scratch = torch.empty((max(B, 1), 2, b, D), dtype=torch.float32, device=dev)
+    err = torch.zeros(2, dtype=torch.int32, device=dev)
+    with torch.cuda.device(dev):
+        mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
+                        device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
+                        device_ptr(q), device_ptr(qnorm), B, device_ptr(seed_ptr),
+                        device_ptr(seed_ids), b, L, a["max_neighbors"] or 0, device_ptr(decay),
+                        len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
+                        device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
+                        device_ptr(err), cuda_stream(dev))
+    code, where = err.tolist()
+    if code:
+        raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
+    return seqs, scores, lengths, counts
+
+
+# Messages for the error codes the compiled kernels report (csrc/beam/*: same texts).
+_ERRORS = {
+    1: "graph.indices: a neighbour id is out of range [0, {n}) (got {where})",
+    2: "graph.indices: a neighbour list is not strictly increasing (rows must be sorted, "
+       "without duplicates; row {where})",
+    3: "triple_emb: a row read by the search contains NaN/inf values (or its squared norm "
+       "overflows float32; row {where})",
+}
+
+
+def _triton(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
+    scorer = _bk.triton_kernels().beam.TritonSumScorer(emb, q, qnorm)
+    dev = emb.device
+    return _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev), scorer, a)
+
+
+_IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}

@@ -1,0 +1,297 @@
+"""Theme-PPD scoping and scoped dense retrieval (DESIGN.md section 3, kernel A).
+
+RAS narrows the corpus before dense retrieval: the K corpus rows whose theme vector
+("PPD") is nearest the query's form its scope, and the top-k documents by dense inner
+product inside that scope are returned. Three ops:
+
+- :func:`theme_scope`: the K nearest rows per query, sorted.
+- :func:`scoped_dense_search`: top-k by inner product inside given scopes.
+- :func:`theme_scoped_search`: the fused path; compiled backends never sort or
+  materialise the scope (a per-query radix select finds the K-th distance, then only
+  rows inside it are scored).
+
+Ordering and ties are the same in every backend: distance ascending (inner product
+descending for ``metric="ip"``), then lower id; scores descending, then lower id. Storage
+dtypes float32/float16/bfloat16 (corpus and queries independently); math in float32.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Tuple
+
+import torch
+
+from .. import dispatch as _bk
+from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+                       kind_of, to_kind)
+from .._validate import (check_choice, check_dim, check_finite, check_float, check_int,
+                         check_int_arg, check_rank, check_same_device)
+from ..reference import theme as _ref
+
+METRICS = ("l2", "ip")
+
+
+# ----------------------------------------------------------------------------- validation
+def _matrix(x, name: str, layout: str, finite: bool = True) -> torch.Tensor:
+    t = as_tensor(x, name)
+    check_float(t, name)
+    check_rank(t, name, 2, layout)
+    if finite:
+        check_finite(t, name)
+    return t
+
+
+def _corpus(x, name: str, layout: str) -> torch.Tensor:
+    # Finiteness of corpus matrices is checked by _corpus_finite once the backend is known:
+    # the cpu kernels detect NaN/inf during their own scan instead of a separate full pass.
+    t = _matrix(x, name, layout, finite=False)
+    if t.shape[0] == 0:
+        raise ValueError(f"{name}: the corpus must have at least one row, got shape {tuple(t.shape)}")
+    if t.shape[1] == 0:
+        raise ValueError(f"{name}: dim 1 must be >= 1, got shape {tuple(t.shape)}")
+    return t
+
+
+def _corpus_finite(backend: str, **corpora: torch.Tensor) -> None:
+    """NaN/inf in a corpus matrix is a ValueError. The cpu backend raises it from inside the
+    kernel (a non-finite row makes its distance/score non-finite, which the kernel checks for
+    every row it reads), saving a full extra pass over the corpus; rows of corpus_emb outside
+    every scope are not read and so not checked there."""
+    if backend != "cpu":
+        for name, t in corpora.items():
+            check_finite(t, name)
+
+
+def _weight(w) -> float:
+    if isinstance(w, bool) or not isinstance(w, numbers.Real):
+        raise TypeError(f"theme_weight: expected a float, got {type(w).__name__}")
+    w = float(w)
+    if not math.isfinite(w) or w < 0.0 or w > 1.0:
+        raise ValueError(f"theme_weight: must be a finite number in [0, 1], got {w}")
+    return w
+
+
+def _scope_ids(s, B: int, N: int) -> torch.Tensor:
+    t = as_tensor(s, "scope_ids")
+    check_int(t, "scope_ids")
+    check_rank(t, "scope_ids", 2, "[B, K]")
+    check_dim(t, "scope_ids", 0, B, "B (q_emb.shape[0])")
+    if t.numel():
+        lo, hi = int(t.min()), int(t.max())
+        if lo < -1 or hi >= N:
+            raise ValueError(f"scope_ids: ids must be in [0, N) = [0, {N}) or -1 for padding, "
+                             f"got values in [{lo}, {hi}]")
+        srt = torch.sort(t.long(), dim=1)[0]
+        dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+        if bool(dup.any()):
+            row = int(dup.any(dim=1).nonzero()[0, 0])
+            raise ValueError(f"scope_ids: row {row} contains a duplicate id; each scope must list "
+                             "a row at most once")
+    return t.long().contiguous()
+
+
+def _queries(q, name: str, B_layout: str, dim_name: str, dim: int) -> torch.Tensor:
+    t = _matrix(q, name, B_layout)
+    check_dim(t, name, 1, dim, dim_name)
+    return t
+
+
+# ----------------------------------------------------------------------------- public ops
+def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "auto"):
+    """The K corpus rows nearest each query's theme vector.
+
+    Args:
+        q_ppd: [B, T] query theme vectors (float32/float16/bfloat16, numpy or torch).
+        corpus_ppd: [N, T] corpus theme vectors, N >= 1 (any of the three dtypes).
+        K: scope size, K >= 1; K >= N returns all N rows.
+        metric: "l2" (squared Euclidean, nearest first) or "ip" (inner product, largest first).
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+
+    Returns:
+        ids[B, min(K, N)] int64 sorted by (distance asc | ip desc, id asc), the kind of q_ppd.
+    """
+    kind = kind_of(q_ppd)
+    c = _corpus(corpus_ppd, "corpus_ppd", "[N, T]")
+    q = _queries(q_ppd, "q_ppd", "[B, T]", "T (corpus_ppd.shape[1])", c.shape[1])
+    K = check_int_arg(K, "K", 1)
+    metric = check_choice(metric, "metric", METRICS)
+    dev = check_same_device(q_ppd=q, corpus_ppd=c)
+    be = _bk.resolve(backend, dev, "theme_scope")
+    _corpus_finite(be, corpus_ppd=c)
+    Kc = min(K, c.shape[0])
+    if q.shape[0] == 0:
+        return to_kind(torch.empty((0, Kc), dtype=torch.int64, device=dev), kind)
+    ids = _SCOPE[be](q.float().contiguous(), c.contiguous(), Kc, metric)
+    return to_kind(ids, kind)
+
+
+def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
+                        backend: str = "auto") -> Tuple[object, object]:
+    """Top-k rows by inner product inside each query's scope.
+
+    Args:
+        q_emb: [B, D] query embeddings.
+        corpus_emb: [N, D] corpus embeddings, N >= 1.
+        scope_ids: [B, K] int32/int64 row ids per query, each in [0, N) and listed at most
+            once per row; -1 entries are padding (ignored).
+        k: results per query, k >= 1.
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+
+    Returns:
+        (ids[B, k] int64, scores[B, k] float32) sorted by (score desc, id asc); when a scope
+        has fewer than k ids the tail is padded with id -1 and score -inf.
+    """
+    kind = kind_of(q_emb)
+    e = _corpus(corpus_emb, "corpus_emb", "[N, D]")
+    q = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
+    s = _scope_ids(scope_ids, q.shape[0], e.shape[0])
+    k = check_int_arg(k, "k", 1)
+    dev = check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
+    be = _bk.resolve(backend, dev, "scoped_dense_search")
+    _corpus_finite(be, corpus_emb=e)
+    if q.shape[0] == 0:
+        ids, sc = _empty_result(k, dev)
+    else:
+        ids, sc = _DENSE[be](q.float().contiguous(), e.contiguous(), s, k)
+    return to_kind(ids, kind), to_kind(sc, kind)
+
+
+def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
+                        theme_weight: float = 0.0, metric: str = "l2",
+                        backend: str = "auto") -> Tuple[object, object]:
+    """Fused theme scoping + dense retrieval: top-k by score among each query's K nearest rows.
+
+    The scope is exactly min(K, N) rows (ties at the K-th distance go to lower ids). The
+    score is ``(1 - w) * dense + w * theme`` with ``dense = q_emb . corpus_emb`` and
+    ``theme = -||q_ppd - corpus_ppd||^2`` (``metric="l2"``) or ``q_ppd . corpus_ppd``
+    (``metric="ip"``); w = 0 gives the plain dense score. Compiled backends find the K-th
+    distance per query by radix select and never sort or materialise the scope.
+
+    Args:
+        q_ppd: [B, T] query theme vectors; corpus_ppd: [N, T] (N >= 1).
+        q_emb: [B, D] query embeddings; corpus_emb: [N, D].
+        K: scope size >= 1 (K >= N: no scoping). k: results per query >= 1.
+        theme_weight: w in [0, 1].
+        metric: "l2" or "ip".
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+
+    Returns:
+        (ids[B, k] int64, scores[B, k] float32) sorted by (score desc, id asc), padded with
+        -1 / -inf when fewer than k rows are in scope. Same kind as q_ppd.
+    """
+    kind = kind_of(q_ppd)
+    c = _corpus(corpus_ppd, "corpus_ppd", "[N, T]")
+    e = _corpus(corpus_emb, "corpus_emb", "[N, D]")
+    check_dim(e, "corpus_emb", 0, c.shape[0], "N (corpus_ppd.shape[0])")
+    q = _queries(q_ppd, "q_ppd", "[B, T]", "T (corpus_ppd.shape[1])", c.shape[1])
+    qe = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
+    check_dim(qe, "q_emb", 0, q.shape[0], "B (q_ppd.shape[0])")
+    K = check_int_arg(K, "K", 1)
+    k = check_int_arg(k, "k", 1)
+    w = _weight(theme_weight)
+    metric = check_choice(metric, "metric", METRICS)
+    dev = check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
+    be = _bk.resolve(backend, dev, "theme_scoped_search")
+    _corpus_finite(be, corpus_ppd=c, corpus_emb=e)
+    if q.shape[0] == 0:
+        ids, sc = _empty_result(k, dev)
+    else:
+        ids, sc = _FUSED[be](q.float().contiguous(), qe.float().contiguous(), c.contiguous(),
+                             e.contiguous(), min(K, c.shape[0]), k, w, metric)
+    return to_kind(ids, kind), to_kind(sc, kind)
+
+
+def _empty_result(k, dev):
+    return (torch.empty((0, k), dtype=torch.int64, device=dev),
+            torch.empty((0, k), dtype=torch.float32, device=dev))
+
+
+def _outputs(B, k, dev):
+    return (torch.empty((B, k), dtype=torch.int64, device=dev),
+            torch.empty((B, k), dtype=torch.float32, device=dev))
+
+
+# ----------------------------------------------------------------------------- torch
+def _scope_torch(q, c, K, metric):
+    return _ref.theme_scope(q, c, K, metric)
+
+
+def _dense_torch(q, e, s, k):
+    return _ref.scoped_dense_search(q, e, s, k)
+
+
+def _fused_torch(q, qe, c, e, K, k, w, metric):
+    return _ref.theme_scoped_search(q, qe, c, e, K, k, w, metric)
+
+
+# ----------------------------------------------------------------------------- cpu
+def _scope_cpu(q, c, K, metric):
+    cb, code = cpu_buffer(c)
+    out = torch.empty((q.shape[0], K), dtype=torch.int64)
+    _bk.cpu_module().theme_scope(q.numpy(), cb, code, K, metric == "ip", cpu_out(out))
+    return out
+
+
+def _dense_cpu(q, e, s, k):
+    eb, code = cpu_buffer(e)
+    ids, sc = _outputs(q.shape[0], k, q.device)
+    _bk.cpu_module().theme_scoped_dense(q.numpy(), eb, code, s.numpy(), k, cpu_out(ids), cpu_out(sc))
+    return ids, sc
+
+
+def _fused_cpu(q, qe, c, e, K, k, w, metric):
+    cb, ccode = cpu_buffer(c)
+    eb, ecode = cpu_buffer(e)
+    ids, sc = _outputs(q.shape[0], k, q.device)
+    _bk.cpu_module().theme_scoped_search(q.numpy(), cb, ccode, qe.numpy(), eb, ecode, K, k, w,
+                                         metric == "ip", cpu_out(ids), cpu_out(sc))
+    return ids, sc
+
+
+# ----------------------------------------------------------------------------- cuda
+def _scope_cuda(q, c, K, metric):
+    out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
+    with torch.cuda.device(q.device):
+        _bk.cuda_module().theme_scope(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype],
+                                      q.shape[0], c.shape[0], c.shape[1], K, metric == "ip",
+                                      device_ptr(out), cuda_stream(q.device))
+    return out
+
+
+def _dense_cuda(q, e, s, k):
+    ids, sc = _outputs(q.shape[0], k, q.device)
+    with torch.cuda.device(q.device):
+        _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
+                                             q.shape[0], e.shape[0], e.shape[1], device_ptr(s),
+                                             s.shape[1], k, device_ptr(ids), device_ptr(sc),
+                                             cuda_stream(q.device))
+    return ids, sc
+
+
+def _fused_cuda(q, qe, c, e, K, k, w, metric):
+    ids, sc = _outputs(q.shape[0], k, q.device)
+    with torch.cuda.device(q.device):
+        _bk.cuda_module().theme_scoped_search(
+            device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype], device_ptr(qe), device_ptr(e),
+            DTYPE_CODES[e.dtype], q.shape[0], c.shape[0], c.shape[1], e.shape[1], K, k, w,
+            metric == "ip", device_ptr(ids), device_ptr(sc), cuda_stream(q.device))
+    return ids, sc
+
+
+# ----------------------------------------------------------------------------- triton
+def _scope_triton(q, c, K, metric):
+    return _bk.triton_kernels().theme.theme_scope(q, c, K, metric)
+
+
+def _dense_triton(q, e, s, k):
+    return _bk.triton_kernels().theme.scoped_dense_search(q, e, s, k)
+
+
+def _fused_triton(q, qe, c, e, K, k, w, metric):
+    return _bk.triton_kernels().theme.theme_scoped_search(q, qe, c, e, K, k, w, metric)
+
+
+_SCOPE = {"torch": _scope_torch, "cpu": _scope_cpu, "cuda": _scope_cuda, "triton": _scope_triton}
+_DENSE = {"torch": _dense_torch, "cpu": _dense_cpu, "cuda": _dense_cuda, "triton": _dense_triton}
+_FUSED = {"torch": _fused_torch, "cpu": _fused_cpu, "cuda": _fused_cuda, "triton": _fused_triton}
