@@ -188,6 +188,7 @@ def test_pool_all_graphs_empty():
     assert out.shape == (2, 8) and torch.all(out == 0)
 
 
+@pytest.mark.triton
 def test_triton_tiny():
     """Triton (interpreted without a GPU): a layer and a pooled stack on tiny graphs."""
     if "triton" not in cpu_backends():
@@ -291,6 +292,7 @@ def test_compiled_module_checks_its_buffers():
 # ---- GPU ---------------------------------------------------------------------------------
 
 @gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype,rel", [(torch.float32, 1e-4), (torch.float16, 5e-3), (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("heads,concat,beta,edge_dim", [(8, True, False, 16), (4, False, True, None),
@@ -308,6 +310,7 @@ def test_gpu_layer_matches_pyg(backend, dtype, rel, heads, concat, beta, edge_di
 
 
 @gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 def test_gpu_pool_matches_pyg_stack(backend):
     convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1),
@@ -320,3 +323,18 @@ def test_gpu_pool_matches_pyg_stack(backend):
     out = rasfast.graph_transformer_pool(x.to(dev), ei.to(dev), ea.to(dev), ptr.to(dev), layers,
                                          backend=backend)
     _close(out.cpu(), ref, 1e-4)
+
+
+def test_inputs_requiring_grad():
+    """Compiled backends accept tensors that require grad (inference); torch stays differentiable."""
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = _graph(6, 14, 8, 3)
+    x.requires_grad_(True)
+    ref = conv(x, ei, ea)
+    out = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    assert not out.requires_grad
+    _close(out, ref.detach(), 1e-4)
+    out_t = rasfast.transformer_conv(x, ei, ea, conv, backend="torch")
+    g_ref, = torch.autograd.grad(ref.square().sum(), x)
+    g, = torch.autograd.grad(out_t.square().sum(), x)
+    _close(g, g_ref, 1e-4)

@@ -72,13 +72,13 @@ __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t*
     }
     const float l = warp_sum(part) * scale;
     if (l > m) {
-      const float f = __expf(m - l);  // 0 on the first edge (m = -inf)
+      const float f = expf(m - l);  // 0 on the first edge (m = -inf)
       s *= f;
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] *= f;
       m = l;
     }
-    const float p = __expf(l - m);
+    const float p = expf(l - m);
     s += p;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -137,7 +137,7 @@ __global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_
     row[f] = v;
   }
   if (has_skip && wb) {
-    const float g = 1.f / (1.f + __expf(-block_sum(z, red)));
+    const float g = 1.f / (1.f + expf(-block_sum(z, red)));
     for (int64_t f = threadIdx.x; f < F; f += blockDim.x)
       row[f] = g * Storage<D>::load(sk, f) + (1.f - g) * row[f];
   }

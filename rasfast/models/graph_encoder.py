@@ -90,6 +90,9 @@ class GraphEncoder(nn.Module):
         self.projector = (nn.Sequential(nn.Linear(hidden, projector_hidden), nn.Sigmoid(),
                                         nn.Linear(projector_hidden, llm_hidden))
                           if llm_hidden is not None else None)
+        self._init_state(dropout, cache_size)
+
+    def _init_state(self, dropout: float, cache_size: int) -> None:
         self.dropout = dropout
         self.cache_size = cache_size
         self._cache: "collections.OrderedDict[tuple, torch.Tensor]" = collections.OrderedDict()
@@ -101,7 +104,8 @@ class GraphEncoder(nn.Module):
     # ---- construction from RAS's PyG modules -------------------------------------------
     @classmethod
     def from_pyg(cls, convs: Sequence[nn.Module], norms: Sequence[nn.Module],
-                 projector: Optional[nn.Module] = None, dropout: float = 0.0) -> "GraphEncoder":
+                 projector: Optional[nn.Module] = None, dropout: float = 0.0,
+                 cache_size: int = 4096) -> "GraphEncoder":
         """Same weights as RAS's modules: TransformerConv list, LayerNorms between them, projector.
 
         ``norms`` must have len(convs) - 1 entries (LayerNorm -> ReLU after every layer but
@@ -135,11 +139,7 @@ class GraphEncoder(nn.Module):
                 raise TypeError(f"norms[{i}]: expected torch.nn.LayerNorm, got {type(n).__name__}")
         enc.norms = nn.ModuleList(copy.deepcopy(n) for n in norms)
         enc.projector = copy.deepcopy(projector) if projector is not None else None
-        enc.dropout = dropout
-        enc.cache_size = 4096
-        enc._cache = collections.OrderedDict()
-        enc._specs_key = enc._specs = None
-        enc.cache_hits = enc.cache_misses = 0
+        enc._init_state(dropout, cache_size)
         return enc
 
     # ---- the fused (inference) path --------------------------------------------------------

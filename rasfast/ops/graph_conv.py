@@ -160,7 +160,9 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
             (``heads``/``concat`` describe a state dict).
         norm: optional LayerNorm (torch.nn.LayerNorm or NormWeights) applied to the output,
             then ReLU when ``relu`` -- the epilogue RAS uses between layers.
-        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". The compiled backends are
+            inference kernels (no autograd); "torch" is differentiable in x and edge_attr.
+            To train the weights, use :class:`rasfast.GraphEncoder` in training mode.
 
     Returns:
         [N, heads*C] (concat) or [N, C], in x's dtype and kind. Nodes without incoming
@@ -180,7 +182,9 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     xt = xt.contiguous()
     if xt.shape[0] == 0:
         return to_kind(xt.new_zeros((0, w.out_channels)), kind)
-    return to_kind(_IMPLS[be].conv_layer(xt, csr, ea, w, nw, relu), kind)
+    with _grad_mode(be):
+        out = _IMPLS[be].conv_layer(_inputs(xt, be), csr, _inputs(ea, be), w, nw, relu)
+    return to_kind(out, kind)
 
 
 def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
@@ -213,8 +217,18 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
     be = _bk.resolve(backend, xt.device, "graph_transformer_pool")
     specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, torch.float32), r)
              for w, n, r in specs]
-    out = _IMPLS[be].pool(xt.contiguous(), csr, ea, gp, specs)
+    with _grad_mode(be):
+        out = _IMPLS[be].pool(_inputs(xt.contiguous(), be), csr, _inputs(ea, be), gp, specs)
     return to_kind(out, kind)
+
+
+def _grad_mode(backend: str):
+    """The compiled backends are inference kernels: no autograd graph through them."""
+    return torch.enable_grad() if backend == "torch" and torch.is_grad_enabled() else torch.no_grad()
+
+
+def _inputs(t, backend: str):
+    return t if t is None or backend == "torch" else t.detach()
 
 
 def normalise_layers(layers: Sequence):
