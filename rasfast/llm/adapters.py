@@ -208,7 +208,9 @@ def from_cli(args) -> Tuple[Any, Any]:
     """``(planner, answerer)`` for ``rasfast ... --llm KIND [--base-url URL] [--model NAME]``."""
     kind = getattr(args, "llm", None)
     if kind == "graph-tiny":
-        g = tiny_graph_llm()
+        # the soft token reads the loop's per-step vectors: GNNGraphEncoder's default width is
+        # 256, the mean encoder's the text encoder's (384 for MiniLM and the hashing default)
+        g = tiny_graph_llm(graph_dim=256 if getattr(args, "graph_encoder", None) == "gnn" else 384)
         return GraphLLMPlanner(g, max_new_tokens=16), GraphLLMAnswerer(g, max_new_tokens=8)
     llm = make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
                    getattr(args, "api_key_env", None) or "OPENAI_API_KEY")
