@@ -201,3 +201,16 @@ def test_graph_llm_reads_question_graphs_from_the_text_encoder(world):
         with torch.no_grad():
             both = gl.encode_graphs(qg)
             assert torch.allclose(both[0], genc(qg[0]), atol=1e-5) and torch.allclose(both[1], genc(qg[1]), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cli_demo_with_the_tiny_graph_llm(capsys, tmp_path):
+    """`rasfast demo --llm graph-tiny`: the GraphLLM planner/answerer path end to end offline,
+    its stages in the printed latency table."""
+    from rasfast import cli
+    with torch_threads(1):
+        rc = cli.main(["demo", "--llm", "graph-tiny", "--graph-encoder", "gnn", "--encoder", "hashing",
+                       "--passages", "300", "--questions", "2", "--max-iters", "2", "--no-progress",
+                       "--trace", str(tmp_path / "t.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "graph_llm.generate" in out and "graph_llm.graph_encode" in out
