@@ -9,6 +9,7 @@ heuristic path search). The heuristic planner/answerer count as overhead here, w
 worst case: with an LLM planner/answerer its generation is model time.
 
 Usage: .venv/bin/python benchmarks/loop_profile.py [--encoder minilm|hashing] [--n 100]
+       [--device cuda]   (a GPU session: MiniLM on the GPU, CUDA-event times in the trace)
 Writes benchmarks/results/loop_overhead.md and .json, and a Chrome trace + PNG chart of the
 last repeat under benchmarks/results/.
 """
@@ -46,14 +47,18 @@ def self_times(trace):
     return out
 
 
-def run(encoder_name: str, n: int, repeats: int, seed: int):
+def run(encoder_name: str, n: int, repeats: int, seed: int, device: str = "cpu"):
     from rasfast.data.demo import generate_world
     from rasfast.pipeline import build_ras
     from rasfast.pipeline.system import make_encoder
     from rasfast.profile import Trace
 
     world = generate_world(seed, n_passages=2000, n_questions=n + 20)
-    enc = make_encoder(encoder_name)
+    if encoder_name == "minilm" and device != "cpu":   # GPU session: encoder on the device
+        from rasfast.encode import SentenceTransformerEncoder
+        enc = SentenceTransformerEncoder(device=device)
+    else:
+        enc = make_encoder(encoder_name)
     qs = [q.question for q in world.questions[:n]]
     build_ras(world, encoder=enc).run_batch([q.question for q in world.questions[n:n + 20]])  # warm-up
     reps = []
@@ -78,13 +83,15 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="MiniLM's device, e.g. cuda (spans then also "
+                                                    "carry CUDA-event GPU times)")
     ap.add_argument("--out", default=str(HERE / "results" / "loop_overhead"))
     args = ap.parse_args(argv)
     os.environ.setdefault("RASFAST_CACHE", str(pathlib.Path(tempfile.gettempdir()) / "rasfast-bench-cache"))
     encoders = args.encoder or ["minilm", "hashing"]
     rows, payload = [], {"machine": machine_info(), "n": args.n, "repeats": args.repeats, "runs": {}}
     for e in encoders:
-        name, reps = run(e, args.n, args.repeats, args.seed)
+        name, reps = run(e, args.n, args.repeats, args.seed, args.device)
         best = sorted(reps, key=lambda r: r["overhead_share"])[len(reps) // 2]    # the median repeat
         rows.append((name, best, reps))
         payload["runs"][name] = [{k: v for k, v in r.items() if k != "trace"} for r in reps]

@@ -120,26 +120,15 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_index(args) -> int:
-    from .encode import encode_cached
-    from .pipeline.corpus import read_corpus, save_flat_index
+    from .pipeline.corpus import build_index, read_corpus
 
     ds = read_corpus(args.corpus)
     enc = _encoder(args)
-    texts = [p.content for p in ds.passages]
     t0 = time.perf_counter()
-    emb = None
-    if args.progress and len(texts) > 256:
-        from tqdm import tqdm
-        import numpy as np
-        chunks = []
-        for s in tqdm(range(0, len(texts), 256), desc="encode", unit="batch", file=sys.stderr):
-            chunks.append(enc.encode(texts[s:s + 256]))
-        emb = np.concatenate(chunks)
-    else:
-        emb = encode_cached(enc, texts)
-    d = save_flat_index(args.out, ds.passages, emb, enc.name, ds.triples)
-    print(f"indexed {len(texts)} passages ({enc.name}, dim {emb.shape[1]}) in "
-          f"{time.perf_counter() - t0:.1f} s -> {d}")
+    index = build_index(ds, enc, args.out, num_themes=args.num_themes)
+    print(f"indexed {len(ds.passages)} passages ({enc.name}, dim {index.dim}, "
+          f"{index.num_themes} themes{', with triples' if ds.triples is not None else ''}) in "
+          f"{time.perf_counter() - t0:.1f} s -> {args.out}")
     return 0
 
 
@@ -147,17 +136,19 @@ def _ras_for(args):
     """(ras, dataset) from --index DIR or --dataset NAME."""
     from .pipeline.system import build_ras
     if getattr(args, "index", None):
-        from .pipeline.corpus import load_flat_index
-        ds, emb, manifest = load_flat_index(args.index)
-        built_with = "hashing" if manifest["encoder"].startswith("hashing") else "minilm"
+        from .pipeline.corpus import load_index
+        from .pipeline.retrievers import ThemeIndexRetriever
+        index, ds = load_index(args.index)
+        built = index.encoder_name or ""
+        built_with = "hashing" if built.startswith("hashing") else "minilm"
         if built_with != args.encoder:   # checked before loading any model
-            raise SystemExit(f"--index was built with encoder {manifest['encoder']!r}: "
-                             f"pass --encoder {built_with}")
+            raise SystemExit(f"--index was built with encoder {built!r}: pass --encoder {built_with}")
         enc = _encoder(args)
         planner, answerer = _llm_components(args)
-        return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
-                         embeddings=emb, graph_encoder=_graph_encoder(args, enc),
-                         planner=planner, answerer=answerer), ds
+        ret = ThemeIndexRetriever(index, enc, K=args.scope_k)
+        return build_ras(ds, encoder=enc, retriever=ret, k=args.k, max_iters=args.max_iters,
+                         graph_encoder=_graph_encoder(args, enc), planner=planner,
+                         answerer=answerer), ds
     enc = _encoder(args)
     planner, answerer = _llm_components(args)
     ds = _dataset(args.dataset, args)
@@ -210,8 +201,17 @@ def _cmd_eval(args) -> int:
             from .gear import evaluate_musique
         except ImportError as e:
             raise SystemExit(f"eval gear: rasfast.gear is not available ({e})")
-        out = evaluate_musique(n=args.n) if args.n else evaluate_musique()
-        print(out if isinstance(out, str) else json.dumps(out, indent=1, default=str))
+        out = evaluate_musique(data_root=args.data_root, encoder=_encoder(args))
+        ks = [c for c in out["rows"][0] if c.startswith("recall@")]
+        print(f"GEAR on MuSiQue ({out['n_questions']} questions, {out['encoder']}): "
+              f"dense vs dense + NaiveGE")
+        print(f"{'method':<18}{'base':>6}" + "".join(f"{k:>11}" for k in ks))
+        for r in out["rows"]:
+            print(f"{r['method']:<18}{str(r['base_size'] or '-'):>6}"
+                  + "".join(f"{r[k]:>11.3f}" for k in ks))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1, default=str)
         return 0
     from .pipeline.system import build_ras, evaluate
     names = DATASETS[:3] if args.dataset == "all" else (args.dataset,)
@@ -225,8 +225,14 @@ def _cmd_eval(args) -> int:
                 raise SystemExit(f"eval {name}: {e}")
             print(f"\n{name}: skipped ({e})")
             continue
-        ras = build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
-                        graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
+        try:
+            ras = build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
+                            graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
+        except ValueError as e:   # e.g. --retriever gear on a corpus without triples
+            if len(names) == 1:
+                raise SystemExit(f"eval {name}: {e}")
+            print(f"\n{name}: skipped ({e})")
+            continue
         t0 = time.perf_counter()
         rep = evaluate(ras, ds, n=args.n, batch_size=args.batch, progress=args.progress)
         dt = time.perf_counter() - t0
@@ -254,7 +260,8 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--encoder", default=encoder, choices=["minilm", "hashing"],
                    help=f"all-MiniLM-L6-v2 (offline package; hashing fallback) or the hashing "
                         f"encoder (default: {encoder})")
-    p.add_argument("--retriever", default="dense", choices=["dense", "faiss"])
+    p.add_argument("--retriever", default="dense", choices=["dense", "faiss", "gear"],
+                   help="exact dense, faiss flat, or dense + GEAR graph expansion (needs triples)")
     p.add_argument("--k", type=int, default=5, help="passages per sub-query")
     p.add_argument("--max-iters", type=int, default=5, help="most retrieval rounds per question")
     p.add_argument("--seed", type=int, default=0, help="demo world seed")
@@ -271,6 +278,8 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     if dataset:
         p.add_argument("--dataset", default="demo", choices=DATASETS)
         p.add_argument("--index", default=None, help="a directory from `rasfast index build`")
+        p.add_argument("--scope-k", type=int, default=None,
+                       help="with --index: theme-scoped retrieval inside the K theme-nearest passages")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -291,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus", required=True)
     b.add_argument("--out", required=True)
     b.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"])
-    b.add_argument("--no-progress", dest="progress", action="store_false")
+    b.add_argument("--num-themes", type=int, default=64, help="k-means themes for theme scoping")
     b.set_defaults(func=_cmd_index)
 
     a = sub.add_parser("ask", help="answer questions with the loop")

@@ -31,7 +31,7 @@ def test_index_build_and_ask(tmp_path, capsys):
                  "--encoder", "hashing"]) == 0
     assert "indexed 3 passages" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert manifest["passages"] == 3 and manifest["encoder"] == "hashing-384"
+    assert manifest["num_rows"] == 3 and manifest["encoder"] == "hashing-384"
     assert main(["ask", "Where was Alda Morven born?", "--index", str(tmp_path / "ix"),
                  "--encoder", "hashing", "--k", "2", "--json"]) == 0
     out = capsys.readouterr().out
@@ -42,22 +42,22 @@ def test_index_build_and_ask(tmp_path, capsys):
         main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "minilm"])
 
 
-def test_index_refuses_truncated(tmp_path):
-    from rasfast.pipeline.corpus import load_flat_index, save_flat_index
-    from rasfast.data.qa import Passage
-    import numpy as np
-    d = save_flat_index(tmp_path / "ix", [Passage(0, "a", "b"), Passage(1, "c", "d")],
-                        np.ones((2, 4), np.float32), "e")
-    assert load_flat_index(d)[1].shape == (2, 4)
-    lines = (d / "passages.jsonl").read_text().splitlines()
-    (d / "passages.jsonl").write_text(lines[0] + "\n")
-    with pytest.raises(ValueError, match="truncated"):
-        load_flat_index(d)
-    np.save(d / "embeddings.npy", np.ones((1, 4), np.float32))
-    with pytest.raises(ValueError, match="mismatched or truncated"):
-        load_flat_index(d)
-    with pytest.raises(FileNotFoundError, match="manifest"):
-        load_flat_index(tmp_path)
+def test_index_keeps_triples_and_scopes(tmp_path, capsys):
+    corpus = tmp_path / "c.json"
+    rows = [{"title": f"T{i}", "text": f"Entity{i} is in Place{i % 3}.",
+             "triples": [[f"Entity{i}", "located in", f"Place{i % 3}"]]} for i in range(12)]
+    corpus.write_text(json.dumps(rows))
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
+                 "--encoder", "hashing", "--num-themes", "3"]) == 0
+    assert "with triples" in capsys.readouterr().out
+    assert main(["ask", "Where is Entity4 located?", "--index", str(tmp_path / "ix"), "--encoder",
+                 "hashing", "--scope-k", "6", "--k", "3", "--json"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out[out.index("[\n"):])
+    assert res[0]["answer"] == "Place1" and ["Entity4", "located in", "Place1"] in res[0]["triples"][0]
+    (tmp_path / "ix" / "manifest.json").unlink()
+    with pytest.raises(ValueError, match="manifest"):
+        main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing"])
 
 
 def test_eval_demo(tmp_path, capsys):

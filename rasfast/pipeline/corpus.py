@@ -1,14 +1,14 @@
-"""Reading user corpora (JSONL/JSON) and a small flat passage index for ``rasfast index`` /
-``rasfast ask`` when :class:`rasfast.ThemeIndex` is not available.
+"""Reading user corpora (JSONL/JSON) into a :class:`rasfast.ThemeIndex` directory for
+``rasfast index build`` / ``rasfast ask --index``.
 
 Corpus records: ``{"title": ..., "text": ...}`` (``"contents"``/``"passage"``/``"paragraph_text"``
 are read as text; ``"id"`` is kept as ``source_id``; optional ``"triples"``: lists of
 [s, p, o]). A JSON file may hold a list of records, or a mapping title -> text (or list of
 sentences, HotpotQA style). Passage ids are positions in the file.
 
-Flat index directory: ``manifest.json`` (format, version, counts, dim, encoder name),
-``embeddings.npy`` (float32, memory-mapped on load), ``passages.jsonl``. Loading checks the
-manifest against the files and refuses a mismatched or truncated index.
+The index directory is ThemeIndex's (manifest, memory-mappable .npy arrays, passages, theme
+model; loading refuses a mismatched or truncated index) plus ``loop_triples.jsonl`` when the
+corpus carried triples.
 """
 from __future__ import annotations
 
@@ -20,10 +20,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..data.qa import Passage, QADataset
-
-FORMAT = "rasfast-flat-index"
-VERSION = 1
-
 
 def _record_text(r: Dict) -> str:
     for key in ("text", "contents", "passage", "paragraph_text", "content"):
@@ -64,50 +60,46 @@ def read_corpus(path: os.PathLike) -> QADataset:
     return QADataset(path.stem, passages, [], triples if has_triples else None)
 
 
-def save_flat_index(directory: os.PathLike, passages: Sequence[Passage], embeddings: np.ndarray,
-                    encoder_name: str, triples: Optional[Sequence] = None) -> pathlib.Path:
-    d = pathlib.Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-    if emb.ndim != 2 or emb.shape[0] != len(passages):
-        raise ValueError(f"embeddings: expected [{len(passages)}, D], got {emb.shape}")
-    np.save(d / "embeddings.npy", emb)
-    with open(d / "passages.jsonl", "w") as f:
-        for j, p in enumerate(passages):
-            rec = {"pid": p.pid, "title": p.title, "text": p.text}
-            if triples is not None:
-                rec["triples"] = [list(t) for t in triples[j]]
-            f.write(json.dumps(rec) + "\n")
-    manifest = {"format": FORMAT, "version": VERSION, "passages": len(passages),
-                "dim": int(emb.shape[1]), "dtype": "float32", "encoder": encoder_name,
-                "triples": triples is not None}
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    return d
+TRIPLES_FILE = "loop_triples.jsonl"   # the loop's addition to a ThemeIndex directory
 
 
-def load_flat_index(directory: os.PathLike) -> Tuple[QADataset, np.ndarray, Dict]:
-    """(dataset of the passages, memory-mapped embeddings, manifest)."""
-    d = pathlib.Path(directory)
-    mf = d / "manifest.json"
-    if not mf.is_file():
-        raise FileNotFoundError(f"index: {d} has no manifest.json (build one with `rasfast index build`)")
-    manifest = json.loads(mf.read_text())
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ValueError(f"index: {d} is not a {FORMAT} v{VERSION} index: {manifest.get('format')!r}")
-    emb = np.load(d / "embeddings.npy", mmap_mode="r")
-    if emb.shape != (manifest["passages"], manifest["dim"]):
-        raise ValueError(f"index: embeddings.npy has shape {emb.shape}, manifest says "
-                         f"({manifest['passages']}, {manifest['dim']}): mismatched or truncated")
-    passages, triples = [], []
-    for line in (d / "passages.jsonl").read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            passages.append(Passage(int(r["pid"]), r["title"], r["text"]))
-            triples.append(r.get("triples", []))
-    if len(passages) != manifest["passages"]:
-        raise ValueError(f"index: passages.jsonl has {len(passages)} passages, manifest says "
-                         f"{manifest['passages']}: truncated")
-    return QADataset(d.name, passages, [], triples if manifest.get("triples") else None), emb, manifest
+def build_index(dataset: QADataset, encoder, directory: os.PathLike, num_themes: int = 64):
+    """A :class:`rasfast.ThemeIndex` over the dataset's passages (embeddings + k-means theme
+    model), saved to ``directory``; the dataset's triples, if any, go beside it in
+    ``loop_triples.jsonl`` for the loop's extractor. Returns the index."""
+    from ..index import ThemeIndex
+    n = len(dataset.passages)
+    if n == 0:
+        raise ValueError("corpus: no passages to index")
+    index = ThemeIndex.build(passages=dataset.passages, encoder=encoder,
+                             num_themes=max(1, min(num_themes, n)))
+    d = index.save(directory)
+    tf = pathlib.Path(d) / TRIPLES_FILE
+    if dataset.triples is not None:
+        with open(tf, "w", encoding="utf-8") as f:
+            for p, t in zip(dataset.passages, dataset.triples):
+                f.write(json.dumps({"pid": p.pid, "triples": [list(x) for x in t]}, ensure_ascii=False) + "\n")
+    elif tf.exists():
+        tf.unlink()
+    return index
 
 
-__all__ = ["read_corpus", "save_flat_index", "load_flat_index"]
+def load_index(directory: os.PathLike, mmap: bool = False) -> Tuple[object, QADataset]:
+    """(ThemeIndex, dataset of its passages with the saved triples or None)."""
+    from ..index import ThemeIndex
+    index = ThemeIndex.load(directory, mmap=mmap)
+    passages = [Passage(int(pid), t, x) for pid, t, x in zip(np.asarray(index.pids).tolist(),
+                                                             index.titles, index.texts)]
+    triples = None
+    tf = pathlib.Path(directory) / TRIPLES_FILE
+    if tf.is_file():
+        by_pid: Dict[int, list] = {}
+        for line in tf.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                by_pid[int(r["pid"])] = r["triples"]
+        triples = [by_pid.get(p.pid, []) for p in passages]
+    return index, QADataset(pathlib.Path(directory).name, passages, [], triples)
+
+
+__all__ = ["read_corpus", "build_index", "load_index", "TRIPLES_FILE"]

@@ -255,7 +255,10 @@ class BeamAnswerer:
     embeddings, and the answer is the end of the best beam's last triple (the entity not shared
     with the triple before it). All questions of a round go through ONE search call (their
     graphs are laid side by side as one disjoint graph). Falls back to
-    :class:`HeuristicAnswerer` for a question without seeds."""
+    :class:`HeuristicAnswerer` for a question without seeds. Much weaker than the path search
+    (measured on 30 demo questions, hashing encoder: 20% vs 100%): beams are ranked by
+    similarity, not by relation words, and run to ``max_len``. It shows the beam-search kernel
+    inside the loop ("expand" spans), not a recommended answerer."""
 
     def __init__(self, encoder, beam_width: int = 4, max_len: int = 3, fallback=None):
         from ..encode import CachedEncoder

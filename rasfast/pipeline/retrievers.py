@@ -65,6 +65,10 @@ class DenseRetriever:
         emb = encode_cached(encoder, texts) if cache else encoder.encode(texts)
         return cls(passages, emb, encoder)
 
+    def row_pids(self) -> List[int]:
+        """Passage id of every row that :meth:`search` returns."""
+        return [int(p.pid) for p in self.passages]
+
     def to_passages(self, ids: np.ndarray, scores: np.ndarray) -> List[List[RetrievedPassage]]:
         """Row ids/scores from :meth:`search` as passages (-1 padding dropped)."""
         out = []
@@ -141,37 +145,65 @@ class ThemeIndexRetriever(DenseRetriever):
                                                 theme_weight=self.theme_weight, backend=self.backend)
         return np.asarray(ids), np.asarray(scores)
 
+    def row_pids(self) -> List[int]:
+        return [int(p) for p in np.asarray(self.index.pids)]
+
     def to_passages(self, ids, scores) -> List[List[RetrievedPassage]]:
         return self.index.passages(ids, scores)
 
 
 class GraphExpandedRetriever:
-    """GEAR's NaiveGE over a base retriever: the base passages' triples seed a diverse triple
-    beam search through the corpus triple graph; the beams' passages are fused with the
-    base list by Reciprocal Rank Fusion (``rasfast.gear.graph_expand``)."""
+    """GEAR graph expansion over a base retriever (``rasfast.gear.graph_expand``): the base
+    top ``base_k`` passages' triples (NaiveGE) seed a diverse triple beam search through the
+    corpus triple graph; the beams' passages are fused with the base list by Reciprocal Rank
+    Fusion and the top k returned. One batched search per round.
 
-    def __init__(self, base, triple_graph, encoder=None, beam_width: int = 4, max_len: int = 3,
-                 gamma: float = 2.0, base_k: Optional[int] = None, **expand_kwargs):
+    Args:
+        base: a DenseRetriever / FaissRetriever / ThemeIndexRetriever (its ``search`` and
+            ``to_passages`` are used; its encoder encodes the queries unless ``encoder``).
+        triple_graph: a :class:`rasfast.TripleGraph` whose passage ids are the base's pids.
+        triple_emb: [n_triples, D] embeddings of the graph's triple texts.
+        base_k: base passages that seed the expansion (default: k).
+        expand_kwargs: passed to ``graph_expand`` (beam_width, max_len, gamma, ...).
+    """
+
+    def __init__(self, base, triple_graph, triple_emb, encoder=None, base_k: Optional[int] = None,
+                 **expand_kwargs):
         self.base = base
         self.graph = triple_graph
+        self.triple_emb = np.ascontiguousarray(triple_emb, dtype=np.float32)
+        if self.triple_emb.shape[0] != triple_graph.num_triples:
+            raise ValueError(f"triple_emb: {self.triple_emb.shape[0]} rows for "
+                             f"{triple_graph.num_triples} triples")
         self.encoder = _timed(encoder) if encoder is not None else base.encoder
-        self.beam_width, self.max_len, self.gamma = beam_width, max_len, gamma
         self.base_k = base_k
         self.expand_kwargs = expand_kwargs
+        pids = base.row_pids()
+        self._row_pid = np.asarray(pids, dtype=np.int64)
+        self._pid_row = {int(p): r for r, p in enumerate(pids)}
+
+    @classmethod
+    def from_dataset(cls, base, dataset, encoder=None, **kw) -> "GraphExpandedRetriever":
+        """The graph of ``dataset.triples`` (MuSiQue OpenIE, demo gold triples), its triple
+        texts encoded with the base retriever's encoder (cached on disk)."""
+        from ..encode import encode_cached
+        from ..graph import TripleGraph
+        g = TripleGraph.from_dataset(dataset)
+        enc = encoder or base.encoder
+        return cls(base, g, encode_cached(getattr(enc, "encoder", enc), g.texts), encoder, **kw)
 
     def retrieve(self, queries: Sequence[str], k: int) -> List[List[RetrievedPassage]]:
         from ..gear import graph_expand
         if not queries:
             return []
         q = self.encoder.encode(list(queries))
-        ids, scores = self.base.search(q, self.base_k or k)
+        ids, _ = self.base.search(q, self.base_k or k)
+        base_pids = [self._row_pid[row[row >= 0]] for row in np.asarray(ids)]
         with span("expand", batch=len(queries)):
-            fused = graph_expand(self.graph, q, [[i for i in row.tolist() if i >= 0] for row in ids],
-                                 k=k, beam_width=self.beam_width, max_len=self.max_len,
-                                 gamma=self.gamma, **self.expand_kwargs)
-        rows = np.full((len(fused), k), -1, dtype=np.int64)
-        for b, row in enumerate(fused):
-            got = [int(p) for p in (row[0] if isinstance(row, tuple) else row)][:k]
+            res = graph_expand(self.graph, self.triple_emb, q, base_pids, top=k, **self.expand_kwargs)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for b, fused in enumerate(res.passages):
+            got = [self._pid_row[int(p)] for p in np.asarray(fused)[:k] if int(p) in self._pid_row]
             rows[b, :len(got)] = got
         # fused rank r scores 1/(1+r): a rank, not a similarity
         return self.base.to_passages(rows, np.broadcast_to(1.0 / (1 + np.arange(k)), rows.shape))

@@ -29,16 +29,25 @@ def make_encoder(name: Union[str, Any] = "minilm"):
     raise ValueError(f"encoder: expected 'minilm', 'hashing' or an encoder object, got {name!r}")
 
 
-def make_retriever(kind: str, passages: Sequence, encoder, embeddings=None):
-    """"dense" (exact, rasfast.select_k) or "faiss" over the passages' embeddings (encoded
-    and cached on disk unless given)."""
+RETRIEVERS = ("dense", "faiss", "gear")
+
+
+def make_retriever(kind: str, passages: Sequence, encoder, embeddings=None, dataset=None):
+    """"dense" (exact), "faiss", or "gear" (dense + GEAR NaiveGE over ``dataset.triples``)
+    over the passages' embeddings (encoded and cached on disk unless given)."""
     from ..encode import encode_cached
+    if kind not in RETRIEVERS:
+        raise ValueError(f"retriever: expected one of {', '.join(RETRIEVERS)}, got {kind!r}")
     emb = embeddings if embeddings is not None else encode_cached(encoder, [p.content for p in passages])
-    if kind == "dense":
-        return DenseRetriever(passages, emb, encoder)
     if kind == "faiss":
         return FaissRetriever(passages, emb, encoder)
-    raise ValueError(f"retriever: expected 'dense' or 'faiss', got {kind!r}")
+    dense = DenseRetriever(passages, emb, encoder)
+    if kind == "gear":
+        if dataset is None or getattr(dataset, "triples", None) is None:
+            raise ValueError("retriever: 'gear' needs a dataset with triples (demo, MuSiQue)")
+        from .retrievers import GraphExpandedRetriever
+        return GraphExpandedRetriever.from_dataset(dense, dataset, base_k=10)
+    return dense
 
 
 def build_ras(dataset, encoder: Union[str, Any] = "minilm", retriever: str = "dense",
@@ -46,9 +55,11 @@ def build_ras(dataset, encoder: Union[str, Any] = "minilm", retriever: str = "de
               embeddings=None) -> RAS:
     """The default loop over a QADataset: dense retrieval over its passages, triples from the
     dataset (gold/OpenIE; sentence patterns for passages without), heuristic planner and
-    answerer sharing one encoder-backed reasoner (unless planner/answerer are given)."""
+    answerer sharing one encoder-backed reasoner (unless planner/answerer are given).
+    ``retriever`` is a kind for :func:`make_retriever` or a ready retriever object."""
     enc = make_encoder(encoder)
-    ret = make_retriever(retriever, dataset.passages, enc, embeddings)
+    ret = retriever if not isinstance(retriever, str) else \
+        make_retriever(retriever, dataset.passages, enc, embeddings, dataset=dataset)
     ext = CachedTripleExtractor.from_dataset(dataset, fallback=SentenceTripleExtractor()
                                              if getattr(dataset, "triples", None) is None else None)
     reasoner = GraphPathReasoner(ret.encoder)
