@@ -338,3 +338,16 @@ def test_inputs_requiring_grad():
     g_ref, = torch.autograd.grad(ref.square().sum(), x)
     g, = torch.autograd.grad(out_t.square().sum(), x)
     _close(g, g_ref, 1e-4)
+
+
+def test_module_weights_follow_in_place_updates():
+    """Packed weights cached per PyG module are rebuilt after an in-place parameter update."""
+    conv = _conv(8, 4, 2, edge_dim=3)
+    x, ei, ea = _graph(6, 14, 8, 3)
+    before = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    with torch.no_grad():
+        conv.lin_key.weight.mul_(3.0)
+        conv.lin_skip.bias.add_(1.0)
+    after = rasfast.transformer_conv(x, ei, ea, conv, backend="cpu")
+    assert not torch.allclose(before, after)
+    _close(after, _pyg(conv, x, ei, ea), 1e-4)

@@ -26,7 +26,14 @@ import torch.nn.functional as F
 from .. import dispatch as _bk
 from .._arrays import DTYPE_CODES, cpu_buffer, cpu_out
 from ..reference.graph_conv import graph_mean
-from .graph_conv_params import packed_node_weights
+from .graph_conv_params import cached_on, packed_node_weights
+
+
+def _per_head_t(w, name: str) -> torch.Tensor:
+    """Weight ``name`` [H*C, D] as float32 [H, D, C] contiguous (cached): B operand of per-head GEMMs."""
+    t = getattr(w, name)
+    return cached_on(w, ("per_head_t", name),
+                     lambda: t.float().view(w.heads, w.channels, -1).transpose(1, 2).contiguous())
 
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 _WORKSPACE = threading.local()
@@ -104,7 +111,7 @@ def conv_layer(x, csr, ea, w, norm, relu):
     elif we is None:
         agg = out1.add_(out2)
     else:
-        agg = torch.baddbmm(out1, out2, we.float().transpose(1, 2), out=_scratch("agg", out1.shape))
+        agg = torch.baddbmm(out1, out2, _per_head_t(w, "w_edge"), out=_scratch("agg", out1.shape))
     return _epilogue(agg, nodes, w, norm, relu)
 
 
@@ -138,11 +145,11 @@ def _pooled_last_layer(x, csr, ea, gp, w):
     has_in = (csr.indptr.diff() > 0).float()[:, None]
     frac = graph_mean(has_in, gp)[:, 0]
     f32 = lambda t: t.float()  # noqa: E731
-    agg = torch.bmm(out1, f32(w.w_value).view(h, c, -1).transpose(1, 2))   # [H, G, C]
+    agg = torch.bmm(out1, _per_head_t(w, "w_value"))                       # [H, G, C]
     if w.b_value is not None:
         agg += f32(w.b_value).view(h, 1, c) * frac.view(1, g, 1)
     if out2 is not None:
-        agg = agg + (out2 if we is None else torch.bmm(out2, f32(we).transpose(1, 2)))
+        agg = agg + (out2 if we is None else torch.bmm(out2, _per_head_t(w, "w_edge")))
     out = agg.transpose(0, 1).reshape(g, h * c) if w.concat else agg.mean(0)
     if w.w_skip is not None:
         out = out + graph_mean(f32(x), gp) @ f32(w.w_skip).t()

@@ -8,6 +8,7 @@ a PyG ``TransformerConv`` module, or its ``state_dict()`` (then ``heads`` is req
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Mapping, Optional
 
 import torch
@@ -69,15 +70,21 @@ class ConvWeights:
         return ConvWeights(**conv)
 
 
+def cached_on(w: ConvWeights, key, make):
+    """Memoises ``make()`` on the (immutable) weights object under ``key``."""
+    cache = w.__dict__.setdefault("_cache", {})
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
 def packed_node_weights(w: ConvWeights, with_skip: bool = True):
     """(W, b): query/key/value(/skip) stacked so one GEMM projects every node.
 
     Rows [0, HC) query, [HC, 2HC) key, [2HC, 3HC) value, then skip when present; missing
     biases are zeros. Cached on the (immutable) weights object.
     """
-    key = ("_packed", with_skip)
-    cache = w.__dict__.setdefault("_cache", {})
-    if key not in cache:
+    def make():
         hc = w.heads * w.channels
         mats = [w.w_query, w.w_key, w.w_value]
         biases = [w.b_query, w.b_key, w.b_value]
@@ -87,9 +94,9 @@ def packed_node_weights(w: ConvWeights, with_skip: bool = True):
             biases.append(w.b_skip)
             sizes.append(w.out_channels)
         z = lambda n: torch.zeros(n, dtype=w.w_query.dtype, device=w.w_query.device)  # noqa: E731
-        cache[key] = (torch.cat(mats, 0).contiguous(),
-                      torch.cat([b if b is not None else z(n) for b, n in zip(biases, sizes)]))
-    return cache[key]
+        return (torch.cat(mats, 0).contiguous(),
+                torch.cat([b if b is not None else z(n) for b, n in zip(biases, sizes)]))
+    return cached_on(w, ("packed", with_skip), make)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,10 +142,7 @@ def as_conv_weights(weights, heads: Optional[int] = None, concat: Optional[bool]
     if isinstance(weights, ConvWeights):
         w = weights
     elif isinstance(weights, torch.nn.Module) and hasattr(weights, "lin_query"):
-        sd = dict(weights.state_dict())
-        if not getattr(weights, "root_weight", True):  # PyG builds lin_skip even when unused
-            sd = {k: v for k, v in sd.items() if not k.startswith(("lin_skip.", "lin_beta."))}
-        w = conv_weights_from_state_dict(sd, int(weights.heads), bool(weights.concat))
+        w = _from_module(weights)
     elif isinstance(weights, Mapping):
         if heads is None:
             raise ValueError("heads: required when weights is a state dict")
@@ -151,6 +155,24 @@ def as_conv_weights(weights, heads: Optional[int] = None, concat: Optional[bool]
     if concat is not None and bool(concat) != w.concat:
         raise ValueError(f"concat: {concat} disagrees with the weights (concat={w.concat})")
     check_conv_weights(w)
+    return w
+
+
+# Module -> (parameter versions, ConvWeights): repeated calls with one PyG layer reuse its
+# packed weights; an in-place update of a parameter (optimizer step) bumps its version.
+_MODULE_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _from_module(conv: torch.nn.Module) -> ConvWeights:
+    key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in conv.parameters())
+    hit = _MODULE_WEIGHTS.get(conv)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    sd = dict(conv.state_dict())
+    if not getattr(conv, "root_weight", True):  # PyG builds lin_skip even when unused
+        sd = {k: v for k, v in sd.items() if not k.startswith(("lin_skip.", "lin_beta."))}
+    w = conv_weights_from_state_dict(sd, int(conv.heads), bool(conv.concat))
+    _MODULE_WEIGHTS[conv] = (key, w)
     return w
 
 
