@@ -214,3 +214,14 @@ def test_cli_demo_with_the_tiny_graph_llm(capsys, tmp_path):
                        "--trace", str(tmp_path / "t.json")])
     out = capsys.readouterr().out
     assert rc == 0 and "graph_llm.generate" in out and "graph_llm.graph_encode" in out
+
+
+def test_graph_inputs_prefer_loop_vectors_and_drop_oldest():
+    import numpy as np
+    from rasfast.llm.adapters import GraphInputs
+    st = LoopState("q", ["q", "s"], [[("a", "p", "b")], [("b", "p", "c")]])
+    st.graph_embeddings = [np.ones(4, np.float32), np.full(4, 3.0, np.float32)]
+    assert torch.equal(GraphInputs()(st), torch.full((4,), 2.0))
+    assert torch.equal(GraphInputs(max_subgraphs=1)(st), torch.full((4,), 3.0))
+    assert GraphInputs()(LoopState("q")) is None
+    assert GraphInputs(graph_of=lambda s: "custom")(st) == "custom"
