@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from fake_openai_server import FakeServer
-from llm_util import StandInGraphEncoder, torch_threads
+from llm_util import torch_threads
 from rasfast.data.demo import generate_world, hops
 from rasfast.encode import HashingEncoder
 from rasfast.llm.adapters import (GraphLLMAnswerer, GraphLLMPlanner, LLMAnswerer, LLMPlanner,
                                   LLMTripleExtractor, from_cli, make_llm)
-from rasfast.llm.openai_chat import LLMRequestError, OpenAIChat
+from rasfast.llm.openai_chat import OpenAIChat
 from rasfast.pipeline import RAS, format_triples, make_retriever
 from rasfast.pipeline.types import LoopState, RetrievedPassage
 from rasfast.profile import Trace
