@@ -181,10 +181,12 @@ def main():
     results = {"machine": machine_info(), "n_prompts": args.n, "new_tokens": args.new_tokens,
                "threads": torch.get_num_threads(), "throughput": {}, "graph_llm": None}
     lines = ["# LLM generation throughput and GraphLLM stage costs\n", header_markdown(),
+             f"load average at start: {os.getloadavg()[0]:.1f} (a shared machine: timings are noisy)\n",
              f"torch threads: {torch.get_num_threads()}; {args.n} prompts x {args.new_tokens} new tokens "
              f"(EOS ignored), greedy, float32 CPU, best of {reps}. Random weights (speed only).\n",
              "| model | batch | rasfast HFCausalLM s | tokens/s | transformers generate s | tokens/s |",
              "|---|---:|---:|---:|---:|---:|"]
+    ratios = []
     for name, cfg in CONFIGS.items():
         if args.quick and not name.startswith("tiny"):
             continue
@@ -193,10 +195,12 @@ def main():
         for r in rows:
             lines.append(f"| {name} | {r['batch']} | {r['ours_s']:.3f} | {r['ours_tok_s']:.0f} | "
                          f"{r['hf_s']:.3f} | {r['hf_tok_s']:.0f} |")
+            print(lines[-1], flush=True)
         b1, b16 = rows
-        lines.append(f"\n{name}: batch {args.n} is {b1['ours_s'] / b16['ours_s']:.1f}x batch 1 (rasfast), "
-                     f"{b1['hf_s'] / b16['hf_s']:.1f}x (transformers)\n")
-        print("\n".join(lines[-len(rows) - 1:]), flush=True)
+        ratios.append(f"- {name}: batch {args.n} is {b1['ours_s'] / b16['ours_s']:.1f}x batch 1 (rasfast), "
+                      f"{b1['hf_s'] / b16['hf_s']:.1f}x (transformers)")
+    lines += [""] + ratios
+    print("\n".join(ratios))
     per_enc = graph_llm_trace(tok, args.n, 8, 384, reps)
     results["graph_llm"] = per_enc
     lines += ["\n## GraphLLM planner calls: per-stage time\n",

@@ -9,7 +9,7 @@ port and prints ``PORT <n>`` on stdout. Endpoints:
   last user message (first match wins); a rule replies with ``reply`` (or echoes the last
   user message with ``"echo": true``), after its ``fault`` has fired ``times`` times (default:
   always); a rule with a fault and no reply falls through to later rules once its faults are
-  used up. Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"slow"|"drop",
+  used up. Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"truncated"|"slow"|"drop",
   "times": n, "retry_after": seconds, "delay": seconds}``. ``stop`` strings cut the reply
   the way real servers do. Without a matching rule the ``default`` reply is sent.
 - ``POST /_rules`` ``{"rules": [...], "default": str}``: replace the script, reset counters.
@@ -108,6 +108,16 @@ class Handler(BaseHTTPRequestHandler):
             if kind == "slow":
                 time.sleep(float(fault.get("delay", 5.0)))
             elif kind == "drop":
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            elif kind == "truncated":  # promises more body than it sends, then hangs up
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b'{"choices": [')
+                self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from fake_openai_server import FakeServer
-from llm_util import StandInGraphEncoder, torch_threads
+from llm_util import torch_threads
 from rasfast.data.demo import generate_world, hops
 from rasfast.encode import HashingEncoder
 from rasfast.llm.adapters import (GraphLLMAnswerer, GraphLLMPlanner, LLMAnswerer, LLMPlanner,
                                   LLMTripleExtractor, from_cli, make_llm)
-from rasfast.llm.openai_chat import LLMRequestError, OpenAIChat
+from rasfast.llm.openai_chat import OpenAIChat
 from rasfast.pipeline import RAS, format_triples, make_retriever
 from rasfast.pipeline.types import LoopState, RetrievedPassage
 from rasfast.profile import Trace
@@ -201,3 +201,27 @@ def test_graph_llm_reads_question_graphs_from_the_text_encoder(world):
         with torch.no_grad():
             both = gl.encode_graphs(qg)
             assert torch.allclose(both[0], genc(qg[0]), atol=1e-5) and torch.allclose(both[1], genc(qg[1]), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cli_demo_with_the_tiny_graph_llm(capsys, tmp_path):
+    """`rasfast demo --llm graph-tiny`: the GraphLLM planner/answerer path end to end offline,
+    its stages in the printed latency table."""
+    from rasfast import cli
+    with torch_threads(1):
+        rc = cli.main(["demo", "--llm", "graph-tiny", "--graph-encoder", "gnn", "--encoder", "hashing",
+                       "--passages", "300", "--questions", "2", "--max-iters", "2", "--no-progress",
+                       "--trace", str(tmp_path / "t.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "graph_llm.generate" in out and "graph_llm.graph_encode" in out
+
+
+def test_graph_inputs_prefer_loop_vectors_and_drop_oldest():
+    import numpy as np
+    from rasfast.llm.adapters import GraphInputs
+    st = LoopState("q", ["q", "s"], [[("a", "p", "b")], [("b", "p", "c")]])
+    st.graph_embeddings = [np.ones(4, np.float32), np.full(4, 3.0, np.float32)]
+    assert torch.equal(GraphInputs()(st), torch.full((4,), 2.0))
+    assert torch.equal(GraphInputs(max_subgraphs=1)(st), torch.full((4,), 3.0))
+    assert GraphInputs()(LoopState("q")) is None
+    assert GraphInputs(graph_of=lambda s: "custom")(st) == "custom"

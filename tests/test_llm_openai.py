@@ -56,7 +56,7 @@ def test_messages_system_and_stop(server, client):
     assert c.generate(["x"], stop=["a1", "a2", "a3", "a4", "beta"]) == ["alpha STOP "]
 
 
-@pytest.mark.parametrize("kind", ["500", "503", "malformed", "drop"])
+@pytest.mark.parametrize("kind", ["500", "503", "malformed", "truncated", "drop"])
 def test_transient_faults_are_retried(server, client, kind):
     server.script([{"contains": "", "reply": "fine", "fault": {"kind": kind, "times": 2}}])
     assert client.generate(["q"]) == ["fine"]

@@ -38,7 +38,10 @@ def generate_from_embeds(model, embeds: Sequence[torch.Tensor], max_new_tokens: 
     emb = model.get_input_embeddings()
     eos = torch.tensor(sorted(set(eos_ids)) or [-1], device=x.device)
     B = x.shape[0]
-    out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    try:  # only the last position's logits are needed; older/custom models lack the argument
+        out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    except TypeError:
+        out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, use_cache=True)
     cache = out.past_key_values
     new: List[List[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=x.device)

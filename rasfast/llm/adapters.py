@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..pipeline.parse import parse_triples
@@ -67,15 +68,19 @@ class GraphInputs:
        once) for the GraphLLM's own graph encoder;
     4. None (the empty graph)."""
 
-    def __init__(self, text_encoder=None, graph_of: Optional[Callable[[LoopState], Any]] = None):
-        self.text_encoder, self.graph_of = text_encoder, graph_of
-        self._cache: Dict[Tuple[Triple, ...], Any] = {}
+    def __init__(self, text_encoder=None, graph_of: Optional[Callable[[LoopState], Any]] = None,
+                 max_subgraphs: Optional[int] = None, cache_size: int = 4096):
+        self.text_encoder, self.graph_of, self.max_subgraphs = text_encoder, graph_of, max_subgraphs
+        self.cache_size = cache_size
+        self._cache: "OrderedDict[Tuple[Triple, ...], Any]" = OrderedDict()  # LRU of built subgraphs
 
     def __call__(self, state: LoopState):
         if self.graph_of is not None:
             return self.graph_of(state)
         vecs = getattr(state, "graph_embeddings", None)
         if vecs:
+            if self.max_subgraphs:
+                vecs = vecs[-self.max_subgraphs:]  # like the GraphLLM: the oldest steps go first
             import numpy as np
             import torch
             return torch.from_numpy(np.mean(np.stack([np.asarray(v, np.float32) for v in vecs]), axis=0))
@@ -89,6 +94,9 @@ class GraphInputs:
                 continue
             if key not in self._cache:
                 self._cache[key] = build_question_graph(list(step), self.text_encoder)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+            self._cache.move_to_end(key)
             out.append(self._cache[key])
         return out
 
@@ -102,7 +110,8 @@ class GraphLLMPlanner:
 
     def __init__(self, graph_llm, text_encoder=None, graph_of=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, engine=None, trace=None):
-        self.graph_llm, self.graphs = graph_llm, GraphInputs(text_encoder, graph_of)
+        self.graph_llm = graph_llm
+        self.graphs = GraphInputs(text_encoder, graph_of, getattr(graph_llm, "max_subgraphs", None))
         self.max_new_tokens, self.temperature, self.engine, self.trace = max_new_tokens, temperature, engine, trace
 
     def plan(self, states: Sequence[LoopState]) -> List[str]:
@@ -116,7 +125,8 @@ class GraphLLMAnswerer:
 
     def __init__(self, graph_llm, text_encoder=None, graph_of=None, max_new_tokens: int = 32,
                  temperature: float = 0.0, engine=None, trace=None):
-        self.graph_llm, self.graphs = graph_llm, GraphInputs(text_encoder, graph_of)
+        self.graph_llm = graph_llm
+        self.graphs = GraphInputs(text_encoder, graph_of, getattr(graph_llm, "max_subgraphs", None))
         self.max_new_tokens, self.temperature, self.engine, self.trace = max_new_tokens, temperature, engine, trace
 
     def answer(self, states: Sequence[LoopState]) -> List[str]:
@@ -208,7 +218,9 @@ def from_cli(args) -> Tuple[Any, Any]:
     """``(planner, answerer)`` for ``rasfast ... --llm KIND [--base-url URL] [--model NAME]``."""
     kind = getattr(args, "llm", None)
     if kind == "graph-tiny":
-        g = tiny_graph_llm()
+        # the soft token reads the loop's per-step vectors: GNNGraphEncoder's default width is
+        # 256, the mean encoder's the text encoder's (384 for MiniLM and the hashing default)
+        g = tiny_graph_llm(graph_dim=256 if getattr(args, "graph_encoder", None) == "gnn" else 384)
         return GraphLLMPlanner(g, max_new_tokens=16), GraphLLMAnswerer(g, max_new_tokens=8)
     llm = make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
                    getattr(args, "api_key_env", None) or "OPENAI_API_KEY")

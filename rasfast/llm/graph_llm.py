@@ -42,7 +42,7 @@ IGNORE = -100
 _DIM_ATTRS = ("out_dim", "output_dim", "out_channels", "dim", "hidden_dim", "embed_dim")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSettings:
     """RAS's LoRA: r=8, alpha=16, dropout 0.05 on the attention query and value projections."""
     r: int = 8
@@ -118,6 +118,7 @@ class GraphLLM(nn.Module):
         self.lora_settings = lora
         self.timer = StageTimer(trace)
         self.truncated = 0  # samples whose input had to be cut
+        self._prefix_ids: Dict[str, List[int]] = {}
 
         hidden = llm.get_input_embeddings().embedding_dim
         self.hidden_size = hidden
@@ -199,7 +200,10 @@ class GraphLLM(nn.Module):
         tokens are left free for generation."""
         if not isinstance(sample, GraphLLMSample):
             raise TypeError(f"samples: expected GraphLLMSample items, got {type(sample).__name__}")
-        prefix = self.bos + self._ids(self.instructions[sample.task] + "\n")
+        instruction = self.instructions[sample.task] + "\n"
+        if instruction not in self._prefix_ids:  # tokenised once per instruction text
+            self._prefix_ids[instruction] = self.bos + self._ids(instruction)
+        prefix = list(self._prefix_ids[instruction])
         question = self._ids(f"\nQuestion: {sample.question}\n{self.cues[sample.task]}")
         target: List[int] = []
         if with_target:

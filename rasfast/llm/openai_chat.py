@@ -11,6 +11,7 @@ is swallowed.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
 import os
 import random
@@ -196,7 +197,7 @@ class OpenAIChat:
         req = urllib.request.Request(self.url, data=body, headers=self._headers(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
+                raw = resp.read()  # IncompleteRead on a truncated body: retried below
         except urllib.error.HTTPError as e:
             raw = e.read() if e.fp is not None else b""
             if e.code in RETRY_STATUS:
@@ -204,7 +205,8 @@ class OpenAIChat:
                                  _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None))
             raise LLMRequestError(f"chat request rejected with HTTP {e.code}", status=e.code,
                                   url=self.url, body=_excerpt(raw)) from None
-        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, OSError) as e:
+        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, OSError,
+                http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
             raise _Retryable(f"connection error: {type(reason).__name__}: {reason}") from None
         try:
