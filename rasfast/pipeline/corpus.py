@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
