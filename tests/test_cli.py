@@ -89,3 +89,14 @@ def test_bench_select(capsys):
 def test_bad_command():
     with pytest.raises(SystemExit):
         main(["nope"])
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", ["musique", "hotpotqa"])
+def test_eval_shared_data(data_dir, name, capsys, tmp_path):
+    out_json = tmp_path / "m.json"
+    assert main(["eval", "--dataset", name, "--encoder", "hashing", "--n", "10", "--data-root",
+                 str(data_dir), "--no-progress", "--json", str(out_json)]) == 0
+    assert f"{name}: 10 questions" in capsys.readouterr().out
+    m = json.loads(out_json.read_text())["metrics"]
+    assert m["errors"] == 0 and 0 < m["R@5"] <= 1      # the loop retrieves some gold passages
