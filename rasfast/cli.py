@@ -59,6 +59,17 @@ def _llm_components(args):
     return adapters.from_cli(args)
 
 
+def _llm_extractor(args):
+    """An LLM triple extractor (the paper's prompt) for --llm-extract, else None."""
+    if not getattr(args, "llm_extract", False):
+        return None
+    if not getattr(args, "llm", None) or args.llm == "graph-tiny":
+        raise SystemExit("--llm-extract needs --llm openai|hf|vllm")
+    from .llm import adapters
+    llm = adapters.make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY")
+    return adapters.LLMTripleExtractor(llm)
+
+
 def _print_result(r, gold: Optional[str] = None, max_triples: int = 4) -> None:
     from .pipeline.parse import format_triples
     print(f"\nQ: {r.question}")
@@ -149,12 +160,13 @@ def _ras_for(args):
         ret = ThemeIndexRetriever(index, enc, K=args.scope_k)
         return build_ras(ds, encoder=enc, retriever=ret, k=args.k, max_iters=args.max_iters,
                          graph_encoder=_graph_encoder(args, enc), planner=planner,
-                         answerer=answerer), ds
+                         answerer=answerer, extract_fallback=_llm_extractor(args)), ds
     enc = _encoder(args)
     planner, answerer = _llm_components(args)
     ds = _dataset(args.dataset, args)
     return build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
-                     graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer), ds
+                     graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer,
+                     extract_fallback=_llm_extractor(args)), ds
 
 
 def _cmd_ask(args) -> int:
@@ -228,7 +240,8 @@ def _cmd_eval(args) -> int:
             continue
         try:
             ras = build_ras(ds, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
-                            graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
+                            graph_encoder=_graph_encoder(args, enc), planner=planner,
+                            answerer=answerer, extract_fallback=_llm_extractor(args))
         except ValueError as e:   # e.g. --retriever gear on a corpus without triples
             if len(names) == 1:
                 raise SystemExit(f"eval {name}: {e}")
@@ -275,6 +288,8 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
+    p.add_argument("--llm-extract", action="store_true",
+                   help="convert passages without dataset triples with the LLM (paper's prompt)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     if dataset:
         p.add_argument("--dataset", default="demo", choices=DATASETS)

@@ -100,3 +100,34 @@ def test_eval_shared_data(data_dir, name, capsys, tmp_path):
     assert f"{name}: 10 questions" in capsys.readouterr().out
     m = json.loads(out_json.read_text())["metrics"]
     assert m["errors"] == 0 and 0 < m["R@5"] <= 1      # the loop retrieves some gold passages
+
+
+def test_ask_with_llm_extractor_over_http(tmp_path, capsys):
+    """--llm-extract: passages without triples go to the LLM (a scripted OpenAI-compatible
+    server process) once each; the loop parses its triples and answers from them."""
+    from fake_openai_server import FakeServer
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps({"title": t, "text": x}) for t, x in [
+        ("Alda Morven", "Alda Morven grew up near the sea."), ("Tarsk", "Tarsk is a port.")]))
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
+                 "--encoder", "hashing", "--num-themes", "1"]) == 0
+    s = FakeServer()
+    try:
+        s.script([{"last_contains": ["Alda Morven grew up"], "reply": "(S> Alda Morven| P> born in| O> Tarsk)"},
+                  {"last_contains": ["Tarsk is a port"], "reply": "(S> Tarsk| P> country| O> Velland"},
+                  {"contains": ["Next step:"], "reply": "[SUFFICIENT]"},
+                  {"contains": ["Answer:"], "reply": "Velland"}], default="[SUFFICIENT]")
+        assert main(["ask", "In which country was Alda Morven born?", "--index", str(tmp_path / "ix"),
+                     "--encoder", "hashing", "--k", "2", "--llm", "openai", "--base-url", s.url,
+                     "--model", "m", "--llm-extract", "--json"]) == 0
+        out = capsys.readouterr().out
+        res = json.loads(out[out.index("[\n"):])[0]
+        assert res["error"] is None and res["answer"] == "Velland"
+        assert sorted(map(tuple, res["triples"][0])) == [("Alda Morven", "born in", "Tarsk"),
+                                                         ("Tarsk", "country", "Velland")]
+        extract_calls = [b for b in s.stats()["log"] if "grew up" in json.dumps(b) or "is a port" in json.dumps(b)]
+        assert len(extract_calls) == 2          # each passage converted once
+    finally:
+        s.close()
+    with pytest.raises(SystemExit, match="llm-extract"):
+        main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing", "--llm-extract"])

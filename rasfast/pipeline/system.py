@@ -52,16 +52,19 @@ def make_retriever(kind: str, passages: Sequence, encoder, embeddings=None, data
 
 def build_ras(dataset, encoder: Union[str, Any] = "minilm", retriever: str = "dense",
               k: int = 5, max_iters: int = 5, graph_encoder=None, planner=None, answerer=None,
-              embeddings=None) -> RAS:
+              embeddings=None, extract_fallback=None) -> RAS:
     """The default loop over a QADataset: dense retrieval over its passages, triples from the
     dataset (gold/OpenIE; sentence patterns for passages without), heuristic planner and
     answerer sharing one encoder-backed reasoner (unless planner/answerer are given).
-    ``retriever`` is a kind for :func:`make_retriever` or a ready retriever object."""
+    ``retriever`` is a kind for :func:`make_retriever` or a ready retriever object;
+    ``extract_fallback`` converts passages the dataset has no triples for (e.g. an
+    ``rasfast.llm.adapters.LLMTripleExtractor``; default: sentence patterns)."""
     enc = make_encoder(encoder)
     ret = retriever if not isinstance(retriever, str) else \
         make_retriever(retriever, dataset.passages, enc, embeddings, dataset=dataset)
-    ext = CachedTripleExtractor.from_dataset(dataset, fallback=SentenceTripleExtractor()
-                                             if getattr(dataset, "triples", None) is None else None)
+    if extract_fallback is None and getattr(dataset, "triples", None) is None:
+        extract_fallback = SentenceTripleExtractor()
+    ext = CachedTripleExtractor.from_dataset(dataset, fallback=extract_fallback)
     reasoner = GraphPathReasoner(ret.encoder)
     return RAS(ret, ext, planner or HeuristicPlanner(reasoner=reasoner),
                answerer or HeuristicAnswerer(reasoner=reasoner), graph_encoder=graph_encoder,
