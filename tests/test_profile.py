@@ -151,3 +151,28 @@ def test_self_times_add_up_to_wall():
     assert set(st) == {"loop", "dense", "encode (model)", "answer"}
     assert sum(st.values()) == pytest.approx(tr.wall_ms(), rel=1e-6)
     assert st["encode (model)"] == pytest.approx(tr.model_time(), rel=1e-6)
+
+
+from conftest import HAS_GPU, gpu  # noqa: E402
+
+
+@gpu
+def test_cuda_events_and_nvtx(tmp_path):
+    import torch
+    tr = Trace("gpu", cuda=True, nvtx=True)
+    x = torch.randn(2048, 2048, device="cuda")
+    with tr.activate():
+        for _ in range(3):
+            with span("dense"):
+                x = x @ x.T / 2048
+    rows = {r["stage"]: r for r in tr.summary_rows()}
+    assert rows["dense"]["count"] == 3 and rows["dense"]["gpu_ms"] > 0
+    assert "gpu ms" in tr.summary()
+    ev = json.loads(open(tr.to_chrome(tmp_path / "g.json")).read())["traceEvents"]
+    assert all(e["args"]["gpu_ms"] > 0 for e in ev if e["ph"] == "X")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the CPU-only fallback")
+def test_cuda_off_without_a_device():
+    tr = Trace(cuda=True, nvtx=True)
+    assert tr.cuda is False and tr.nvtx is False
