@@ -35,8 +35,9 @@ def _to_key(v):
 @triton.jit
 def _keys_kernel(q_ptr, c_ptr, keys_ptr, N, T, IP: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr):
-    b = tl.program_id(0)
-    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # queries on axis 1, row blocks on axis 0 (whose limit is 2^31-1); int64 offsets
+    b = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for t0 in range(0, T, BLOCK_T):
@@ -100,8 +101,9 @@ def _cut_kernel(keys_ptr, N, K, cut_key_ptr, last_eq_ptr, BLOCK: tl.constexpr):
 def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N, D, w,
                   IP: tl.constexpr, ALL: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr):
-    b = tl.program_id(0)
-    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # queries on axis 1, row blocks on axis 0 (whose limit is 2^31-1); int64 offsets
+    b = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N
     key = tl.load(keys_ptr + b * N + rows, mask=rmask, other=0)
     if ALL:
@@ -129,8 +131,8 @@ def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N,
 @triton.jit
 def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    b = tl.program_id(0)
-    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    b = tl.program_id(1).to(tl.int64)
+    j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     jm = j < Ks
     ids = tl.load(ids_ptr + b * Ks + j, mask=jm, other=-1)
     valid = jm & (ids >= 0)
@@ -150,7 +152,7 @@ def _keys(q, c, metric):
     B, T = q.shape
     N = c.shape[0]
     keys = torch.empty((B, N), dtype=torch.int64, device=q.device)
-    _keys_kernel[(B, triton.cdiv(N, _BLOCK_N))](q, c, keys, N, T, IP=(metric == "ip"),
+    _keys_kernel[(triton.cdiv(N, _BLOCK_N), B)](q, c, keys, N, T, IP=(metric == "ip"),
                                                BLOCK_N=_BLOCK_N, BLOCK_T=_BLOCK_T)
     return keys
 
@@ -211,7 +213,7 @@ def theme_scoped_search(q, qe, c, e, K, k, w, metric):
         cut = last = keys  # unused when ALL
     else:
         cut, last = _cuts(keys, K)
-    _score_kernel[(B, triton.cdiv(N, _BLOCK_N))](qe, e, keys, cut, last, scores, N, D, float(w),
+    _score_kernel[(triton.cdiv(N, _BLOCK_N), B)](qe, e, keys, cut, last, scores, N, D, float(w),
                                                 IP=(metric == "ip"), ALL=(K >= N),
                                                 BLOCK_N=_BLOCK_N, BLOCK_D=32)
     return _top_k(scores, torch.full((B,), K), k)
@@ -220,6 +222,6 @@ def theme_scoped_search(q, qe, c, e, K, k, w, metric):
 def scoped_dense_search(qe, e, scope, k):
     B, Ks = scope.shape
     scores = torch.empty((B, Ks), dtype=torch.float32, device=qe.device)
-    _gather_score_kernel[(B, triton.cdiv(Ks, _BLOCK_N))](qe, e, scope, scores, Ks, e.shape[1],
+    _gather_score_kernel[(triton.cdiv(Ks, _BLOCK_N), B)](qe, e, scope, scores, Ks, e.shape[1],
                                                         BLOCK_N=_BLOCK_N, BLOCK_D=32)
     return _top_k(scores, (scope >= 0).sum(1), k, col_ids=scope)

@@ -10,6 +10,8 @@ Two kinds of parity:
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from backends_util import cpu_backends, gpu_backends
 from conftest import gpu
 
@@ -89,6 +91,24 @@ def test_exact_parity(backend, dtype, case):
         assert torch.equal(gi, wi) and torch.equal(gs, ws)
 
 
+def test_every_cpu_simd_variant():
+    """The cpu kernels are compiled for AVX-512, AVX2 and SSE2 and pick one at run time; run
+    the exact parity and a tolerant case on every variant this CPU supports."""
+    mod = rasfast.dispatch.cpu_module()
+    best = mod.theme_simd_level()
+    try:
+        for level in mod.theme_simd_variants():
+            mod.theme_set_simd(level)
+            for case in (EXACT_CASES[0], EXACT_CASES[1], EXACT_CASES[4]):
+                test_exact_parity("cpu", torch.float32, case)
+            test_exact_parity("cpu", torch.bfloat16, EXACT_CASES[1])
+            test_float_parity_with_tolerance("cpu", torch.float16, FLOAT_CASES[0], "l2")
+    finally:
+        mod.theme_set_simd(best)
+    with pytest.raises(ValueError):
+        mod.theme_set_simd("neon")
+
+
 @pytest.mark.parametrize("backend", CPU)
 def test_all_rows_identical_ties_by_id(backend):
     """Every corpus row equal: the scope is ids 0..K-1 and the top-k is 0..k-1."""
@@ -135,6 +155,26 @@ def test_float_parity_with_tolerance(backend, dtype, case, metric):
         check_scoped_search(gi, gs, q, qe, c, e, K, k, w, metric)
     gi, gs = rasfast.scoped_dense_search(qe, e, ids, k, backend=backend)
     check_scoped_search(gi, gs, None, qe, None, e, K, k, scope_ids=ids)
+
+
+@given(B=st.integers(1, 6), N=st.integers(1, 300), T=st.integers(1, 40), D=st.integers(1, 40),
+       K=st.integers(1, 320), k=st.integers(1, 30), dtype=st.sampled_from(DTYPES),
+       metric=st.sampled_from(["l2", "ip"]), w=st.sampled_from([0.0, 0.1, 1.0]),
+       seed=st.integers(0, 2**31 - 1), exact=st.booleans())
+def test_random_shapes_cpu(B, N, T, D, K, k, dtype, metric, w, seed, exact):
+    """Random sizes around every boundary: exact equality on integer data, the tolerance rule
+    on float data."""
+    if exact:
+        q, qe, c, e = int_data(B, N, T, D, dtype, seed=seed)
+        want = ref_fused(q, qe, c, e, K, k, 0.5 if w else 0.0, metric)
+        got = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.5 if w else 0.0, metric, backend="cpu")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(rasfast.theme_scope(q, c, K, metric, backend="cpu"), ref_scope(q, c, K, metric))
+    else:
+        q, qe, c, e = float_data(B, N, T, D, dtype, seed=seed)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend="cpu")
+        check_scoped_search(gi, gs, q, qe, c, e, K, k, w, metric)
+        check_theme_scope(rasfast.theme_scope(q, c, K, metric, backend="cpu"), q, c, K, metric)
 
 
 def test_checker_rejects_wrong_results():

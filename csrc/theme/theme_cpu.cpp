@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/buffers.h"
@@ -285,6 +286,14 @@ void bind(py::module_& m) {
         "Pass 1 only: ordered uint32 keys [B, N] of squared L2 (or inverted ip keys).");
   m.def("theme_simd_level", []() { return std::string(simd().name); },
         "SIMD variant the theme kernels run with on this CPU.");
+  m.def("theme_simd_variants", []() {
+          py::list out;
+          for (const Simd& v : simd_variants()) out.append(py::str(v.name));
+          return out;
+        }, "SIMD variants this CPU supports, best first.");
+  m.def("theme_set_simd", [](const std::string& name) {
+          require(set_simd(name), "theme_set_simd: unknown or unsupported variant " + name);
+        }, py::arg("name"), "Force a SIMD variant (for tests; not thread-safe during calls).");
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -159,17 +161,30 @@ struct Simd {
   const char* name;
 };
 
-inline const Simd& simd() {
-  static const Simd s = []() -> Simd {
+// The variants this CPU can run, best first.
+inline std::vector<Simd> simd_variants() {
+  std::vector<Simd> v;
 #if defined(RASFAST_THEME_X86)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return {dot_tile_avx512t, dot_avx512, "avx512"};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return {dot_tile_avx2, dot_avx2, "avx2"};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) v.push_back({dot_tile_avx512t, dot_avx512, "avx512"});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    v.push_back({dot_tile_avx2, dot_avx2, "avx2"});
 #endif
-    return {dot_tile_base, dot_base, "sse2"};
-  }();
+  v.push_back({dot_tile_base, dot_base, "sse2"});
+  return v;
+}
+
+// The active variant (the best one unless a test forced another with set_simd).
+inline Simd& simd_state() {
+  static Simd s = simd_variants().front();
   return s;
+}
+inline const Simd& simd() { return simd_state(); }
+
+inline bool set_simd(const std::string& name) {
+  for (const Simd& v : simd_variants())
+    if (name == v.name) { simd_state() = v; return true; }
+  return false;
 }
 
 // ---- storage -> float32 conversion of whole rows (into padded, aligned buffers) --------
