@@ -61,8 +61,8 @@ def test_prompts_reach_the_server_in_the_paper_format(server):
     st = LoopState("Who founded Velora?", ["Who founded Velora?"], [[("Velora", "founded by", "Mira")]])
     assert LLMPlanner(llm).plan([st, LoopState("2+2?")]) == ["[SUBQ] Who founded Velora?"] * 2
     assert LLMAnswerer(llm).answer([st]) == ["Mira Okonkwo"]
-    log = server.stats()["log"]
-    plan = log[0]["messages"]
+    log = server.stats()["log"]  # the two planner requests arrive concurrently, in any order
+    plan = next(b["messages"] for b in log[:2] if "Velora" in b["messages"][-1]["content"])
     assert plan[0]["role"] == "system" and "[SUFFICIENT]" in plan[0]["content"]
     assert any(m["role"] == "assistant" and m["content"] == "[NO_RETRIEVAL]" for m in plan)  # few-shot
     assert "(S> Velora| P> founded by| O> Mira)" in plan[-1]["content"]

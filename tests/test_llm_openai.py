@@ -42,7 +42,7 @@ def test_batch_results_in_input_order_under_concurrency(server, client):
     t = time.perf_counter()
     assert client.generate(prompts) == prompts
     # 7 slow prompts at 0.3 s each: concurrent requests finish far sooner than 2.1 s serially
-    assert time.perf_counter() - t < 1.5
+    assert time.perf_counter() - t < 1.8
 
 
 def test_messages_system_and_stop(server, client):
