@@ -33,11 +33,21 @@ class LoopState:
     step_triples: List[List[Triple]] = field(default_factory=list)  # one list per retrieval step
     step_passages: List[List[RetrievedPassage]] = field(default_factory=list)
     graph: Optional[Any] = None  # the merged question graph (rasfast.pipeline's QuestionGraph)
+    # one vector per step's subgraph when the loop has a graph encoder (each encoded once)
+    graph_embeddings: List[Any] = field(default_factory=list)
 
     @property
     def triples(self) -> List[Triple]:
         """All triples so far, step order, duplicates removed."""
         return list(dict.fromkeys(t for step in self.step_triples for t in step))
+
+    @property
+    def graph_embedding(self) -> Optional[Any]:
+        """Mean of the per-subgraph vectors (RAS's single graph token input), or None."""
+        if not self.graph_embeddings:
+            return None
+        import numpy as np
+        return np.mean(np.stack([np.asarray(v, dtype=np.float32) for v in self.graph_embeddings]), axis=0)
 
 
 @runtime_checkable

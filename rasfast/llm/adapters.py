@@ -1,0 +1,227 @@
+"""Adapters that plug LLM backends into the RAS loop (the protocols of
+:mod:`rasfast.pipeline.types`), all batched: one backend call per loop round.
+
+- :class:`LLMPlanner` / :class:`LLMAnswerer`: any :class:`~rasfast.llm.base.LLM` (OpenAIChat,
+  HFCausalLM, VLLM) with the paper's instructions and few-shot chat prompts for API models.
+- :class:`GraphLLMPlanner` / :class:`GraphLLMAnswerer`: one :class:`~rasfast.llm.GraphLLM`
+  serving both roles through its two instructions, reading the question graph as a soft token.
+- :class:`LLMTripleExtractor`: passages -> ``(S> s| P> p| O> o)`` triples with the paper's
+  text-to-triples prompt, memoised by passage id.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..pipeline.parse import parse_triples
+from ..pipeline.types import LoopState, RetrievedPassage, Triple
+from .prompts import answerer_messages, planner_messages, step_segments, triples_messages
+from .training_data import GraphLLMSample
+
+
+def _check_llm(llm) -> None:
+    if not callable(getattr(llm, "generate", None)):
+        raise TypeError(f"llm: expected an LLM backend with generate(prompts, ...), got {type(llm).__name__}")
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+class LLMPlanner:
+    """RAS planner over any LLM backend: returns the raw ``[SUBQ] ...`` / ``[SUFFICIENT]`` /
+    ``[NO_RETRIEVAL]`` text (the loop parses it tolerantly)."""
+
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 64, temperature: float = 0.0):
+        _check_llm(llm)
+        self.llm, self.few_shot, self.max_new_tokens, self.temperature = llm, few_shot, max_new_tokens, temperature
+
+    def plan(self, states: Sequence[LoopState]) -> List[str]:
+        prompts = [planner_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
+        return [_first_line(t) for t in self.llm.generate(prompts, self.max_new_tokens, None, self.temperature)]
+
+
+class LLMAnswerer:
+    """RAS answerer over any LLM backend: a short answer per question."""
+
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 32, temperature: float = 0.0):
+        _check_llm(llm)
+        self.llm, self.few_shot, self.max_new_tokens, self.temperature = llm, few_shot, max_new_tokens, temperature
+
+    def answer(self, states: Sequence[LoopState]) -> List[str]:
+        prompts = [answerer_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
+        return [_first_line(t) for t in self.llm.generate(prompts, self.max_new_tokens, None, self.temperature)]
+
+
+class GraphInputs:
+    """What the GraphLLM reads as the graph of a loop state, first that applies:
+
+    1. ``graph_of(state)`` when given;
+    2. the loop's per-step graph vectors (``state.graph_embeddings``, each subgraph encoded
+       once by the RAS loop's ``graph_encoder``, e.g. :meth:`GraphLLM.subgraph_encoder`),
+       averaged as RAS does -- the graph token then costs only the projector;
+    3. with a ``text_encoder``: the list of per-step subgraphs built with
+       ``rasfast.build_question_graph(triples, text_encoder)`` (each distinct step built
+       once) for the GraphLLM's own graph encoder;
+    4. None (the empty graph)."""
+
+    def __init__(self, text_encoder=None, graph_of: Optional[Callable[[LoopState], Any]] = None,
+                 max_subgraphs: Optional[int] = None, cache_size: int = 4096):
+        self.text_encoder, self.graph_of, self.max_subgraphs = text_encoder, graph_of, max_subgraphs
+        self.cache_size = cache_size
+        self._cache: "OrderedDict[Tuple[Triple, ...], Any]" = OrderedDict()  # LRU of built subgraphs
+
+    def __call__(self, state: LoopState):
+        if self.graph_of is not None:
+            return self.graph_of(state)
+        vecs = getattr(state, "graph_embeddings", None)
+        if vecs:
+            if self.max_subgraphs:
+                vecs = vecs[-self.max_subgraphs:]  # like the GraphLLM: the oldest steps go first
+            import numpy as np
+            import torch
+            return torch.from_numpy(np.mean(np.stack([np.asarray(v, np.float32) for v in vecs]), axis=0))
+        if self.text_encoder is None:
+            return None
+        from ..models.question_graph import build_question_graph
+        out = []
+        for step in state.step_triples:
+            key = tuple(step)
+            if not key:
+                continue
+            if key not in self._cache:
+                self._cache[key] = build_question_graph(list(step), self.text_encoder)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+            self._cache.move_to_end(key)
+            out.append(self._cache[key])
+        return out
+
+
+def graph_samples(task: str, states: Sequence[LoopState], graphs: GraphInputs) -> List[GraphLLMSample]:
+    return [GraphLLMSample(task, s.question, step_segments(s.subqueries, s.step_triples), graphs(s)) for s in states]
+
+
+class GraphLLMPlanner:
+    """RAS planner backed by a GraphLLM (the graph soft token + the planner instruction)."""
+
+    def __init__(self, graph_llm, text_encoder=None, graph_of=None, max_new_tokens: int = 32,
+                 temperature: float = 0.0, engine=None, trace=None):
+        self.graph_llm = graph_llm
+        self.graphs = GraphInputs(text_encoder, graph_of, getattr(graph_llm, "max_subgraphs", None))
+        self.max_new_tokens, self.temperature, self.engine, self.trace = max_new_tokens, temperature, engine, trace
+
+    def plan(self, states: Sequence[LoopState]) -> List[str]:
+        out = self.graph_llm.generate(graph_samples("plan", states, self.graphs), self.max_new_tokens,
+                                      None, self.temperature, trace=self.trace, engine=self.engine)
+        return [_first_line(t) for t in out]
+
+
+class GraphLLMAnswerer:
+    """RAS answerer backed by the same GraphLLM (the answerer instruction)."""
+
+    def __init__(self, graph_llm, text_encoder=None, graph_of=None, max_new_tokens: int = 32,
+                 temperature: float = 0.0, engine=None, trace=None):
+        self.graph_llm = graph_llm
+        self.graphs = GraphInputs(text_encoder, graph_of, getattr(graph_llm, "max_subgraphs", None))
+        self.max_new_tokens, self.temperature, self.engine, self.trace = max_new_tokens, temperature, engine, trace
+
+    def answer(self, states: Sequence[LoopState]) -> List[str]:
+        out = self.graph_llm.generate(graph_samples("answer", states, self.graphs), self.max_new_tokens,
+                                      None, self.temperature, trace=self.trace, engine=self.engine)
+        return [_first_line(t) for t in out]
+
+
+class LLMTripleExtractor:
+    """Passages -> triples through an LLM with the paper's text-to-triples prompt.
+
+    One backend call per batch for the passages not seen before (memoised by passage id, so a
+    passage retrieved again in a later round or for another question costs nothing).
+    ``parse`` turns the model's text into triples (default: the loop's tolerant
+    :func:`rasfast.pipeline.parse.parse_triples`; ``dropped`` counts the malformed fragments)."""
+
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 256,
+                 parse: Optional[Callable[[str], List[Triple]]] = None, memoise: bool = True):
+        _check_llm(llm)
+        self.llm, self.few_shot, self.max_new_tokens = llm, few_shot, max_new_tokens
+        self.parse = parse or self._parse
+        self.dropped = 0
+        self.memo: Optional[Dict[int, List[Triple]]] = {} if memoise else None
+        self.calls = 0  # passages sent to the LLM
+
+    def _parse(self, text: str) -> List[Triple]:
+        res = parse_triples(text)
+        self.dropped += res.dropped
+        return res.triples
+
+    def extract(self, passages: Sequence[RetrievedPassage]) -> List[List[Triple]]:
+        todo: Dict[Any, RetrievedPassage] = {}
+        for p in passages:
+            key = p.pid if self.memo is not None else id(p)
+            if (self.memo is None or key not in self.memo) and key not in todo:
+                todo[key] = p
+        if todo:
+            keys = list(todo)
+            texts = self.llm.generate([triples_messages(todo[k].content, self.few_shot) for k in keys],
+                                      self.max_new_tokens, None, 0.0)
+            self.calls += len(keys)
+            fresh = {k: self.parse(t) for k, t in zip(keys, texts)}
+        else:
+            fresh = {}
+        if self.memo is not None:
+            self.memo.update(fresh)
+            return [list(self.memo[p.pid]) for p in passages]
+        return [list(fresh[id(p)]) for p in passages]
+
+
+# -- CLI wiring (rasfast.cli calls from_cli for --llm) ---------------------------------------
+LLM_CHOICES = ("openai", "hf", "vllm", "graph-tiny")
+
+
+def make_llm(kind: str, model: Optional[str] = None, base_url: Optional[str] = None,
+             api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0, concurrency: int = 8):
+    """An LLM backend by name: ``openai`` (any OpenAI-compatible server; ``base_url`` or
+    ``$OPENAI_BASE_URL``, model or ``$OPENAI_MODEL``, key from ``api_key_env``), ``hf`` (a
+    transformers model path), ``vllm`` (offline vLLM engine)."""
+    import os
+    if kind == "openai":
+        model = model or os.environ.get("OPENAI_MODEL")
+        if not model:
+            raise ValueError("model: --llm openai needs --model NAME (or $OPENAI_MODEL)")
+        from .openai_chat import OpenAIChat
+        return OpenAIChat(model, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+                          concurrency=concurrency)
+    if kind in ("hf", "vllm"):
+        if not model:
+            raise ValueError(f"model: --llm {kind} needs --model PATH")
+        if kind == "hf":
+            from .hf import HFCausalLM
+            return HFCausalLM(model)
+        from .vllm_backend import VLLM
+        return VLLM(model)
+    raise ValueError(f"llm: expected one of {LLM_CHOICES}, got {kind!r}")
+
+
+def tiny_graph_llm(graph_dim: int = 384, seed: int = 0):
+    """An untrained GraphLLM over a tiny random Llama (no download): exercises the graph-token
+    planner/answerer path and its per-stage trace; its text is gibberish."""
+    from .graph_llm import GraphLLM
+    from .tiny import tiny_llama
+    model, tok = tiny_llama(seed=seed)
+    return GraphLLM(model, tok, graph_encoder=None, graph_dim=graph_dim, projector_hidden=256, seed=seed)
+
+
+def from_cli(args) -> Tuple[Any, Any]:
+    """``(planner, answerer)`` for ``rasfast ... --llm KIND [--base-url URL] [--model NAME]``."""
+    kind = getattr(args, "llm", None)
+    if kind == "graph-tiny":
+        # the soft token reads the loop's per-step vectors: GNNGraphEncoder's default width is
+        # 256, the mean encoder's the text encoder's (384 for MiniLM and the hashing default)
+        g = tiny_graph_llm(graph_dim=256 if getattr(args, "graph_encoder", None) == "gnn" else 384)
+        return GraphLLMPlanner(g, max_new_tokens=16), GraphLLMAnswerer(g, max_new_tokens=8)
+    llm = make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
+                   getattr(args, "api_key_env", None) or "OPENAI_API_KEY")
+    return LLMPlanner(llm), LLMAnswerer(llm)

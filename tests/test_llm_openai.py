@@ -1,0 +1,159 @@
+"""OpenAIChat against a real local HTTP server process (tests/fake_openai_server.py):
+scripted replies, order under concurrency, every fault retried or reported, bounded time."""
+import time
+
+import pytest
+
+from fake_openai_server import FakeServer
+from rasfast.llm.openai_chat import LLMRequestError, OpenAIChat, _retry_after_seconds
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = FakeServer(api_key="sekret")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(server, monkeypatch):
+    monkeypatch.setenv("RASFAST_TEST_KEY", "sekret")
+    return OpenAIChat("fake-model", base_url=server.url, api_key_env="RASFAST_TEST_KEY", timeout=2.0,
+                      max_retries=3, backoff=0.01, max_backoff=0.5, concurrency=8)
+
+
+def test_scripted_reply_and_request_format(server, client):
+    server.script([{"contains": ["capital", "France"], "reply": "Paris"}], default="unknown")
+    assert client.generate(["What is the capital of France?", "Who?"], max_new_tokens=7,
+                           temperature=0.0) == ["Paris", "unknown"]
+    log = server.stats()["log"]
+    assert {b["model"] for b in log} == {"fake-model"}
+    assert {b["max_tokens"] for b in log} == {7}
+    assert any(b["messages"] == [{"role": "user", "content": "What is the capital of France?"}] for b in log)
+    assert client.stats["prompt_tokens"] > 0
+
+
+def test_batch_results_in_input_order_under_concurrency(server, client):
+    server.script([{"contains": "slowpoke", "echo": True, "fault": {"kind": "slow", "delay": 0.3}},
+                   {"contains": "", "echo": True}])
+    prompts = [f"prompt {i}" + (" slowpoke" if i % 3 == 0 else "") for i in range(20)]
+    t = time.perf_counter()
+    assert client.generate(prompts) == prompts
+    # 7 slow prompts at 0.3 s each: concurrent requests finish far sooner than 2.1 s serially
+    assert time.perf_counter() - t < 1.8
+
+
+def test_messages_system_and_stop(server, client):
+    server.script([{"contains": "", "reply": "alpha STOP beta"}])
+    c = OpenAIChat("m", base_url=server.url, api_key="sekret", system="be brief", timeout=2.0)
+    assert c.generate([[{"role": "user", "content": "hi"}]], stop=["STOP"]) == ["alpha "]
+    body = server.stats()["log"][-1]
+    assert body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert body["stop"] == ["STOP"]
+    # stops beyond the 4 the API accepts are applied on the client side
+    assert c.generate(["x"], stop=["a1", "a2", "a3", "a4", "beta"]) == ["alpha STOP "]
+
+
+@pytest.mark.parametrize("kind", ["500", "503", "malformed", "truncated", "drop"])
+def test_transient_faults_are_retried(server, client, kind):
+    server.script([{"contains": "", "reply": "fine", "fault": {"kind": kind, "times": 2}}])
+    assert client.generate(["q"]) == ["fine"]
+    assert server.stats()["hits"] == [3]
+
+
+def test_429_honours_retry_after(server, client):
+    server.script([{"contains": "", "reply": "fine", "fault": {"kind": "429", "times": 1, "retry_after": 0.4}}])
+    t = time.perf_counter()
+    assert client.generate(["q"]) == ["fine"]
+    assert time.perf_counter() - t >= 0.35
+    assert server.stats()["hits"] == [2]
+
+
+def test_slow_reply_times_out_then_retries(server):
+    server.script([{"contains": "", "reply": "late but fine", "fault": {"kind": "slow", "delay": 1.5, "times": 1}}])
+    c = OpenAIChat("m", base_url=server.url, api_key="sekret", timeout=0.4, max_retries=2, backoff=0.01)
+    assert c.generate(["q"]) == ["late but fine"]
+    assert c.stats["retries"] == 1
+
+
+def test_persistent_faults_are_reported_not_hung(server):
+    c = OpenAIChat("m", base_url=server.url, api_key="sekret", timeout=0.3, max_retries=2,
+                   backoff=0.01, max_backoff=0.05)
+    for fault, status in [({"kind": "500"}, 500), ({"kind": "malformed"}, 200), ({"kind": "slow", "delay": 1.0}, None),
+                          ({"kind": "429", "retry_after": 100}, 429)]:
+        server.script([{"contains": "", "reply": "never", "fault": fault}])
+        t = time.perf_counter()
+        with pytest.raises(LLMRequestError) as ei:
+            c.generate(["ok?", "bad"])
+        assert time.perf_counter() - t < 5  # 3 attempts x 0.3 s timeout + capped backoff
+        e = ei.value
+        assert e.status == status and e.attempts == 3 and e.index == 0
+        assert "prompt 0" in str(e) and server.url in str(e)
+        if fault["kind"] == "malformed":
+            assert '{"choices"' in e.body  # body excerpt for diagnosis
+
+
+def test_only_the_failing_prompt_is_named(server, client):
+    server.script([{"contains": "poison", "fault": {"kind": "400"}}, {"contains": "", "echo": True}])
+    with pytest.raises(LLMRequestError) as ei:
+        client.generate(["fine 0", "fine 1", "poison 2", "fine 3"])
+    assert ei.value.index == 2 and ei.value.status == 400 and ei.value.attempts == 1
+    assert "scripted 400" in ei.value.body
+
+
+def test_client_errors_fail_fast(server):
+    server.script([{"contains": "", "reply": "x"}])
+    c = OpenAIChat("m", base_url=server.url, api_key="wrong", max_retries=5)
+    t = time.perf_counter()
+    with pytest.raises(LLMRequestError, match="401") as ei:
+        c.generate(["q"])
+    assert ei.value.attempts == 1 and time.perf_counter() - t < 2
+    c = OpenAIChat("m", base_url=server.root + "/nope", api_key="sekret", max_retries=5)
+    with pytest.raises(LLMRequestError, match="404"):
+        c.generate(["q"])
+
+
+def test_connection_refused_is_retried_then_reported():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    c = OpenAIChat("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=1, max_retries=2, backoff=0.01)
+    with pytest.raises(LLMRequestError, match="connection error") as ei:
+        c.generate(["q"])
+    assert ei.value.attempts == 3 and c.stats["requests"] == 3
+
+
+def test_empty_batch_and_bad_arguments(server, client):
+    assert client.generate([]) == []
+    with pytest.raises(TypeError, match="prompts"):
+        client.generate("not a list")
+    with pytest.raises(TypeError, match="prompts"):
+        client.generate([123])
+    with pytest.raises(TypeError, match="role"):
+        client.generate([[{"content": "x"}]])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        client.generate(["x"], max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        client.generate(["x"], temperature=-1)
+    with pytest.raises(TypeError, match="stop"):
+        client.generate(["x"], stop=[""])
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIChat("m", base_url="localhost:8000")
+    with pytest.raises(ValueError, match="model"):
+        OpenAIChat("", base_url="http://x/v1")
+    with pytest.raises(ValueError, match="timeout"):
+        OpenAIChat("m", base_url="http://x/v1", timeout=float("inf"))
+    with pytest.raises(ValueError, match="concurrency"):
+        OpenAIChat("m", base_url="http://x/v1", concurrency=0)
+
+
+def test_retry_after_parsing():
+    assert _retry_after_seconds("3") == 3.0
+    assert _retry_after_seconds(None) is None and _retry_after_seconds("soon") is None
+    import email.utils
+    future = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < _retry_after_seconds(future) <= 31
