@@ -10,6 +10,12 @@ VPY    := $(VENV)/bin/python
 EXTRAS ?= dev,gpu,graph,llm,faiss,plot
 STAMP  := $(VENV)/.rasfast-installed
 NATIVE := pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
+# scikit-build-core's editable install records the package's files when it is installed,
+# so a new .py file is invisible until the next install: keep the list of Python files
+# in a stamp that changes only when a file is added or removed, and depend on it.
+PYLIST := build/python-files.txt
+$(shell mkdir -p build && find rasfast kernels -name '*.py' | LC_ALL=C sort > $(PYLIST).new && \
+        (cmp -s $(PYLIST).new $(PYLIST) || mv $(PYLIST).new $(PYLIST)); rm -f $(PYLIST).new)
 PYTEST_ARGS ?=
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
@@ -22,7 +28,7 @@ install: $(STAMP)
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(NATIVE) | $(VPY)
+$(STAMP): $(NATIVE) $(PYLIST) | $(VPY)
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 	$(VPY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"

@@ -66,7 +66,8 @@ def data_root(root: Optional[os.PathLike] = None) -> pathlib.Path:
         return pathlib.Path(env)
     for cand in (pathlib.Path.cwd() / ".." / "shared" / "data",
                  pathlib.Path.cwd() / "shared" / "data",
-                 _REPO.parent / "shared" / "data"):
+                 _REPO.parent / "shared" / "data",
+                 _REPO.parent.parent / "shared" / "data"):  # a git worktree one level deeper
         if cand.is_dir():
             return cand.resolve()
     raise FileNotFoundError("shared data not found: set RASFAST_DATA or pass the data root "
