@@ -2,9 +2,10 @@
 //
 //   theme_scope          pass 1 keys -> per query radix select_row (sorted K ids)
 //   theme_scoped_dense   inner products over given scopes -> per-query top-k
-//   theme_scoped_search  pass 1 keys -> per query K-th key by radix select (no sort, no
-//                        scope list) -> pass 2 over the corpus rows scoring only the rows
-//                        inside each query's cut -> per-query top-k
+//   theme_scoped_search  pass 1 keys -> per query K-th key (sample-bracketed one-pass cut,
+//                        radix select fallback; no sort, no scope list) -> pass 2 streaming
+//                        the corpus rows in order, each in-scope row read once (prefetched)
+//                        and dotted with the queries whose cut holds it -> per-query top-k
 //
 // Queries arrive as float32; corpora in their storage dtype (converted on the fly).
 #include <omp.h>
@@ -194,6 +195,53 @@ struct FusedArgs {
   float* scores;
 };
 
+// Pass 2, row-ordered: each thread walks a contiguous range of row tiles. For a tile it
+// first builds, per row, the bitmask of the queries whose cut contains the row (a
+// vectorisable compare per query over that query's contiguous keys) and prefetches the
+// dense rows that some query needs; the tile before it is scored meanwhile, so each
+// in-scope row is read from memory once, ahead of its use, and dotted with exactly the
+// queries of its mask. At most kMaxMaskQueries queries per key block (see fused_typed).
+constexpr int64_t kMaxMaskQueries = 64;
+constexpr int64_t kMaskTile = 64;
+
+struct MaskTile {
+  uint64_t mask[kMaskTile];
+  int32_t rows[kMaskTile];  // tile-relative rows with a non-zero mask, ascending
+  int n = 0;
+};
+
+template <class S>
+void build_mask_tile(const uint32_t* keys, int64_t N, int64_t nb, const std::vector<ScopeCut>& cuts,
+                     int64_t i0, const S* emb, int64_t D, MaskTile& t) {
+  const int64_t nr = std::min(kMaskTile, N - i0);
+  for (int64_t r = 0; r < kMaskTile; ++r) t.mask[r] = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const ScopeCut& c = cuts[(size_t)b];
+    const uint64_t bit = uint64_t(1) << b;
+    if (c.all) {
+      for (int64_t r = 0; r < nr; ++r) t.mask[r] |= bit;
+      continue;
+    }
+    const uint32_t* kb = keys + b * N + i0;
+    const uint32_t th = c.key;
+    // Rows i <= last_eq of this tile: r <= last_eq - i0 (may be negative or past the tile).
+    const int64_t eq_end = c.last_eq - i0;
+#pragma omp simd
+    for (int64_t r = 0; r < nr; ++r) {
+      const bool in = kb[r] < th || (kb[r] == th && r <= eq_end);
+      t.mask[r] |= in ? bit : 0;
+    }
+  }
+  t.n = 0;
+  const size_t row_bytes = (size_t)D * sizeof(S);
+  for (int64_t r = 0; r < nr; ++r) {
+    if (!t.mask[r]) continue;
+    t.rows[t.n++] = (int32_t)r;
+    const char* p = reinterpret_cast<const char*>(emb + (i0 + r) * D);
+    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
+  }
+}
+
 template <DType DE>
 bool score_in_scope(const FusedArgs& a, int64_t b0, int64_t nb, const uint32_t* keys,
                     const std::vector<ScopeCut>& cuts, TopKTable& table) {
@@ -201,25 +249,29 @@ bool score_in_scope(const FusedArgs& a, int64_t b0, int64_t nb, const uint32_t* 
   const S* emb = static_cast<const S*>(a.emb);
   const Simd& s = simd();
   const int64_t N = a.N, D = a.D;
-  constexpr int64_t kChunk = 1024;
-  const int64_t nchunks = (N + kChunk - 1) / kChunk;
+  const int64_t ntiles = (N + kMaskTile - 1) / kMaskTile;
   int bad = 0;
 #pragma omp parallel reduction(| : bad)
   {
     TopK* heaps = table.mine();
     FloatBuf buf = aligned_floats(D);
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < nchunks; ++c) {
-      const int64_t i1 = std::min(N, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < i1; ++i) {
-        const float* row = nullptr;  // converted lazily: only rows in some scope are read
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint32_t key = keys[b * N + i];
-          if (!cuts[(size_t)b].contains(key, i)) continue;
-          if (!row) row = row_as_float<DE>(emb, i, D, buf.get());
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t t0 = ntiles * tid / nt, t1 = ntiles * (tid + 1) / nt;
+    MaskTile tiles[2];
+    if (t0 < t1) build_mask_tile<S>(keys, N, nb, cuts, t0 * kMaskTile, emb, D, tiles[0]);
+    for (int64_t t = t0; t < t1; ++t) {
+      MaskTile& cur = tiles[(t - t0) & 1];
+      if (t + 1 < t1)
+        build_mask_tile<S>(keys, N, nb, cuts, (t + 1) * kMaskTile, emb, D, tiles[(t + 1 - t0) & 1]);
+      const int64_t i0 = t * kMaskTile;
+      for (int j = 0; j < cur.n; ++j) {
+        const int64_t i = i0 + cur.rows[j];
+        const float* row = row_as_float<DE>(emb, i, D, buf.get());
+        for (uint64_t m = cur.mask[cur.rows[j]]; m; m &= m - 1) {
+          const int64_t b = __builtin_ctzll(m);
           const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
           bad |= !std::isfinite(dense);
-          heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+          heaps[b].push(fused_score(dense, keys[b * N + i], a.ip, a.w), i);
         }
       }
     }
@@ -231,7 +283,7 @@ template <DType DP, DType DE>
 void fused_typed(const FusedArgs& a) {
   using SP = typename Storage<DP>::type;
   const int threads = omp_get_max_threads();
-  const int64_t qb = query_block(a.B, a.N);
+  const int64_t qb = std::min(query_block(a.B, a.N), kMaxMaskQueries);
   KeyMatrix keys(qb * a.N);
   for (int64_t b0 = 0; b0 < a.B; b0 += qb) {
     const int64_t nb = std::min(qb, a.B - b0);

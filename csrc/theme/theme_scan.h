@@ -111,15 +111,79 @@ struct ScopeCut {
   }
 };
 
-inline ScopeCut scope_cut(const uint32_t* kb, int64_t N, int64_t K, int threads) {
+// Exact cut by radix select (find_threshold) plus a scan for the last tied row.
+inline ScopeCut scope_cut_radix(const uint32_t* kb, int64_t N, int64_t K, int threads) {
   ScopeCut c;
-  if (K >= N) { c.all = true; return c; }
   const Threshold th = find_threshold(N, K, [kb](int64_t i) { return kb[i]; }, threads);
   c.key = th.key;
   const int64_t n_eq = K - th.n_less;  // >= 1
   int64_t seen = 0;
   for (int64_t i = 0; i < N; ++i) {
     if (kb[i] == th.key && ++seen == n_eq) { c.last_eq = i; break; }
+  }
+  return c;
+}
+
+// The cut in one pass over the keys: a strided sample brackets the K-th key between two
+// sample keys [lo, hi] (rank K/N of the sample, +- 4 standard deviations); one pass counts
+// the keys below lo and collects the (key, id) of those inside [lo, hi] in id order; the
+// K-th key and the last tied id are then found among these few candidates. Exact: when
+// the bracket misses (unlucky sample), the radix path runs instead.
+inline ScopeCut scope_cut(const uint32_t* kb, int64_t N, int64_t K, int threads) {
+  ScopeCut c;
+  if (K >= N) { c.all = true; return c; }
+  constexpr int64_t kSample = 16384;
+  if (N < 8 * kSample) return scope_cut_radix(kb, N, K, threads);
+  const int64_t stride = N / kSample;
+  std::vector<uint32_t> samp((size_t)kSample);
+  for (int64_t j = 0; j < kSample; ++j) samp[(size_t)j] = kb[j * stride];
+  const double p = (double)K / (double)N;
+  const int64_t r = (int64_t)(p * kSample);
+  const int64_t margin = (int64_t)(4.0 * std::sqrt(kSample * p * (1.0 - p))) + 16;
+  uint32_t lo = 0, hi = UINT32_MAX;
+  if (r - margin > 0) {
+    std::nth_element(samp.begin(), samp.begin() + (r - margin), samp.end());
+    lo = samp[(size_t)(r - margin)];
+  }
+  if (r + margin < kSample) {
+    std::nth_element(samp.begin(), samp.begin() + (r + margin), samp.end());
+    hi = samp[(size_t)(r + margin)];
+  }
+  // Pass over the keys: count below lo, collect [lo, hi] (unsigned range test).
+  const uint32_t span = hi - lo;
+  int64_t n_below = 0;
+  std::vector<uint32_t> ck;
+  std::vector<int64_t> ci;
+  ck.reserve(4096);
+  ci.reserve(4096);
+  constexpr int64_t kBlk = 256;
+  for (int64_t i0 = 0; i0 < N; i0 += kBlk) {
+    const int64_t i1 = std::min(N, i0 + kBlk);
+    int64_t below = 0, inside = 0;
+#pragma omp simd reduction(+ : below, inside)
+    for (int64_t i = i0; i < i1; ++i) {
+      below += kb[i] < lo;
+      inside += (uint32_t)(kb[i] - lo) <= span;
+    }
+    n_below += below;
+    if (inside) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if ((uint32_t)(kb[i] - lo) <= span) { ck.push_back(kb[i]); ci.push_back(i); }
+      }
+    }
+  }
+  const int64_t m = (int64_t)ck.size();
+  if (!(n_below < K && K <= n_below + m)) return scope_cut_radix(kb, N, K, threads);
+  std::vector<uint32_t> sorted_keys(ck);
+  const int64_t want = K - n_below;  // 1-based rank inside the candidates
+  std::nth_element(sorted_keys.begin(), sorted_keys.begin() + (want - 1), sorted_keys.end());
+  c.key = sorted_keys[(size_t)(want - 1)];
+  int64_t n_less = n_below;
+  for (uint32_t k : ck) n_less += k < c.key;
+  const int64_t n_eq = K - n_less;  // >= 1
+  int64_t seen = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    if (ck[(size_t)j] == c.key && ++seen == n_eq) { c.last_eq = ci[(size_t)j]; break; }
   }
   return c;
 }
