@@ -121,11 +121,11 @@ BIG_N = 140_003
 def test_large_n_threshold_ties_across_ranges(dtype):
     q, qe, c, e = int_data(5, BIG_N, 2, 3, dtype, seed=7, dup=False)
     for metric in ("l2", "ip"):
-        for K, k in ((50_000, 10), (BIG_N - 1, 4), (1, 1)):
-            wi, ws = ref_fused(q, qe, c, e, K, k, 0.5, metric)
-            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.5, metric, backend="cpu")
-            assert torch.equal(gi, wi), (metric, K)
-            assert torch.equal(gs, ws), (metric, K)
+        for K, k, w in ((50_000, 10, 0.0), (50_000, 10, 0.5), (BIG_N - 1, 4, 0.0), (1, 1, 0.5)):
+            wi, ws = ref_fused(q, qe, c, e, K, k, w, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend="cpu")
+            assert torch.equal(gi, wi), (metric, K, w)
+            assert torch.equal(gs, ws), (metric, K, w)
 
 
 def test_large_n_unrepresentative_sample_falls_back_exactly():
