@@ -196,7 +196,7 @@ struct FusedArgs {
   float* scores;
 };
 
-// Pass 2, row-ordered: each thread walks a contiguous range of row tiles. For a tile it
+// Pass 2, row-ordered: threads take runs of consecutive row tiles. For a tile it
 // first gets, per row, the bitmask of the queries whose cut contains the row (from the
 // keys, or precomputed by the sampled pass 1) and prefetches the dense rows that some
 // query needs; the tile before it is scored meanwhile, so each in-scope row is read from
@@ -270,28 +270,35 @@ bool score_in_scope(const FusedArgs& a, int64_t b0, const uint32_t* keys, const 
   const Simd& s = simd();
   const int64_t N = a.N, D = a.D;
   const int64_t ntiles = (N + kMaskTile - 1) / kMaskTile;
+  constexpr int64_t kRunTiles = 64;
+  const int64_t nruns = (ntiles + kRunTiles - 1) / kRunTiles;
   int bad = 0;
 #pragma omp parallel reduction(| : bad)
   {
     TopK* heaps = table.mine();
     FloatBuf buf = aligned_floats(D);
-    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t t0 = ntiles * tid / nt, t1 = ntiles * (tid + 1) / nt;
     MaskTile tiles[2];
-    if (t0 < t1) build_mask_tile<S>(masks, N, t0 * kMaskTile, emb, D, tiles[0]);
-    for (int64_t t = t0; t < t1; ++t) {
-      MaskTile& cur = tiles[(t - t0) & 1];
-      if (t + 1 < t1) build_mask_tile<S>(masks, N, (t + 1) * kMaskTile, emb, D, tiles[(t + 1 - t0) & 1]);
-      const int64_t i0 = t * kMaskTile;
-      for (int j = 0; j < cur.n; ++j) {
-        const int64_t i = i0 + cur.rows[j];
-        const float* row = row_as_float<DE>(emb, i, D, buf.get());
-        for (uint64_t m = cur.mask[cur.rows[j]]; m; m &= m - 1) {
-          const int64_t b = __builtin_ctzll(m);
-          const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
-          bad |= !std::isfinite(dense);
-          const uint32_t key = a.w == 0.f ? 0u : keys[b * N + i];
-          heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+    // Dynamic over runs of kRunTiles tiles: in-scope rows may cluster (topic-sorted corpora);
+    // inside a run the tiles are pipelined. The top-k sets do not depend on push order.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t run = 0; run < nruns; ++run) {
+      const int64_t t0 = run * kRunTiles, t1 = std::min(ntiles, t0 + kRunTiles);
+      build_mask_tile<S>(masks, N, t0 * kMaskTile, emb, D, tiles[0]);
+      for (int64_t t = t0; t < t1; ++t) {
+        MaskTile& cur = tiles[(t - t0) & 1];
+        if (t + 1 < t1)
+          build_mask_tile<S>(masks, N, (t + 1) * kMaskTile, emb, D, tiles[(t + 1 - t0) & 1]);
+        const int64_t i0 = t * kMaskTile;
+        for (int j = 0; j < cur.n; ++j) {
+          const int64_t i = i0 + cur.rows[j];
+          const float* row = row_as_float<DE>(emb, i, D, buf.get());
+          for (uint64_t m = cur.mask[cur.rows[j]]; m; m &= m - 1) {
+            const int64_t b = __builtin_ctzll(m);
+            const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
+            bad |= !std::isfinite(dense);
+            const uint32_t key = a.w == 0.f ? 0u : keys[b * N + i];
+            heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+          }
         }
       }
     }
