@@ -68,6 +68,7 @@ EXACT_CASES = [  # B, N, T, D, K, k
     (2, 3, 4, 3, 10, 5),          # K >= N, k > N
     (4, 200, 298, 16, 20, 25),    # k > K, T = 298
     (6, 2100, 9, 8, 700, 7),      # crosses the 1024-row scoring chunks
+    (70, 300, 5, 4, 40, 3),       # B > 64: the cpu scores queries in blocks of 64 (masks)
 ]
 
 
@@ -107,6 +108,45 @@ def test_every_cpu_simd_variant():
         mod.theme_set_simd(best)
     with pytest.raises(ValueError):
         mod.theme_set_simd("neon")
+
+
+# The cpu cut for N >= 131072 brackets the K-th key with a strided sample and falls back to
+# a radix select when the bracket misses; pass 2 splits rows into per-thread ranges and
+# 64-row mask tiles. Tiny integer vectors (T=2, values 0..2) give only a few distinct keys,
+# so the threshold key is shared by tens of thousands of rows spread over every range.
+BIG_N = 140_003
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_n_threshold_ties_across_ranges(dtype):
+    q, qe, c, e = int_data(5, BIG_N, 2, 3, dtype, seed=7, dup=False)
+    for metric in ("l2", "ip"):
+        for K, k, w in ((50_000, 10, 0.0), (50_000, 10, 0.5), (BIG_N - 1, 4, 0.0), (1, 1, 0.5)):
+            wi, ws = ref_fused(q, qe, c, e, K, k, w, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend="cpu")
+            assert torch.equal(gi, wi), (metric, K, w)
+            assert torch.equal(gs, ws), (metric, K, w)
+
+
+def test_large_n_unrepresentative_sample_falls_back_exactly():
+    """Rows at the sample positions (every 8th at N = 131072) are far, all others near, so the
+    sample's bracket misses the K-th key; the radix fallback must give the same result."""
+    N, K, k = 131_072, 50_000, 7
+    q, qe, c, e = int_data(3, N, 3, 4, seed=3, dup=False)
+    c[:] = 0
+    c[::8] = 2
+    c[5::13] = 1  # some mid rows off the sample positions
+    for metric in ("l2", "ip"):
+        wi, ws = ref_fused(q, qe, c, e, K, k, 0.0, metric)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.0, metric, backend="cpu")
+        assert torch.equal(gi, wi) and torch.equal(gs, ws), metric
+
+
+def test_large_n_float_tolerance():
+    q, qe, c, e = float_data(4, BIG_N, 16, 8)
+    for metric in ("l2", "ip"):
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 3_000, 9, 0.1, metric, backend="cpu")
+        check_scoped_search(gi, gs, q, qe, c, e, 3_000, 9, 0.1, metric)
 
 
 @pytest.mark.parametrize("backend", CPU)

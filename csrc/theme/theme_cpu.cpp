@@ -2,14 +2,16 @@
 //
 //   theme_scope          pass 1 keys -> per query radix select_row (sorted K ids)
 //   theme_scoped_dense   inner products over given scopes -> per-query top-k
-//   theme_scoped_search  pass 1 keys -> per query K-th key by radix select (no sort, no
-//                        scope list) -> pass 2 over the corpus rows scoring only the rows
-//                        inside each query's cut -> per-query top-k
+//   theme_scoped_search  pass 1 keys -> per query K-th key (sample-bracketed one-pass cut,
+//                        radix select fallback; no sort, no scope list) -> pass 2 streaming
+//                        the corpus rows in order, each in-scope row read once (prefetched)
+//                        and dotted with the queries whose cut holds it -> per-query top-k
 //
 // Queries arrive as float32; corpora in their storage dtype (converted on the fly).
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -194,32 +196,109 @@ struct FusedArgs {
   float* scores;
 };
 
-template <DType DE>
-bool score_in_scope(const FusedArgs& a, int64_t b0, int64_t nb, const uint32_t* keys,
-                    const std::vector<ScopeCut>& cuts, TopKTable& table) {
+// Pass 2, row-ordered: threads take runs of consecutive row tiles. For a tile it
+// first gets, per row, the bitmask of the queries whose cut contains the row (from the
+// keys, or precomputed by the sampled pass 1) and prefetches the dense rows that some
+// query needs; the tile before it is scored meanwhile, so each in-scope row is read from
+// memory once, ahead of its use, and dotted with exactly the queries of its mask.
+// At most kMaxMaskQueries queries per key block (see fused_typed).
+constexpr int64_t kMaxMaskQueries = 64;
+constexpr int64_t kMaskTile = 64;
+
+struct MaskTile {
+  uint64_t mask[kMaskTile];
+  int32_t rows[kMaskTile];  // tile-relative rows with a non-zero mask, ascending
+  int n = 0;
+};
+
+// Query masks of rows [i0, i0 + nr) from the key matrix and the cuts.
+struct MasksFromKeys {
+  const uint32_t* keys;
+  int64_t N, nb;
+  const std::vector<ScopeCut>& cuts;
+  void operator()(int64_t i0, int64_t nr, uint64_t* mask) const {
+    for (int64_t r = 0; r < nr; ++r) mask[r] = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const ScopeCut& c = cuts[(size_t)b];
+      const uint64_t bit = uint64_t(1) << b;
+      if (c.all) {
+        for (int64_t r = 0; r < nr; ++r) mask[r] |= bit;
+        continue;
+      }
+      const uint32_t* kb = keys + b * N + i0;
+      const uint32_t th = c.key;
+      // Rows i <= last_eq of this tile: r <= last_eq - i0 (may be negative or past the tile).
+      const int64_t eq_end = c.last_eq - i0;
+#pragma omp simd
+      for (int64_t r = 0; r < nr; ++r) {
+        const bool in = kb[r] < th || (kb[r] == th && r <= eq_end);
+        mask[r] |= in ? bit : 0;
+      }
+    }
+  }
+};
+
+// Query masks precomputed per row (sampled path).
+struct MasksFromRows {
+  const uint64_t* rowmask;
+  void operator()(int64_t i0, int64_t nr, uint64_t* mask) const {
+    std::memcpy(mask, rowmask + i0, (size_t)nr * sizeof(uint64_t));
+  }
+};
+
+template <class S, class Masks>
+void build_mask_tile(const Masks& masks, int64_t N, int64_t i0, const S* emb, int64_t D,
+                     MaskTile& t) {
+  const int64_t nr = std::min(kMaskTile, N - i0);
+  masks(i0, nr, t.mask);
+  t.n = 0;
+  const size_t row_bytes = (size_t)D * sizeof(S);
+  for (int64_t r = 0; r < nr; ++r) {
+    if (!t.mask[r]) continue;
+    t.rows[t.n++] = (int32_t)r;
+    const char* p = reinterpret_cast<const char*>(emb + (i0 + r) * D);
+    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
+  }
+}
+
+// keys (the [nb, N] key matrix) is only read when the theme term is on (w > 0).
+template <DType DE, class Masks>
+bool score_in_scope(const FusedArgs& a, int64_t b0, const uint32_t* keys, const Masks& masks,
+                    TopKTable& table) {
   using S = typename Storage<DE>::type;
   const S* emb = static_cast<const S*>(a.emb);
   const Simd& s = simd();
   const int64_t N = a.N, D = a.D;
-  constexpr int64_t kChunk = 1024;
-  const int64_t nchunks = (N + kChunk - 1) / kChunk;
+  const int64_t ntiles = (N + kMaskTile - 1) / kMaskTile;
+  constexpr int64_t kRunTiles = 64;
+  const int64_t nruns = (ntiles + kRunTiles - 1) / kRunTiles;
   int bad = 0;
 #pragma omp parallel reduction(| : bad)
   {
     TopK* heaps = table.mine();
     FloatBuf buf = aligned_floats(D);
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < nchunks; ++c) {
-      const int64_t i1 = std::min(N, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < i1; ++i) {
-        const float* row = nullptr;  // converted lazily: only rows in some scope are read
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint32_t key = keys[b * N + i];
-          if (!cuts[(size_t)b].contains(key, i)) continue;
-          if (!row) row = row_as_float<DE>(emb, i, D, buf.get());
-          const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
-          bad |= !std::isfinite(dense);
-          heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+    MaskTile tiles[2];
+    // Dynamic over runs of kRunTiles tiles: in-scope rows may cluster (topic-sorted corpora);
+    // inside a run the tiles are pipelined. The top-k sets do not depend on push order.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t run = 0; run < nruns; ++run) {
+      const int64_t t0 = run * kRunTiles, t1 = std::min(ntiles, t0 + kRunTiles);
+      build_mask_tile<S>(masks, N, t0 * kMaskTile, emb, D, tiles[0]);
+      for (int64_t t = t0; t < t1; ++t) {
+        MaskTile& cur = tiles[(t - t0) & 1];
+        if (t + 1 < t1)
+          build_mask_tile<S>(masks, N, (t + 1) * kMaskTile, emb, D, tiles[(t + 1 - t0) & 1]);
+        const int64_t i0 = t * kMaskTile;
+        for (int j = 0; j < cur.n; ++j) {
+          const int64_t i = i0 + cur.rows[j];
+          const float* row = row_as_float<DE>(emb, i, D, buf.get());
+          for (uint64_t m = cur.mask[cur.rows[j]]; m; m &= m - 1) {
+            const int64_t b = __builtin_ctzll(m);
+            const float dense = s.dot(a.q_emb + (b0 + b) * D, row, D);
+            bad |= !std::isfinite(dense);
+            const uint32_t key = a.w == 0.f ? 0u : keys[b * N + i];
+            heaps[b].push(fused_score(dense, key, a.ip, a.w), i);
+          }
         }
       }
     }
@@ -227,20 +306,110 @@ bool score_in_scope(const FusedArgs& a, int64_t b0, int64_t nb, const uint32_t* 
   return bad == 0;
 }
 
+// Sampled pass 1 (N >= kMinSampledN, K < N): keys of a strided sample of rows first give
+// each query a bracket of its K-th key; the full scan then writes, per row, the mask of
+// queries whose key is below their bracket, and collects the (key, id) inside it per
+// thread (threads own contiguous, ordered tile ranges, so concatenation is id order). The
+// cut comes from these candidates, whose in-scope ones are added to the row masks: no
+// pass over a key matrix at all (it is written only when w > 0, for the theme term).
+// Returns false (nothing written to `table`) when some bracket misses the K-th key.
+template <DType DP, DType DE>
+bool fused_sampled(const FusedArgs& a, int64_t b0, int64_t nb, const PaddedQueries& qs,
+                   uint32_t* keys, TopKTable& table) {
+  using SP = typename Storage<DP>::type;
+  const SP* ppd = static_cast<const SP*>(a.ppd);
+  const int64_t N = a.N, K = a.K;
+  // Sample keys -> brackets.
+  std::vector<std::vector<uint32_t>> samp((size_t)nb, std::vector<uint32_t>((size_t)kSample));
+  if (!scan_tiles<DP>(qs, ppd, kSample, a.ip, [&](int64_t i0, int64_t nr, const uint32_t* tk) {
+        for (int64_t b = 0; b < nb; ++b)
+          std::memcpy(samp[(size_t)b].data() + i0, tk + b * kTileRows, (size_t)nr * sizeof(uint32_t));
+      }, sample_step(N)))
+    throw py::value_error(kPpdNonFinite);
+  std::vector<Bracket> br((size_t)nb);
+  for (int64_t b = 0; b < nb; ++b) br[(size_t)b] = bracket_from_sample(samp[(size_t)b], N, K);
+  // Full scan -> row masks (below bracket) + per-thread candidates.
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<Candidates>> cand((size_t)threads, std::vector<Candidates>((size_t)nb));
+  KeyMatrix mask_store(2 * N);  // N uint64 row masks (every entry written by the scan)
+  uint64_t* rowmask = reinterpret_cast<uint64_t*>(mask_store.get());
+  auto sink = [&](int64_t i0, int64_t nr, const uint32_t* tk) {
+    std::vector<Candidates>& mine = cand[(size_t)omp_get_thread_num()];
+    uint64_t m[kTileRows] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint32_t* kb = tk + b * kTileRows;
+      if (keys) std::memcpy(keys + b * N + i0, kb, (size_t)nr * sizeof(uint32_t));
+      const Bracket& w = br[(size_t)b];
+      const uint64_t bit = uint64_t(1) << b;
+      int64_t below = 0, inside = 0;
+#pragma omp simd reduction(+ : below, inside)
+      for (int64_t r = 0; r < nr; ++r) {
+        const bool lt = kb[r] < w.lo;
+        m[r] |= lt ? bit : 0;
+        below += lt;
+        inside += w.inside(kb[r]);
+      }
+      Candidates& cd = mine[(size_t)b];
+      cd.n_below += below;
+      if (inside) {
+        for (int64_t r = 0; r < nr; ++r)
+          if (w.inside(kb[r])) { cd.key.push_back(kb[r]); cd.id.push_back(i0 + r); }
+      }
+    }
+    std::memcpy(rowmask + i0, m, (size_t)nr * sizeof(uint64_t));
+  };
+  if (!scan_tiles<DP>(qs, ppd, N, a.ip, sink)) throw py::value_error(kPpdNonFinite);
+  // Cuts from the candidates; add the in-scope candidates to the row masks.
+  int missed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : missed)
+  for (int64_t b = 0; b < nb; ++b) {
+    Candidates all;
+    for (int t = 0; t < threads; ++t) {
+      const Candidates& c = cand[(size_t)t][(size_t)b];
+      all.n_below += c.n_below;
+      all.key.insert(all.key.end(), c.key.begin(), c.key.end());
+      all.id.insert(all.id.end(), c.id.begin(), c.id.end());
+    }
+    ScopeCut cut;
+    if (!cut_from_candidates(all, K, &cut)) { missed = 1; continue; }
+    const uint64_t bit = uint64_t(1) << b;
+    for (size_t j = 0; j < all.key.size(); ++j)
+      if (cut.contains(all.key[j], all.id[j]))
+        __atomic_fetch_or(rowmask + all.id[j], bit, __ATOMIC_RELAXED);
+  }
+  if (missed) return false;
+  if (!score_in_scope<DE>(a, b0, keys, MasksFromRows{rowmask}, table))
+    throw py::value_error(kEmbNonFinite);
+  return true;
+}
+
 template <DType DP, DType DE>
 void fused_typed(const FusedArgs& a) {
   using SP = typename Storage<DP>::type;
   const int threads = omp_get_max_threads();
-  const int64_t qb = query_block(a.B, a.N);
-  KeyMatrix keys(qb * a.N);
+  const int64_t qb = std::min(query_block(a.B, a.N), kMaxMaskQueries);
+  const bool sampled = a.N >= kMinSampledN && a.K < a.N;
+  // The key matrix: always for the radix path; for the sampled one only for the theme term.
+  std::unique_ptr<KeyMatrix> keys;
+  const auto need_keys = [&]() {
+    if (!keys) keys = std::make_unique<KeyMatrix>(qb * a.N);
+    return keys->get();
+  };
   for (int64_t b0 = 0; b0 < a.B; b0 += qb) {
     const int64_t nb = std::min(qb, a.B - b0);
     PaddedQueries qs = pad_queries(a.q_ppd + b0 * a.T, nb, a.T);
-    if (!scan_keys<DP>(qs, static_cast<const SP*>(a.ppd), a.N, a.ip, keys.get()))
-      throw py::value_error(kPpdNonFinite);
-    const std::vector<ScopeCut> cuts = scope_cuts(keys.get(), nb, a.N, a.K);
     TopKTable table(threads, nb, std::min(a.k, a.K));
-    if (!score_in_scope<DE>(a, b0, nb, keys.get(), cuts, table)) throw py::value_error(kEmbNonFinite);
+    bool done = false;
+    if (sampled)
+      done = fused_sampled<DP, DE>(a, b0, nb, qs, a.w == 0.f ? nullptr : need_keys(), table);
+    if (!done) {  // radix path (small N, K >= N, or a sample bracket missed)
+      uint32_t* kp = need_keys();
+      if (!scan_keys<DP>(qs, static_cast<const SP*>(a.ppd), a.N, a.ip, kp))
+        throw py::value_error(kPpdNonFinite);
+      const std::vector<ScopeCut> cuts = scope_cuts(kp, nb, a.N, a.K);
+      if (!score_in_scope<DE>(a, b0, kp, MasksFromKeys{kp, a.N, nb, cuts}, table))
+        throw py::value_error(kEmbNonFinite);
+    }
     table.write(b0, nb, a.k, a.ids, a.scores);
   }
 }

@@ -7,8 +7,10 @@ product inside that scope are returned. Three ops:
 - :func:`theme_scope`: the K nearest rows per query, sorted.
 - :func:`scoped_dense_search`: top-k by inner product inside given scopes.
 - :func:`theme_scoped_search`: the fused path; compiled backends never sort or
-  materialise the scope (a per-query radix select finds the K-th distance, then only
-  rows inside it are scored).
+  materialise the scope (a per-query select finds the K-th distance -- on cpu, for large
+  N, from a sample-bracketed candidate set collected during the distance pass -- then the
+  corpus rows are streamed once in order and each in-scope row is scored for exactly the
+  queries whose scope holds it).
 
 Ordering and ties are the same in every backend: distance ascending (inner product
 descending for ``metric="ip"``), then lower id; scores descending, then lower id. Storage
@@ -166,7 +168,8 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     score is ``(1 - w) * dense + w * theme`` with ``dense = q_emb . corpus_emb`` and
     ``theme = -||q_ppd - corpus_ppd||^2`` (``metric="l2"``) or ``q_ppd . corpus_ppd``
     (``metric="ip"``); w = 0 gives the plain dense score. Compiled backends find the K-th
-    distance per query by radix select and never sort or materialise the scope.
+    distance per query by selection (radix, or on cpu a sample-bracketed candidate set)
+    and never sort or materialise the scope.
 
     Args:
         q_ppd: [B, T] query theme vectors; corpus_ppd: [N, T] (N >= 1).
