@@ -19,6 +19,12 @@ $(shell mkdir -p build && find rasfast kernels -name '*.py' | LC_ALL=C sort > $(
 PYTEST_ARGS ?=
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# ccache, when installed, makes rebuilds after a branch switch or in a second checkout cheap
+# (CCACHE_BASEDIR keeps the cache keys free of the checkout's absolute path). Optional.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+export CMAKE_ARGS ?= -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+export CCACHE_BASEDIR ?= $(abspath $(CURDIR)/..)
+endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install demo test test-fast bench bench-select clean
