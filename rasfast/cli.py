@@ -95,6 +95,9 @@ def _progress(it, total, desc, enabled=True):
 
 # -- commands --------------------------------------------------------------------------------
 def _cmd_demo(args) -> int:
+    if getattr(args, "system", "ras") == "structrag":
+        from .structrag.cli import run_demo
+        return run_demo(args)
     from .pipeline.metrics import golden_match
     from .pipeline.system import build_ras
     from .profile import Trace
@@ -170,6 +173,9 @@ def _ras_for(args):
 
 
 def _cmd_ask(args) -> int:
+    if getattr(args, "system", "ras") == "structrag":
+        from .structrag.cli import run_ask
+        return run_ask(args)
     ras, _ = _ras_for(args)
     results = ras.run_batch(args.question)
     for r in results:
@@ -306,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     # hashing by default: no model load, so `make demo` takes seconds on a 2-core machine
     _loop_args(d, dataset=False, encoder="hashing")
     d.add_argument("--questions", type=int, default=6, help="questions to answer (half 2-hop, half 3-hop)")
+    d.add_argument("--system", default="ras", choices=["ras", "structrag"], help="which system the demo runs")
     d.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "rasfast_demo_trace.json"),
                    help="Chrome trace output path (default: in the temp directory)")
     d.set_defaults(func=_cmd_demo)
@@ -323,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("question", nargs="+")
     _loop_args(a)
     a.add_argument("--max-triples", type=int, default=6)
+    a.add_argument("--system", default="ras", choices=["ras", "structrag"], help="which system answers")
     a.add_argument("--trace", default=None, help="write a Chrome trace here")
     a.add_argument("--json", action="store_true", help="also print the results as JSON")
     a.set_defaults(func=_cmd_ask)

@@ -92,11 +92,13 @@ class BatchCallError(ValueError):
     pass
 
 
-def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[Any]
-                  ) -> Tuple[List[Any], Dict[int, BaseException]]:
+def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[Any],
+                  concurrency: int = 1) -> Tuple[List[Any], Dict[int, BaseException]]:
     """``fn(items)``; if it raises (or returns the wrong count), ``fn([item])`` per item.
 
-    Returns (results with None at failed positions, {position: exception}).
+    ``concurrency`` > 1 runs the per-item retries on that many threads (for I/O-bound
+    components such as HTTP LLM clients, so isolating one bad request does not serialise
+    the whole batch). Returns (results with None at failed positions, {position: exception}).
     """
     if not items:
         return [], {}
@@ -108,18 +110,26 @@ def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[
     except Exception as batch_exc:
         if len(items) == 1:
             return [None], {0: batch_exc}
-    results: List[Any] = []
+    results: List[Any] = [None] * len(items)
     errors: Dict[int, BaseException] = {}
-    for j, it in enumerate(items):
+
+    def one(j: int) -> None:
         try:
-            r = list(fn([it]))
+            r = list(fn([items[j]]))
             if len(r) != 1:
                 raise BatchCallError(f"returned {len(r)} results for 1 input")
-            results.append(r[0])
+            results[j] = r[0]
         except Exception as e:
-            results.append(None)
             errors[j] = e
-    return results, errors
+
+    if concurrency > 1 and len(items) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
+            list(pool.map(one, range(len(items))))
+    else:
+        for j in range(len(items)):
+            one(j)
+    return results, dict(sorted(errors.items()))
 
 
 class RAS:

@@ -1,0 +1,33 @@
+"""One LLM stage call for a whole batch, with per-prompt failure isolation.
+
+All prompts go to the backend in ONE ``generate`` call (OpenAIChat sends them concurrently,
+HF/vLLM batch them). If that call fails, the pipeline's :func:`call_isolated` retries each
+prompt alone -- on the client's own concurrency, so one bad request costs one more round
+trip, not a sequential pass over the batch -- and only the prompts that still fail get an
+exception in their slot.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..pipeline.loop import call_isolated
+
+
+def check_llm(llm, name: str = "llm") -> None:
+    if not callable(getattr(llm, "generate", None)):
+        raise TypeError(f"{name}: expected an LLM backend with generate(prompts, ...) (rasfast.llm), "
+                        f"got {type(llm).__name__}")
+
+
+def generate_isolated(llm, prompts: Sequence[Any], max_new_tokens: int, temperature: float = 0.0,
+                      stop: Optional[Sequence[str]] = None) -> Tuple[List[Optional[str]], Dict[int, BaseException]]:
+    """(replies with None where a prompt failed, {position: exception})."""
+    if not prompts:
+        return [], {}
+    conc = getattr(llm, "concurrency", 1)
+    out, errs = call_isolated(lambda ps: llm.generate(list(ps), max_new_tokens, stop, temperature),
+                              list(prompts), concurrency=conc if isinstance(conc, int) else 1)
+    return [None if i in errs else (o if isinstance(o, str) else str(o)) for i, o in enumerate(out)], errs
+
+
+__all__ = ["check_llm", "generate_isolated"]

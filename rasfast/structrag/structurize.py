@@ -1,0 +1,223 @@
+"""Structurizers: documents -> structures of the routed type.
+
+- Model-free, from the knowledge graph's triples (no LLM call):
+  :func:`graph_structure` (the triples of a question's documents as one
+  :class:`rasfast.TripleGraph`: entities normalised and deduplicated, CSR adjacency that
+  extraction follows), :func:`table_structure` (the same triples pivoted: one row per
+  subject, one column per predicate, markdown with escaped cells) and
+  :func:`chunk_structures` (each document as a chunk).
+- :class:`LLMStructurizer`: the paper's per-document structurizer for all five types, every
+  (question, document) request of a batch sent in one concurrent call.
+- :class:`HybridStructurizer` (the default): per document, the model-free path where the data
+  allows (graph/table when the document has triples, chunk always), the LLM otherwise, and a
+  chunk when neither applies (no LLM), counting which path each document took.
+
+A structurizer maps tasks ``(question, kind, documents)`` to :class:`StructureSet` results:
+the structures plus the documents that failed (a failing document never shifts another's
+structures and never stops its question).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..pipeline.loop import ErrorRecord
+from ..pipeline.parse import clean_triples
+from ..pipeline.types import RetrievedPassage, Triple
+from ._llm import check_llm, generate_isolated
+from .parse import markdown_table, parse_structure
+from .prompts import structurizer_messages
+from .types import STRUCTURE_TYPES, Structure
+
+
+@dataclass
+class StructTask:
+    question: str
+    kind: str
+    documents: List[RetrievedPassage]
+
+
+@dataclass
+class StructureSet:
+    structures: List[Structure] = field(default_factory=list)
+    doc_errors: List[ErrorRecord] = field(default_factory=list)
+
+
+def _titles(docs: Sequence[RetrievedPassage], n: int = 4) -> str:
+    t = [d.title for d in docs if d.title][:n]
+    more = len([d for d in docs if d.title]) - len(t)
+    return ", ".join(t) + (f" and {more} more" if more > 0 else "")
+
+
+def graph_structure(triples_by_doc: Sequence[Tuple[int, Sequence[Triple]]], titles: str = "",
+                    max_degree: Optional[int] = None) -> Optional[Structure]:
+    """The documents' triples as one graph structure (None when there are none).
+
+    Built as a :class:`rasfast.TripleGraph`: malformed triples are skipped, entities
+    normalised, and triples that share an entity are neighbours in its CSR adjacency."""
+    from ..graph import TripleGraph
+    flat: List[Triple] = []
+    pids: List[int] = []
+    for pid, triples in triples_by_doc:
+        for t in clean_triples(triples):
+            flat.append(t)
+            pids.append(int(pid) if int(pid) >= 0 else 0)
+    if not flat:
+        return None
+    seen: Dict[Triple, int] = {}
+    for i, t in enumerate(flat):
+        seen.setdefault(t, i)
+    keep = sorted(seen.values())
+    g = TripleGraph.from_triples([flat[i] for i in keep], [pids[i] for i in keep], max_degree=max_degree)
+    items = list(g.triples)
+    ents = [g.entities[e] for e in dict.fromkeys(g.head.tolist())][:5]
+    desc = (f"knowledge graph of {len(items)} (head, relation, tail) triples"
+            + (f" about {', '.join(ents)}" if ents else "") + (f" (from {titles})" if titles else ""))
+    content = "\n".join(f"({s} | {p} | {o})" for s, p, o in items)
+    return Structure("graph", desc, content, items, list(dict.fromkeys(int(p) for p, _ in triples_by_doc)),
+                     graph=g)
+
+
+def table_structure(triples_by_doc: Sequence[Tuple[int, Sequence[Triple]]], titles: str = "",
+                    max_columns: int = 12) -> Optional[Structure]:
+    """The documents' triples pivoted into a table (None when there are none).
+
+    Rows: subjects in first-appearance order; columns: the ``max_columns`` most frequent
+    predicates (ties by first appearance), shown in first-appearance order (rarer
+    predicates go to an ``other`` column as ``predicate: object``); a cell holding several objects joins them with ``; ``."""
+    flat = [t for _, tr in triples_by_doc for t in clean_triples(tr)]
+    if not flat:
+        return None
+    freq = Counter(p for _, p, _ in flat)
+    order = list(dict.fromkeys(p for _, p, _ in flat))
+    top = set(sorted(order, key=lambda p: (-freq[p], order.index(p)))[:max_columns])
+    cols = [p for p in order if p in top]          # shown in first-appearance order
+    col_ix = {p: i for i, p in enumerate(cols)}
+    has_other = len(order) > len(cols)
+    rows: Dict[str, List[List[str]]] = {}
+    for s, p, o in flat:
+        row = rows.setdefault(s, [[] for _ in range(len(cols) + has_other)])
+        cell = row[col_ix[p]] if p in col_ix else row[-1]
+        val = o if p in col_ix else f"{p}: {o}"
+        if val not in cell:
+            cell.append(val)
+    columns = ["entity", *cols] + (["other"] if has_other else [])
+    header, body = markdown_table(columns, [[s, *("; ".join(c) for c in cells)] for s, cells in rows.items()])
+    desc = (f"table of {len(rows)} entities x {len(columns) - 1} attributes ({', '.join(cols[:6])}"
+            + (", ..." if len(cols) > 6 else "") + ")" + (f" from {titles}" if titles else ""))
+    return Structure("table", desc, "\n".join(header + body), body,
+                     list(dict.fromkeys(int(p) for p, _ in triples_by_doc)), header)
+
+
+def chunk_structures(documents: Sequence[RetrievedPassage]) -> List[Structure]:
+    """Each document as one chunk structure (the paper's chunk: the text itself)."""
+    out = []
+    for d in documents:
+        text = f"{d.title}: {d.text}" if d.title else d.text
+        first = d.text.strip().split(". ")[0][:120]
+        out.append(Structure("chunk", f"{d.title}: {first}" if d.title else first, text, [text], [d.pid]))
+    return out
+
+
+class LLMStructurizer:
+    """The paper's structurizer: one LLM request per (question, document), all requests of a
+    batch in ONE concurrent ``generate`` call; replies parsed by
+    :func:`~rasfast.structrag.parse.parse_structure` (malformed -> kept as text)."""
+
+    def __init__(self, llm, max_new_tokens: int = 512, temperature: float = 0.0, max_doc_chars: int = 12000):
+        check_llm(llm)
+        self.llm, self.max_new_tokens, self.temperature = llm, max_new_tokens, temperature
+        self.max_doc_chars = max_doc_chars
+        self.requests = 0
+
+    def structurize(self, tasks: Sequence[StructTask]) -> List[StructureSet]:
+        jobs = [(t, d) for t in tasks for d in t.documents]
+        return self._run(tasks, jobs)
+
+    def _run(self, tasks: Sequence[StructTask], jobs) -> List[StructureSet]:
+        out = {id(t): StructureSet() for t in tasks}
+        prompts = [structurizer_messages(t.kind, t.question, d.title, d.text[: self.max_doc_chars])
+                   for t, d in jobs]
+        replies, errs = generate_isolated(self.llm, prompts, self.max_new_tokens, self.temperature)
+        self.requests += len(prompts)
+        for j, ((t, d), text) in enumerate(zip(jobs, replies)):
+            if j in errs:
+                out[id(t)].doc_errors.append(ErrorRecord("structurize", type(errs[j]).__name__,
+                                                         f"document {d.pid}: {errs[j]}", 0))
+            else:
+                out[id(t)].structures.append(parse_structure(t.kind, text, [d.pid], d.title))
+        return [out[id(t)] for t in tasks]
+
+
+class HybridStructurizer:
+    """Model-free where the data allows, the LLM otherwise (see the module docstring).
+
+    Args:
+        llm: optional backend for the LLM structurizer (algorithm, catalogue, and graph/table
+            documents without triples). Without one those documents become chunks.
+        triples_by_pid: passage id -> list of (s, p, o) triples (the knowledge graph's).
+        use_triples: build graph/table from triples where a document has them (default).
+        llm_chunks: also send ``chunk`` tasks to the LLM (default: the text is the chunk).
+        table_max_columns: predicates kept as table columns.
+    ``stats`` counts documents per path: ``triples``, ``llm``, ``chunk`` (as given) and
+    ``chunk_fallback`` (wanted another type, had neither triples nor an LLM)."""
+
+    def __init__(self, llm=None, triples_by_pid: Optional[Mapping[int, Sequence[Triple]]] = None,
+                 use_triples: bool = True, llm_chunks: bool = False, table_max_columns: int = 12,
+                 max_new_tokens: int = 512):
+        self.llm = LLMStructurizer(llm, max_new_tokens) if llm is not None else None
+        if triples_by_pid is not None and not isinstance(triples_by_pid, Mapping):
+            raise TypeError(f"triples_by_pid: expected a mapping passage id -> triples, got "
+                            f"{type(triples_by_pid).__name__}")
+        self.triples_by_pid = triples_by_pid or {}
+        self.use_triples, self.llm_chunks = use_triples, llm_chunks
+        self.table_max_columns = table_max_columns
+        self.stats: Counter = Counter()
+
+    def _triples(self, d: RetrievedPassage) -> Optional[Sequence[Triple]]:
+        if not self.use_triples:
+            return None
+        t = self.triples_by_pid.get(d.pid)
+        return t if t else None
+
+    def structurize(self, tasks: Sequence[StructTask]) -> List[StructureSet]:
+        for t in tasks:
+            if t.kind not in STRUCTURE_TYPES:
+                raise ValueError(f"kind: expected one of {STRUCTURE_TYPES}, got {t.kind!r}")
+        sets = [StructureSet() for _ in tasks]
+        llm_jobs: List[Tuple[StructTask, RetrievedPassage]] = []
+        llm_owner: Dict[int, int] = {}
+        for i, t in enumerate(tasks):
+            from_kg: List[Tuple[int, Sequence[Triple]]] = []
+            chunks: List[RetrievedPassage] = []
+            for d in t.documents:
+                tr = self._triples(d) if t.kind in ("graph", "table") else None
+                if tr is not None:
+                    from_kg.append((d.pid, tr))
+                    self.stats["triples"] += 1
+                elif self.llm is not None and (t.kind != "chunk" or self.llm_chunks):
+                    llm_jobs.append((t, d))
+                    llm_owner[id(t)] = i
+                    self.stats["llm"] += 1
+                else:
+                    chunks.append(d)
+                    self.stats["chunk" if t.kind == "chunk" else "chunk_fallback"] += 1
+            titles = _titles([d for d in t.documents if any(p == d.pid for p, _ in from_kg)])
+            if from_kg:
+                s = graph_structure(from_kg, titles) if t.kind == "graph" else \
+                    table_structure(from_kg, titles, self.table_max_columns)
+                if s is not None:
+                    sets[i].structures.append(s)
+            sets[i].structures.extend(chunk_structures(chunks))
+        if llm_jobs:
+            got = self.llm._run([t for t in tasks if id(t) in llm_owner], llm_jobs)
+            for t, s in zip([t for t in tasks if id(t) in llm_owner], got):
+                i = llm_owner[id(t)]
+                sets[i].structures.extend(s.structures)
+                sets[i].doc_errors.extend(s.doc_errors)
+        return sets
+
+
+__all__ = ["StructTask", "StructureSet", "graph_structure", "table_structure", "chunk_structures",
+           "LLMStructurizer", "HybridStructurizer"]
