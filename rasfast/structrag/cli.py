@@ -55,13 +55,17 @@ def print_result(r, gold: Optional[str] = None, max_lines: int = 3) -> None:
         print(f"  document skipped: {e.error_type}: {e.message[:160]}")
 
 
-def build_for_dataset(dataset, args, encoder=None):
-    """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples."""
+def build_for_dataset(dataset, args, encoder=None, **opts):
+    """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples; ``opts``
+    go to :func:`~rasfast.structrag.from_components`."""
     from ..pipeline.system import make_encoder, make_retriever
     from .system import from_components
     enc = encoder or make_encoder(args.encoder)
     ret = make_retriever(getattr(args, "retriever", "dense"), dataset.passages, enc, dataset=dataset)
-    return from_components(ret, triples_by_pid(dataset), ret.encoder, _llm(args), k=args.k)
+    return from_components(ret, triples_by_pid(dataset), ret.encoder, _llm(args), k=args.k, **opts)
+
+
+DEMO_KG_HOPS, DEMO_EXTRACT_K = 1, 16
 
 
 def run_demo(args) -> int:
@@ -73,10 +77,14 @@ def run_demo(args) -> int:
     world = _dataset("demo", args)
     print(f"demo world (seed {args.seed}): {len(world.passages)} passages, "
           f"{sum(len(t) for t in world.triples)} gold triples, {len(world.questions)} questions")
-    sr = build_for_dataset(world, args, _encoder(args))
+    # one retrieval per question (StructRAG does not iterate): graph structures also follow the
+    # world's knowledge graph one hop from the documents' entities, so a 2-hop chain's second
+    # link is in reach; extraction keeps 16 items per sub-question
+    sr = build_for_dataset(world, args, _encoder(args), kg_hops=DEMO_KG_HOPS, extract_k=DEMO_EXTRACT_K)
     who = f"rasfast.llm {args.llm}" if getattr(args, "llm", None) else \
         "offline (cue-word router, triple structurizers, select_k extraction, relation-path reasoner)"
-    print(f"StructRAG: {who}; {args.k} documents per question")
+    print(f"StructRAG: {who}; {args.k} documents per question, graph/table structures follow the "
+          f"knowledge graph {DEMO_KG_HOPS} hop(s) from them, {DEMO_EXTRACT_K} items extracted per sub-question")
     qs = [q for q in world.questions if q.type.startswith("2hop")][: (args.questions + 1) // 2] + \
          [q for q in world.questions if q.type.startswith("3hop")][: args.questions // 2]
     trace = Trace("rasfast demo structrag")

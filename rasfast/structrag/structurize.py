@@ -160,12 +160,19 @@ class HybridStructurizer:
         use_triples: build graph/table from triples where a document has them (default).
         llm_chunks: also send ``chunk`` tasks to the LLM (default: the text is the chunk).
         table_max_columns: predicates kept as table columns.
+        kg_hops: for graph/table tasks, also follow the corpus knowledge graph this many hops
+            from the documents' entities (triples whose subject is an entity reached so far).
+            0 (default) is the paper's behaviour: only the documents' own knowledge. Useful
+            when retrieval runs once and a chain's later links live in other passages.
+        kg_max_triples: cap on the triples a structure collects while following the KG.
     ``stats`` counts documents per path: ``triples``, ``llm``, ``chunk`` (as given) and
     ``chunk_fallback`` (wanted another type, had neither triples nor an LLM)."""
 
     def __init__(self, llm=None, triples_by_pid: Optional[Mapping[int, Sequence[Triple]]] = None,
                  use_triples: bool = True, llm_chunks: bool = False, table_max_columns: int = 12,
-                 max_new_tokens: int = 512):
+                 max_new_tokens: int = 512, kg_hops: int = 0, kg_max_triples: int = 2000):
+        if not isinstance(kg_hops, int) or isinstance(kg_hops, bool) or kg_hops < 0:
+            raise ValueError(f"kg_hops: expected an int >= 0, got {kg_hops!r}")
         self.llm = LLMStructurizer(llm, max_new_tokens) if llm is not None else None
         if triples_by_pid is not None and not isinstance(triples_by_pid, Mapping):
             raise TypeError(f"triples_by_pid: expected a mapping passage id -> triples, got "
@@ -173,7 +180,38 @@ class HybridStructurizer:
         self.triples_by_pid = triples_by_pid or {}
         self.use_triples, self.llm_chunks = use_triples, llm_chunks
         self.table_max_columns = table_max_columns
+        self.kg_hops, self.kg_max_triples = kg_hops, kg_max_triples
+        self._by_subject: Optional[Dict[str, List[Tuple[int, Triple]]]] = None
         self.stats: Counter = Counter()
+
+    def _follow_kg(self, from_kg: List[Tuple[int, Sequence[Triple]]]) -> List[Tuple[int, Sequence[Triple]]]:
+        """``from_kg`` plus the corpus triples reached in ``kg_hops`` hops (grouped by passage)."""
+        from ..reference.triple_graph import normalize_entity
+        if self._by_subject is None:
+            idx: Dict[str, List[Tuple[int, Triple]]] = {}
+            for pid, triples in self.triples_by_pid.items():
+                for t in clean_triples(triples):
+                    idx.setdefault(normalize_entity(t[0]), []).append((int(pid), t))
+            self._by_subject = idx
+        seen_pids = {pid for pid, _ in from_kg}
+        n = sum(len(t) for _, t in from_kg)
+        visited = set()
+        frontier = {normalize_entity(x) for _, tr in from_kg for t in clean_triples(tr) for x in (t[0], t[2])}
+        extra: Dict[int, List[Triple]] = {}
+        for _ in range(self.kg_hops):
+            nxt = set()
+            for e in sorted(frontier - visited):
+                visited.add(e)
+                for pid, t in self._by_subject.get(e, ()):
+                    if pid in seen_pids or n >= self.kg_max_triples:
+                        continue
+                    extra.setdefault(pid, []).append(t)
+                    n += 1
+                    nxt.add(normalize_entity(t[2]))
+            seen_pids.update(extra)
+            frontier = nxt
+        self.stats["kg_triples"] += sum(len(v) for v in extra.values())
+        return list(from_kg) + list(extra.items())
 
     def _triples(self, d: RetrievedPassage) -> Optional[Sequence[Triple]]:
         if not self.use_triples:
@@ -204,6 +242,8 @@ class HybridStructurizer:
                     chunks.append(d)
                     self.stats["chunk" if t.kind == "chunk" else "chunk_fallback"] += 1
             titles = _titles([d for d in t.documents if any(p == d.pid for p, _ in from_kg)])
+            if from_kg and self.kg_hops:
+                from_kg = self._follow_kg(from_kg)
             if from_kg:
                 s = graph_structure(from_kg, titles) if t.kind == "graph" else \
                     table_structure(from_kg, titles, self.table_max_columns)

@@ -50,11 +50,15 @@ class StructRAG:
             retriever's encoder, else the hashing encoder).
         triples_by_pid: passage id -> triples, for the model-free graph and table structures.
         k: documents retrieved per question.
+        kg_hops: passed to the default structurizer (0: the paper's behaviour, structures hold
+            only the documents' knowledge; n: graph/table structures also follow the corpus
+            knowledge graph n hops from the documents' entities).
+        extract_k: items the default utilizer selects per sub-question.
     """
 
     def __init__(self, llm=None, retriever=None, router=None, structurizer=None, utilizer=None,
                  encoder=None, triples_by_pid: Optional[Mapping[int, Sequence[Triple]]] = None,
-                 k: int = 5, default_type: str = DEFAULT_TYPE):
+                 k: int = 5, default_type: str = DEFAULT_TYPE, kg_hops: int = 0, extract_k: int = 8):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k: expected an int >= 1, got {k!r}")
         if default_type not in STRUCTURE_TYPES:
@@ -69,8 +73,8 @@ class StructRAG:
             LLMRouter(llm) if llm is not None else
             HeuristicRouter("graph" if triples_by_pid else DEFAULT_TYPE))
         self.structurizer = structurizer if structurizer is not None else \
-            HybridStructurizer(llm, triples_by_pid)
-        self.utilizer = utilizer if utilizer is not None else Utilizer(llm, encoder)
+            HybridStructurizer(llm, triples_by_pid, kg_hops=kg_hops)
+        self.utilizer = utilizer if utilizer is not None else Utilizer(llm, encoder, extract_k=extract_k)
         for name, obj, meth in (("router", self.router, "route"),
                                 ("structurizer", self.structurizer, "structurize")):
             if not callable(getattr(obj, meth, None)):
@@ -201,7 +205,7 @@ def from_components(retriever, triples_by_pid: Optional[Mapping[int, Sequence[Tr
     ``retriever`` follows the pipeline Retriever protocol, ``triples_by_pid`` maps passage id
     -> (s, p, o) triples (model-free graph/table structures), ``encoder`` embeds sub-questions
     and structure items for extraction. ``opts`` go to :class:`StructRAG` (k, router,
-    structurizer, utilizer, default_type)."""
+    structurizer, utilizer, default_type, kg_hops, extract_k)."""
     return StructRAG(llm, retriever, encoder=encoder, triples_by_pid=triples_by_pid, **opts)
 
 
