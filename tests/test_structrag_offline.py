@@ -101,3 +101,66 @@ def test_table_and_graph_structurizers_on_musique(data_dir):
     assert cols[0] == "entity" and len(rows) == len({s for s, _, _ in clean})
     for s, p, o in clean:       # every triple is a cell of its subject's row, '|' or not
         assert o in rows[" ".join(s.split())][p].split("; ")
+
+
+def test_cli_ask_structrag_json(capsys):
+    import json
+    from rasfast.cli import main
+    assert main(["ask", "--system", "structrag", "--encoder", "hashing", "--passages", "300", "--json",
+                 "Who founded the company that Vedaes Dyldol works for?", "When was Mira born?"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out[out.index("\n[") + 1:])
+    assert [d["question"] for d in data] == ["Who founded the company that Vedaes Dyldol works for?",
+                                             "When was Mira born?"]
+    assert all(d["error"] is None and d["structure"] in ("graph", "chunk") for d in data)
+
+
+def test_hybrid_structurizer_paths_and_kg_hops():
+    from rasfast.pipeline.types import RetrievedPassage as P
+    from rasfast.structrag import HybridStructurizer, StructTask
+    tbp = {0: [("Mira Okonkwo", "works for", "Velora Studios")],
+           1: [("Velora Studios", "founded by", "Harlan Vey")],
+           2: [("Harlan Vey", "born in", "Oskarby")]}
+    hs = HybridStructurizer(triples_by_pid=tbp)
+    out = hs.structurize([StructTask("q", "graph", [P(0, "Mira", "x"), P(5, "no triples", "y")]),
+                          StructTask("q", "algorithm", [P(1, "Velora", "z")])])
+    assert [s.kind for s in out[0].structures] == ["graph", "chunk"]
+    assert [s.kind for s in out[1].structures] == ["chunk"]
+    assert hs.stats == {"triples": 1, "chunk_fallback": 2}
+    hop = HybridStructurizer(triples_by_pid=tbp, kg_hops=2)
+    g = hop.structurize([StructTask("q", "graph", [P(0, "Mira", "x")])])[0].structures[0]
+    assert g.items == [tbp[0][0], tbp[1][0], tbp[2][0]] and g.pids == [0, 1, 2]
+    one = HybridStructurizer(triples_by_pid=tbp, kg_hops=1)
+    assert len(one.structurize([StructTask("q", "table", [P(0, "Mira", "x")])])[0].structures[0].items) == 2
+    with pytest.raises(ValueError, match="kind"):
+        hs.structurize([StructTask("q", "tree", [])])
+    with pytest.raises(ValueError, match="kg_hops"):
+        HybridStructurizer(kg_hops=-1)
+
+
+def test_call_isolated_concurrent_retries_keep_order():
+    import threading
+    import time
+    from rasfast.pipeline.loop import call_isolated
+    active, peak = [0], [0]
+    lock = threading.Lock()
+
+    def fn(items):
+        if len(items) > 1:
+            raise RuntimeError("batch failed")
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        if items[0] % 3 == 0:
+            raise ValueError(f"bad {items[0]}")
+        return [items[0] * 10]
+
+    out, errs = call_isolated(fn, list(range(8)), concurrency=4)
+    assert out == [None, 10, 20, None, 40, 50, None, 70]
+    assert sorted(errs) == [0, 3, 6] and str(errs[3]) == "bad 3"
+    assert peak[0] > 1
+    out1, errs1 = call_isolated(fn, list(range(8)))
+    assert out1 == out and sorted(errs1) == [0, 3, 6]
