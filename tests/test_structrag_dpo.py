@@ -69,3 +69,27 @@ def test_dpo_rejects_bad_pairs():
         tr.fit([("q", "c", "tree", "table")])
     with pytest.raises(ValueError, match="beta"):
         DPORouterTrainer(model, tok, beta=0)
+
+
+def test_structrag_over_a_local_hf_model_survives_gibberish():
+    """Every stage through HFCausalLM on a tiny random Llama: its text is gibberish, which
+    exercises the fallbacks (unknown route -> chunk, malformed structures kept as text)."""
+    from rasfast.llm.hf import HFCausalLM
+    from rasfast.llm.tiny import tiny_llama
+    from rasfast.structrag import HybridStructurizer, LLMRouter, StructRAG, Utilizer
+    from rasfast.structrag import prompts as P
+    with torch_threads(1):
+        # a tokenizer that knows the prompts' words keeps the sequences short on a CPU
+        texts = [P.ROUTER_INSTRUCTION, P.DECOMPOSE_INSTRUCTION, P.INFER_INSTRUCTION,
+                 *P.STRUCTURIZER_INSTRUCTIONS.values(), *P.EXTRACT_INSTRUCTIONS.values()]
+        model, tok = tiny_llama(texts=texts, seed=3)
+        llm = HFCausalLM(model, tok)
+        sr = StructRAG(llm, router=LLMRouter(llm, few_shot=False),
+                       structurizer=HybridStructurizer(llm, llm_chunks=True, max_new_tokens=8),
+                       utilizer=Utilizer(llm, max_new_tokens=8, answer_tokens=4))
+        res = sr.run_batch(["Who founded Velora?", "How many staff?"],
+                           [["Velora Studios was founded by Mira."], [("Acme", "Acme has 120 staff.")]])
+    assert all(r.ok for r in res), [r.error for r in res]
+    assert all(r.structure_type in STRUCTURE_TYPES for r in res)
+    assert sr.stats["route_fallback"] == sum(r.route_fallback for r in res)
+    assert all(len(r.structures) == 1 and isinstance(r.answer, str) for r in res)
