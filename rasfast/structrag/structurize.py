@@ -62,16 +62,18 @@ def graph_structure(triples_by_doc: Sequence[Tuple[int, Sequence[Triple]]], titl
     for pid, triples in triples_by_doc:
         for t in clean_triples(triples):
             flat.append(t)
-            pids.append(int(pid) if int(pid) >= 0 else 0)
+            pids.append(int(pid))
     if not flat:
         return None
     seen: Dict[Triple, int] = {}
     for i, t in enumerate(flat):
         seen.setdefault(t, i)
     keep = sorted(seen.values())
-    g = TripleGraph.from_triples([flat[i] for i in keep], [pids[i] for i in keep], max_degree=max_degree)
+    kept_pids = [pids[i] for i in keep]
+    g = TripleGraph.from_triples([flat[i] for i in keep], kept_pids if min(kept_pids) >= 0 else None,
+                                 max_degree=max_degree)
     items = list(g.triples)
-    ents = [g.entities[e] for e in dict.fromkeys(g.head.tolist())][:5]
+    ents = list(dict.fromkeys(s for s, _, _ in items))[:5]
     desc = (f"knowledge graph of {len(items)} (head, relation, tail) triples"
             + (f" about {', '.join(ents)}" if ents else "") + (f" (from {titles})" if titles else ""))
     content = "\n".join(f"({s} | {p} | {o})" for s, p, o in items)
