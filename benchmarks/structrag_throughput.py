@@ -91,7 +91,7 @@ def main():
     out.mkdir(exist_ok=True)
     (out / "structrag_throughput.json").write_text(json.dumps(res, indent=1))
     high = max(load0[0], load1[0]) > (os.cpu_count() or 1)
-    md = [f"# StructRAG structurizer throughput: concurrent vs sequential requests\n",
+    md = ["# StructRAG structurizer throughput: concurrent vs sequential requests\n",
           header_markdown(),
           f"Load average at start {load0[0]:.2f}, at end {load1[0]:.2f} on {os.cpu_count()} cores"
           + (" -- HIGH: the machine was shared with other builds/benchmarks, absolute times are noisy."

@@ -8,7 +8,7 @@ import pytest
 from fake_openai_server import FakeServer
 from rasfast.llm.openai_chat import OpenAIChat
 from rasfast.pipeline.types import RetrievedPassage
-from rasfast.structrag import (LLMRouter, LLMStructurizer, StructRAG, StructTask, Utilizer, graph_structure)
+from rasfast.structrag import LLMStructurizer, StructRAG, StructTask, Utilizer, graph_structure
 from rasfast.structrag.parse import split_row
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,9 +8,8 @@ extraction, relation-path reasoner).
 """
 from __future__ import annotations
 
-import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from ..pipeline.parse import clean_triples
 

@@ -16,7 +16,7 @@ words after the prompt and taking the best, so even a small model always names a
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from ..pipeline.types import RetrievedPassage
 from .prompts import router_text
@@ -104,7 +104,6 @@ class DPORouterTrainer:
 
     def fit(self, pairs: Sequence[Pair], epochs: int = 10, batch_size: int = 8) -> List[float]:
         """DPO epochs over ``pairs``; returns the mean loss of each epoch."""
-        import torch
         for n, p in enumerate(pairs):
             if len(p) != 4 or p[2] not in STRUCTURE_TYPES or p[3] not in STRUCTURE_TYPES or p[2] == p[3]:
                 raise ValueError(f"pairs[{n}]: expected (question, core_content, chosen, rejected) with two "

@@ -17,7 +17,7 @@ text per question; :class:`~rasfast.structrag.StructRAG` parses replies with
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
