@@ -2,6 +2,7 @@
 structurizer, cue-word and embedding routers, selection by select_k."""
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from rasfast.pipeline.types import RetrievedPassage
 from rasfast.structrag import (DEFAULT_TYPE, STRUCTURE_TYPES, EmbeddingRouter, HeuristicRouter, Utilizer,
@@ -172,3 +173,19 @@ def test_selection_uses_select_k_and_graph_neighbours():
     assert {flat.index(p) for p in sel.picks[:2]} == top2
     with pytest.raises(ValueError, match="extract_k"):
         Utilizer(extract_k=0)
+
+_TEXT = st.lists(st.sampled_from(list("ab |-:.()\\\n;,>SPO1#*") + ["table", "graph", "Description:", "---"]),
+                max_size=80).map("".join)
+
+
+@given(_TEXT, st.sampled_from(STRUCTURE_TYPES))
+def test_parsers_never_raise_on_model_text(text, kind):
+    kind_out, known = parse_route(text)
+    assert kind_out in STRUCTURE_TYPES and isinstance(known, bool)
+    s = parse_structure(kind, text, [1], "T")
+    assert s.kind in (kind, "text") and s.pids == [1]
+    assert s.items or s.kind == "text"
+    if s.kind == "text":          # malformed output is kept, never dropped
+        assert s.content == text.strip()
+    subs = parse_subquestions(text, "Q?")
+    assert subs and all(isinstance(x, str) and x for x in subs)
