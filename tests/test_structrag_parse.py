@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from llm_util import torch_threads
+
 from rasfast.pipeline.types import RetrievedPassage
 from rasfast.structrag import (DEFAULT_TYPE, STRUCTURE_TYPES, EmbeddingRouter, HeuristicRouter, Utilizer,
                                chunk_structures, graph_structure, markdown_table, parse_route, parse_structure,
@@ -124,7 +126,8 @@ def test_embedding_router_learns_toy_task_from_labels():
     train, test = _toy(0, 150), _toy(1, 100)
     r = EmbeddingRouter(seed=0)
     before = np.mean([k == t for k, (_, _, t) in zip(r.route([(q, []) for q, _, _ in test]), test)])
-    losses = r.fit(train, epochs=150)
+    with torch_threads(1):   # tiny matrices: threads only spin on the shared machine
+        losses = r.fit(train, epochs=150)
     assert losses[-1] < 0.1 * losses[0]
     docs = [[RetrievedPassage(0, c.split('"')[1], "text")] for _, c, _ in test]
     pred = r.route([(q, d) for (q, _, _), d in zip(test, docs)])
@@ -139,7 +142,8 @@ def test_embedding_router_learns_from_preference_pairs():
         rej = [x for x in STRUCTURE_TYPES if x != t][int(rng.integers(4))]
         pairs.append((q, c, t, rej))
     r = EmbeddingRouter(seed=1)
-    losses = r.fit(pairs=pairs, epochs=150)
+    with torch_threads(1):
+        losses = r.fit(pairs=pairs, epochs=150)
     assert losses[-1] < 0.2 * losses[0]
     test = _toy(4, 100)
     acc = np.mean([p == t for p, (_, _, t) in zip(r.route([(q, []) for q, _, _ in test]), test)])
