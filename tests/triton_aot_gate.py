@@ -1,6 +1,7 @@
 """AOT-compile every Triton kernel variant in rasfast.kernels for sm_80 and sm_90; no GPU needed.
 
     python tests/triton_aot_gate.py [--json out.json] [--jobs 2] [--only theme]
+                                    [--module some.other.kernels]   (checked as well)
 
 Every module of rasfast.kernels lists what its host code launches in ``aot_variants()``
 (kernels/_aot.py). Each variant is compiled with ``triton.compile(ASTSource(...),
@@ -31,15 +32,19 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor
 from typing import Dict, List
 
+# the launches use Triton's default (fusion on in 3.9); saying so silences its warning
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
 # per-block shared memory limits (opt-in maximum): A100 163 KB, H100/H200 227 KB
 SHARED_LIMIT = {80: 163 * 1024, 90: 227 * 1024}
 ARCHS = (80, 90)
 
 
-def kernel_modules():
+def kernel_modules(extra=()):
     import rasfast.kernels as pkg
-    return [importlib.import_module(f"{pkg.__name__}.{m.name}")
-            for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    names = [f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)
+             if not m.name.startswith("_")]
+    return [importlib.import_module(n) for n in names + list(extra)]
 
 
 def _jit_functions(mod):
@@ -48,20 +53,28 @@ def _jit_functions(mod):
             if isinstance(obj, JITFunction) and obj.fn.__module__ == mod.__name__}
 
 
-def collect():
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[1] if name.startswith("rasfast.kernels.") else name
+
+
+def _where(name: str) -> str:
+    return f"kernels/{_short(name)}.py" if name.startswith("rasfast.kernels.") else name
+
+
+def collect(extra=()):
     """(variants by module, problems): problems name modules/kernels the gate cannot cover."""
     variants, problems = {}, []
-    for mod in kernel_modules():
+    for mod in kernel_modules(extra):
         jits = _jit_functions(mod)
         if not jits:
             continue
-        short = mod.__name__.rsplit(".", 1)[1]
+        where = _where(mod.__name__)
         if not hasattr(mod, "aot_variants"):
-            problems.append(f"kernels/{short}.py has @triton.jit kernels ({', '.join(sorted(jits))}) "
+            problems.append(f"{where} has @triton.jit kernels ({', '.join(sorted(jits))}) "
                             "but no aot_variants(); list its launches (see kernels/_aot.py)")
             continue
         vs = mod.aot_variants()
-        variants[short] = vs
+        variants[mod.__name__] = vs
         # covered: launched kernels, then (transitively) the helpers their source calls
         covered = {v.kernel.__name__ for v in vs}
         grew = True
@@ -73,7 +86,7 @@ def collect():
                     covered.add(name)
                     grew = True
         for name in sorted(set(jits) - covered):
-            problems.append(f"kernels/{short}.py: @triton.jit {name} is neither in aot_variants() "
+            problems.append(f"{where}: @triton.jit {name} is neither in aot_variants() "
                             "nor called by a kernel that is")
     return variants, problems
 
@@ -84,13 +97,13 @@ _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 def compile_one(job):
     """Compile one (module, index, arch) job in this process; returns a result dict."""
-    short, idx, arch = job
+    modname, idx, arch = job
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    v = importlib.import_module(f"rasfast.kernels.{short}").aot_variants()[idx]
-    res = {"module": short, "variant": v.label, "arch": arch, "ok": False, "regs": None,
+    v = importlib.import_module(modname).aot_variants()[idx]
+    res = {"module": _short(modname), "variant": v.label, "arch": arch, "ok": False, "regs": None,
            "spill_stores": None, "spill_loads": None, "shared": None, "error": None,
            "seconds": None}
     t0 = time.perf_counter()
@@ -124,10 +137,10 @@ def compile_one(job):
     return res
 
 
-def run(jobs: int = 2, only: List[str] = ()) -> Dict[str, object]:
+def run(jobs: int = 2, only: List[str] = (), extra: List[str] = ()) -> Dict[str, object]:
     t0 = time.perf_counter()
-    variants, problems = collect()
-    work = [(short, i, arch) for short, vs in variants.items() if not only or short in only
+    variants, problems = collect(extra)
+    work = [(name, i, arch) for name, vs in variants.items() if not only or _short(name) in only
             for i in range(len(vs)) for arch in ARCHS]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
@@ -158,11 +171,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--only", action="append", default=[], help="kernel module(s) to check")
+    ap.add_argument("--module", action="append", default=[],
+                    help="also check this importable module (it needs aot_variants())")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("unset TRITON_INTERPRET: the interpreter never compiles", file=sys.stderr)
         return 2
-    report = run(a.jobs, a.only)
+    report = run(a.jobs, a.only, a.module)
     print(table(report))
     if a.json:
         with open(a.json, "w") as f:
