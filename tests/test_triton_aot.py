@@ -50,6 +50,15 @@ def test_every_triton_kernel_compiles_for_sm80_and_sm90(tmp_path):
     assert all(x["spill_stores"] is not None for x in res)
 
 
+def test_theme_cut_kernel_compiles_for_a_gpu(tmp_path):
+    """Regression (fast, not marked slow): _cut_kernel reassigned tl.constexpr names inside
+    tl.static_range, which only a real compile rejects; the interpreter never noticed."""
+    r, report = run_gate(tmp_path, "--only", "theme", "--kernel", "_cut_kernel", "--arch", "90")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert {(x["variant"], x["arch"]) for x in report["results"]} == {
+        ("_cut_kernel[BLOCK=256]", 90), ("_cut_kernel[K=1,BLOCK=256]", 90)}
+
+
 BROKEN = '''
 import triton
 import triton.language as tl

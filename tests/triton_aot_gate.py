@@ -1,7 +1,7 @@
 """AOT-compile every Triton kernel variant in rasfast.kernels for sm_80 and sm_90; no GPU needed.
 
     python tests/triton_aot_gate.py [--json out.json] [--jobs 2] [--only theme]
-                                    [--module some.other.kernels]   (checked as well)
+                                    [--kernel _cut_kernel] [--module other.kernels]
 
 Every module of rasfast.kernels lists what its host code launches in ``aot_variants()``
 (kernels/_aot.py). Each variant is compiled with ``triton.compile(ASTSource(...),
@@ -137,11 +137,13 @@ def compile_one(job):
     return res
 
 
-def run(jobs: int = 2, only: List[str] = (), extra: List[str] = ()) -> Dict[str, object]:
+def run(jobs: int = 2, only: List[str] = (), extra: List[str] = (),
+        kernels: List[str] = (), archs=ARCHS) -> Dict[str, object]:
     t0 = time.perf_counter()
     variants, problems = collect(extra)
     work = [(name, i, arch) for name, vs in variants.items() if not only or _short(name) in only
-            for i in range(len(vs)) for arch in ARCHS]
+            for i, v in enumerate(vs) if not kernels or v.kernel.__name__ in kernels
+            for arch in archs]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
             results = list(ex.map(compile_one, work))
@@ -171,13 +173,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--only", action="append", default=[], help="kernel module(s) to check")
+    ap.add_argument("--kernel", action="append", default=[], help="only these kernel(s)")
+    ap.add_argument("--arch", action="append", type=int, choices=ARCHS, help="only these SMs")
     ap.add_argument("--module", action="append", default=[],
                     help="also check this importable module (it needs aot_variants())")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("unset TRITON_INTERPRET: the interpreter never compiles", file=sys.stderr)
         return 2
-    report = run(a.jobs, a.only, a.module)
+    report = run(a.jobs, a.only, a.module, a.kernel, tuple(a.arch or ARCHS))
     print(table(report))
     if a.json:
         with open(a.json, "w") as f:
