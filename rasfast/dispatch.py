@@ -55,7 +55,19 @@ def cuda_module() -> ModuleType:
         raise BackendUnavailable(
             "backend 'cuda' needs rasfast._cuda, which was not built or failed to import "
             f"({err}); it is built only when the CUDA compiler (nvcc) is found at install time")
+    use_torch_scratch(mod)
     return mod
+
+
+def _torch_scratch_alloc(nbytes: int, device: int, stream: int) -> int:
+    return torch.cuda.caching_allocator_alloc(nbytes, device, stream)
+
+
+def use_torch_scratch(mod) -> None:
+    """Make the CUDA kernels take their scratch memory from torch's caching allocator (on the
+    launch stream, so it is reused across calls and shows in torch.cuda.memory_stats())."""
+    if hasattr(mod, "set_scratch_allocator") and mod.scratch_allocator() != "callback":
+        mod.set_scratch_allocator(_torch_scratch_alloc, torch.cuda.caching_allocator_delete)
 
 
 def triton_interpret() -> bool:

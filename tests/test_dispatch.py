@@ -178,3 +178,46 @@ def test_beam_cuda_shared_memory_limit_is_detected_on_the_host():
     huge = dict(small, b=512, L=64, max_deg=5000)
     msg = _cuda_smem_limit(64, huge)
     assert msg and "shared memory per block" in msg and "163840" in msg
+
+
+# --------------------------------------------------------------------------- CUDA scratch
+@pytest.mark.skipif(not rasfast.backends()["cuda"]["built"], reason="rasfast._cuda not built")
+def test_cuda_scratch_comes_from_torchs_caching_allocator():
+    mod = dispatch.cuda_module()  # what every cuda op calls first
+    assert mod.scratch_allocator() == "callback"
+    try:
+        mod.set_scratch_allocator(None, None)
+        assert mod.scratch_allocator() == "pool"
+        with pytest.raises(ValueError, match="both"):
+            mod.set_scratch_allocator(None, torch.cuda.caching_allocator_delete)
+    finally:
+        dispatch.use_torch_scratch(mod)
+    assert mod.scratch_allocator() == "callback"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_scratch_is_counted_by_torch(monkeypatch):
+    q, c = torch.rand(4, 16, device="cuda"), torch.rand(5000, 16, device="cuda")
+    qe, e = torch.rand(4, 8, device="cuda"), torch.rand(5000, 8, device="cuda")
+    x = torch.rand(3, 10000, device="cuda")
+
+    def allocations():
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        rasfast.theme_scoped_search(q, qe, c, e, 700, 10, backend="cuda")
+        rasfast.select_k(x, 500, backend="cuda")
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    mod = dispatch.cuda_module()
+    allocations()  # warm up
+    with_torch = allocations()
+    monkeypatch.setattr(dispatch, "use_torch_scratch", lambda mod: None)
+    mod.set_scratch_allocator(None, None)
+    try:
+        with_pool = allocations()
+    finally:
+        monkeypatch.undo()
+        dispatch.use_torch_scratch(mod)
+    # the same calls allocate more from torch when the kernels' scratch comes from torch
+    assert with_torch > with_pool, (with_torch, with_pool)
