@@ -221,3 +221,18 @@ def test_cuda_scratch_is_counted_by_torch(monkeypatch):
         dispatch.use_torch_scratch(mod)
     # the same calls allocate more from torch when the kernels' scratch comes from torch
     assert with_torch > with_pool, (with_torch, with_pool)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_on_gpu_falls_back_past_the_cuda_top_k_cap():
+    g = torch.Generator().manual_seed(0)
+    q, c = torch.randint(0, 3, (3, 8), generator=g).float(), torch.randint(0, 3, (900, 8), generator=g).float()
+    qe, e = torch.randint(-2, 3, (3, 5), generator=g).float(), torch.randint(-2, 3, (900, 5), generator=g).float()
+    want = rasfast.theme_scoped_search(q, qe, c, e, 600, 300, backend="torch")
+    got = rasfast.theme_scoped_search(q.cuda(), qe.cuda(), c.cuda(), e.cuda(), 600, 300)
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    if rasfast.backends()["cuda"]["built"]:
+        with pytest.raises(ValueError, match="k <= 256"):
+            rasfast.theme_scoped_search(q.cuda(), qe.cuda(), c.cuda(), e.cuda(), 600, 300,
+                                        backend="cuda")
