@@ -171,6 +171,7 @@ def table(report) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the report here")
+    ap.add_argument("--md", help="write the table with machine info here (benchmarks/results/)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--only", action="append", default=[], help="kernel module(s) to check")
     ap.add_argument("--kernel", action="append", default=[], help="only these kernel(s)")
@@ -181,8 +182,19 @@ def main(argv=None) -> int:
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("unset TRITON_INTERPRET: the interpreter never compiles", file=sys.stderr)
         return 2
+    load0 = os.getloadavg()
     report = run(a.jobs, a.only, a.module, a.kernel, tuple(a.arch or ARCHS))
     print(table(report))
+    if a.md:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from benchmarks.machine import header_markdown
+        import triton
+        with open(a.md, "w") as f:
+            f.write(f"# Triton AOT compile report (sm_80, sm_90)\n\n{header_markdown()}\n"
+                    f"Triton {triton.__version__}; load average {load0[0]:.1f} at start, "
+                    f"{os.getloadavg()[0]:.1f} at end (the machine is shared). Registers and "
+                    "spills from ptxas -v, shared memory from Triton's metadata; times are "
+                    "compile times.\n\n```\n" + table(report) + "\n```\n")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
