@@ -15,6 +15,10 @@ import sys
 import textwrap
 
 import pytest
+from backends_util import TRITON
+
+pytestmark = pytest.mark.skipif(not TRITON, reason="needs the triton package "
+                                "(test_build.py fails when it is missing)")
 
 GATE = pathlib.Path(__file__).with_name("triton_aot_gate.py")
 MODULES = {"select", "theme", "graph_conv", "beam"}
