@@ -3,7 +3,9 @@
 Every module in this package lists, in ``aot_variants()``, each (kernel, argument types,
 constexpr values) combination its host code can launch: every storage dtype and every
 constexpr value (or, for block sizes that follow a user's shape, the smallest, a typical and
-the largest). The list lives next to the launch code so the two change together.
+the largest; such constexprs are named in the module's ``AOT_SIZE_CONSTEXPRS``). The list
+lives next to the launch code so the two change together, and tests/test_triton_aot.py checks
+that every launch the ops make under the interpreter matches a listed variant.
 ``tests/triton_aot_gate.py`` compiles every variant for sm_80 and sm_90 with no GPU
 (``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``) and fails on a
 compile error or on shared memory beyond the target's limit.

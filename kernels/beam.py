@@ -75,6 +75,10 @@ class TritonSumScorer:
         return cosine_from_parts(dot, nn, self.qnorm[i]), w
 
 
+# constexprs that follow the user's shape: the variants list their extremes and a typical value
+AOT_SIZE_CONSTEXPRS = {"_score_kernel": ("BLOCK_D",)}
+
+
 def aot_variants():
     """Every launch above, for tests/triton_aot_gate.py (see kernels/_aot.py). BLOCK_D follows
     D: every dtype and HAS_U case at the largest (256), and 1 and 32 (float32)."""

@@ -68,6 +68,10 @@ def attend(indptr: torch.Tensor, src: torch.Tensor, eid: torch.Tensor, nodes: to
     return agg
 
 
+# constexprs that follow the user's shape: the variants list their extremes and a typical value
+AOT_SIZE_CONSTEXPRS = {"_attend_kernel": ("BLOCK_C",)}
+
+
 def aot_variants():
     """Every launch above, for tests/triton_aot_gate.py (see kernels/_aot.py). BLOCK_C follows
     the layer's channels: every dtype and edge-feature case at 64, and the extremes at 1

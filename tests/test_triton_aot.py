@@ -117,3 +117,83 @@ def test_gate_fails_on_broken_kernels(tmp_path):
         assert not huge["ok"] and f"exceeds the sm_{arch} limit" in huge["error"], huge
     assert any("_forgotten_kernel" in p for p in report["problems"])
     assert "FAIL" in r.stdout and "NOT COVERED" in r.stdout
+
+
+# --------------------------------------------------------------------------- lists vs launches
+_PTR_DTYPES = {"*fp32": "torch.float32", "*fp16": "torch.float16", "*bf16": "torch.bfloat16",
+               "*i64": "torch.int64", "*i32": "torch.int32"}
+
+
+def _launches(monkeypatch):
+    """Record every interpreted launch: (module, kernel, constexpr values, pointer dtypes)."""
+    import torch
+    from triton.runtime.interpreter import GridExecutor
+    seen = []
+    real = GridExecutor.__call__
+
+    def spy(self, *args, **kwargs):
+        bound = dict(zip(self.arg_names, args), **kwargs)
+        seen.append((self.fn.__module__, self.fn.__name__,
+                     {n: bound[n] for n in self.constexprs if n in bound},
+                     {n: str(v.dtype) for n, v in bound.items() if isinstance(v, torch.Tensor)}))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GridExecutor, "__call__", spy)
+    return seen
+
+
+def _listed(mod, kernel, consts, ptrs):
+    """Does some aot_variants() entry of ``mod`` cover this launch?"""
+    size_names = getattr(mod, "AOT_SIZE_CONSTEXPRS", {}).get(kernel, ())
+    variants = [v for v in mod.aot_variants() if v.kernel.__name__ == kernel]
+    for name in size_names:  # a shape-following block size: within the listed range
+        listed = [v.constexprs[name] for v in variants]
+        if not min(listed) <= consts[name] <= max(listed):
+            return False
+    for v in variants:
+        same_consts = all(v.constexprs.get(n) == c for n, c in consts.items() if n not in size_names)
+        same_ptrs = all(_PTR_DTYPES.get(v.signature[n]) == d for n, d in ptrs.items())
+        if same_consts and same_ptrs:
+            return True
+    return False
+
+
+@pytest.mark.triton
+def test_variant_lists_cover_what_the_ops_launch(monkeypatch):
+    """Run the select and theme Triton ops on tiny inputs (interpreted) in each dtype and mode,
+    and check that each launch (kernel, constexprs, pointer dtypes) is one the AOT gate
+    compiles. (graph_conv and beam vary only by dtype, edge/parent flags and a block size that
+    follows the shape; their lists are checked by the gate alone.)"""
+    import importlib
+
+    import torch
+
+    import rasfast
+    from rasfast.dispatch import triton_interpret
+    if not triton_interpret():
+        pytest.skip("records interpreted launches (TRITON_INTERPRET=1, set by conftest without a GPU)")
+    seen = _launches(monkeypatch)
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(2, 50, generator=g).to(dt)
+        for largest in (False, True):
+            rasfast.select_k(x, 7, largest=largest, backend="triton")
+        # small-B QB = 2, 4, 8 and the tl.dot kernel, both metrics, a cut (K < N)
+        for B, metric in ((1, "l2"), (3, "ip"), (5, "l2"), (9, "ip"), (9, "l2")):
+            q, c = torch.rand(B, 6, generator=g), torch.rand(20, 6, generator=g).to(dt)
+            qe, e = torch.rand(B, 4, generator=g), torch.rand(20, 4, generator=g).to(dt)
+            rasfast.theme_scoped_search(q, qe, c, e, 5, 3, 0.5, metric, backend="triton")
+            rasfast.theme_scoped_search(q[:1], qe[:1], c, e, 30, 3, 0.5, metric,
+                                        backend="triton")  # K >= N: every row in scope
+        scope = rasfast.theme_scope(q[:1], c, 4, backend="triton")
+        rasfast.scoped_dense_search(qe[:1], e, scope, 2, backend="triton")
+    rasfast.theme_scope(q[:1], c, 1, backend="triton")  # K = 1, which Triton specialises
+    assert seen, "no launch was recorded"
+    kernels = {m.__name__: m for m in
+               (importlib.import_module(f"rasfast.kernels.{n}") for n in ("select", "theme"))}
+    missing = [(m, k, c, p) for m, k, c, p in seen if not _listed(kernels[m], k, c, p)]
+    assert not missing, missing[:5]
+    launched = {(m, k) for m, k, _, _ in seen}
+    listed = {(name, v.kernel.__name__) for name, mod in kernels.items()
+              for v in mod.aot_variants()}
+    assert listed == launched, listed ^ launched  # and no listed kernel is dead
