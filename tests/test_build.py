@@ -83,6 +83,15 @@ def test_fatbin_reader_sees_what_a_blob_holds():
     assert fatbin_entries(b"") == []
 
 
+def test_fatbin_reader_on_host_only_files(tmp_path):
+    from rasfast._fatbin import code_targets
+    assert code_targets(importlib.import_module("rasfast._C").__file__) == []  # no device code
+    bad = tmp_path / "not_elf.so"
+    bad.write_bytes(b"MZ" + b"\0" * 100)
+    with pytest.raises(ValueError, match="not a 64-bit little-endian ELF"):
+        code_targets(str(bad))
+
+
 def _configure_arch_probe(tmp_path, env_archs=None, cache_archs=None):
     """Configure (no build) a tiny CUDA project that includes cmake/CudaArchitectures.cmake
     exactly as CMakeLists.txt does; returns CMAKE_CUDA_ARCHITECTURES from its CMakeCache."""
