@@ -9,7 +9,7 @@ VENV   ?= .venv
 VPY    := $(VENV)/bin/python
 EXTRAS ?= dev,gpu,graph,llm,faiss,plot
 STAMP  := $(VENV)/.rasfast-installed
-NATIVE := pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
+NATIVE := pyproject.toml CMakeLists.txt $(shell find csrc cmake -type f 2>/dev/null)
 # scikit-build-core's editable install records the package's files when it is installed,
 # so a new .py file is invisible until the next install: keep the list of Python files
 # in a stamp that changes only when a file is added or removed, and depend on it.

@@ -124,6 +124,10 @@ def main(argv=None):
                lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
     run("rasfast cuda theme_scope (sorted K)", lambda: rasfast.theme_scope(q, c, K, backend="cuda"))
     if not a.no_triton:
+        kt = rasfast.dispatch.triton_kernels().theme  # pass 1: tl.dot (B > 8) or small-B kernel
+        run("triton PPD scan (pass 1)", lambda: kt._keys(qf, c, "l2"))
+        res["bandwidth"]["triton_ppd_scan_read_bytes_per_s"] = (
+            c.numel() * c.element_size() / tm["triton PPD scan (pass 1)"])
         run("rasfast triton theme_scoped_search",
             lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="triton"))
     cn = torch.cat([(c[s:s + (1 << 20)].float() ** 2).sum(1) for s in range(0, N, 1 << 20)])

@@ -12,6 +12,10 @@ import triton.language as tl
 from rasfast.reference.beam import cosine_from_parts
 
 
+BLOCK_C = 16
+MAX_BLOCK_D = 256
+
+
 @triton.jit
 def _score_kernel(emb_ptr, u_ptr, parent_ptr, cand_ptr, q_ptr, w_ptr, dot_ptr, nn_ptr, C, D,
                   HAS_U: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -46,8 +50,8 @@ def score_candidates(emb: torch.Tensor, u, parent, cand: torch.Tensor, q: torch.
     nn = torch.empty(C, dtype=torch.float32, device=emb.device)
     if C == 0:
         return dot, nn, w
-    block_c = 16
-    block_d = min(triton.next_power_of_2(D), 256)
+    block_c = BLOCK_C
+    block_d = min(triton.next_power_of_2(D), MAX_BLOCK_D)
     has_u = u is not None
     _score_kernel[(triton.cdiv(C, block_c),)](
         emb, u.contiguous() if has_u else w, parent.contiguous() if has_u else cand,
@@ -69,3 +73,25 @@ class TritonSumScorer:
     def extend(self, i, state, seqs, parent, cand):
         dot, nn, w = score_candidates(self.emb, state, parent, cand, self.q[i])
         return cosine_from_parts(dot, nn, self.qnorm[i]), w
+
+
+# constexprs that follow the user's shape: the variants list their extremes and a typical value
+AOT_SIZE_CONSTEXPRS = {"_score_kernel": ("BLOCK_D",)}
+
+
+def aot_variants():
+    """Every launch above, for tests/triton_aot_gate.py (see kernels/_aot.py). BLOCK_D follows
+    D: every dtype and HAS_U case at the largest (256), and 1 and 32 (float32)."""
+    from ._aot import FLOAT_PTRS, variant
+
+    def one(ptr, has_u, block_d, cand="*i64"):  # candidate and seed ids arrive as int64
+        # without u the host passes w and cand in place of u_ptr and parent_ptr
+        return variant(_score_kernel, dict(emb_ptr=ptr, u_ptr="*fp32",
+                                           parent_ptr="*i64" if has_u else cand, cand_ptr=cand,
+                                           q_ptr="*fp32", w_ptr="*fp32", dot_ptr="*fp32",
+                                           nn_ptr="*fp32", C="i32", D="i32"),
+                       HAS_U=has_u, BLOCK_C=BLOCK_C, BLOCK_D=block_d)
+
+    out = [one(ptr, has_u, MAX_BLOCK_D) for ptr in FLOAT_PTRS.values() for has_u in (False, True)]
+    out += [one("*fp32", True, bd) for bd in (1, 32)]
+    return out

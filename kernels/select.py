@@ -92,7 +92,10 @@ def _write_kernel(x_ptr, thr_ptr, nless_ptr, need_ptr, less_off_ptr, eq_off_ptr,
     tl.store(keys_ptr + row * k + pos, key.to(tl.int64), mask=ok)
 
 
-def select_k(x: torch.Tensor, k: int, largest: bool, sorted: bool, block: int = 1024) -> torch.Tensor:
+BLOCK = 1024
+
+
+def select_k(x: torch.Tensor, k: int, largest: bool, sorted: bool, block: int = BLOCK) -> torch.Tensor:
     """Indices [B, k] (int64) of the k smallest (largest) entries per row, ties by lower index.
 
     ``x`` is a contiguous float32/float16/bfloat16 [B, N] tensor with B >= 1, 1 <= k <= N,
@@ -135,4 +138,26 @@ def select_k(x: torch.Tensor, k: int, largest: bool, sorted: bool, block: int = 
     if sorted and k > 1:
         order = torch.sort(keys, dim=1, stable=True).indices  # index order kept within ties
         out = torch.gather(out, 1, order)
+    return out
+
+
+def aot_variants():
+    """Every launch above, for tests/triton_aot_gate.py (see kernels/_aot.py)."""
+    from ._aot import FLOAT_PTRS, variant
+    out = []
+    for xptr in FLOAT_PTRS.values():
+        for largest in (False, True):
+            out.append(variant(_digit_hist_kernel, dict(x_ptr=xptr, prefix_ptr="*i64",
+                                                        mask_ptr="*i64", hist_ptr="*i32",
+                                                        n="i32", shift="i32"),
+                               LARGEST=largest, BLOCK=BLOCK))
+            out.append(variant(_count_kernel, dict(x_ptr=xptr, thr_ptr="*i64", less_ptr="*i64",
+                                                   eq_ptr="*i64", n="i32", nblk="i32"),
+                               LARGEST=largest, BLOCK=BLOCK))
+            out.append(variant(_write_kernel, dict(x_ptr=xptr, thr_ptr="*i64", nless_ptr="*i64",
+                                                   need_ptr="*i64", less_off_ptr="*i64",
+                                                   eq_off_ptr="*i64", out_ptr="*i64",
+                                                   keys_ptr="*i64", n="i32", k="i32",
+                                                   nblk="i32"),
+                               LARGEST=largest, BLOCK=BLOCK))
     return out

@@ -1,14 +1,29 @@
 """Triton kernels for theme scoping (rasfast.ops.theme's ``triton`` backend).
 
-- ``_keys_kernel``: one program per (query, block of corpus rows) computes the squared L2
-  distance (direct (q-c)^2 sum) or inner product over T in float32 from any storage dtype
-  and writes an ordered int64 key (smaller = nearer).
-- ``_cut_kernel``: one program per query finds the K-th smallest key by a 3-pass radix
-  select (11/11/10-bit digits, tl.histogram over the rows matching the prefix) and the id
-  of the last threshold-equal row that is still in scope (ties by lower id). No sort.
-- ``_score_kernel``: one program per (query, block of rows) scores only the in-scope rows
-  (dense inner product, optionally fused with the theme term), -inf elsewhere.
-- ``_gather_score_kernel``: inner products of given scope ids (scoped_dense_search).
+Pass 1, the [B, N] distance keys (squared L2 or inner product over T, float32 math, ordered
+int64 keys: smaller = nearer), has two kernels chosen by the number of queries:
+
+- ``_keys_small_b_kernel`` (B <= 8): one program per block of corpus rows holds all queries
+  (padded to QB = 2/4/8) and computes the direct (q - c)^2 sum on CUDA cores, so the corpus
+  is read once per call, not once per query.
+- ``_keys_dot_kernel`` (B > 8): a GEMM on tensor cores, ``tl.dot`` of a [rows x T] corpus
+  tile with a [T x queries] query tile, and L2 = |q|^2 + |c|^2 - 2 q.c. The corpus tile stays
+  in its storage dtype: float16/bfloat16 rows are exact, and the float32 queries are split
+  into three parts of that dtype (hi + mid + lo, ~24 significant bits) so the keys are
+  near-float32. float32 corpora use ``input_precision="tf32x3"`` (the same split, done by
+  Triton).
+
+Pass 2, ``_cut_kernel``: one program per query finds the K-th smallest key by radix select
+(11/11/10-bit digits, tl.histogram) and the id of the last threshold-equal row in scope (ties
+by lower id). After the first digit pass the rows in the selected bin are compacted into a
+per-query candidate buffer (key low bits and id packed in one int64), so the remaining two
+digit passes and the tie pass read the candidates instead of the [B, N] keys again (2 full
+reads instead of 4). When a bin holds more rows than the buffer, the kernel falls back to
+reading the keys.
+
+Pass 3, ``_score_kernel``: one program per (query, block of rows) scores only the in-scope
+rows (dense inner product, optionally fused with the theme term), -inf elsewhere.
+``_gather_score_kernel``: inner products of given scope ids (scoped_dense_search).
 
 The per-query top-k of the few best scores is finished in torch (topk + a tie-complete
 candidate set ordered by (score desc, id asc)).
@@ -20,8 +35,17 @@ import triton
 import triton.language as tl
 
 _BLOCK_N = 64
-_BLOCK_T = 32
 _SEL_BLOCK = 256
+_SCORE_BLOCK_D = 32
+SMALL_B = 8           # at most this many queries: _keys_small_b_kernel, else _keys_dot_kernel
+_SMALL_BLOCK_N = 64
+_SMALL_BLOCK_T = 16
+_DOT_BLOCK_N = 64
+_DOT_BLOCK_Q = 32
+_DOT_BLOCK_T = 32
+_ID_BITS = 40         # candidate = (key bits below the first digit) << 40 | row id
+_CAND_MIN = 1 << 16   # candidate buffer: at least this many rows per query (or N) ...
+_CAND_FRACTION = 4    # ... else N // 4; a bigger first-digit bin reads the keys instead
 
 
 @triton.jit
@@ -32,71 +56,155 @@ def _to_key(v):
     return tl.where(u >= 0x80000000, 0xFFFFFFFF - u, u + 0x80000000)
 
 
+# ----------------------------------------------------------------------------- pass 1
 @triton.jit
-def _keys_kernel(q_ptr, c_ptr, keys_ptr, N, T, IP: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr):
-    # queries on axis 1, row blocks on axis 0 (whose limit is 2^31-1); int64 offsets
-    b = tl.program_id(1).to(tl.int64)
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+def _keys_small_b_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, QB: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr):
+    # all B <= QB queries in one program: each corpus tile is loaded once for every query
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    qs = tl.arange(0, QB)
     rmask = rows < N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    qmask = qs < B
+    acc = tl.zeros([BLOCK_N, QB], dtype=tl.float32)
     for t0 in range(0, T, BLOCK_T):
         ts = t0 + tl.arange(0, BLOCK_T)
         tmask = ts < T
-        q = tl.load(q_ptr + b * T + ts, mask=tmask, other=0.0).to(tl.float32)
-        c = tl.load(c_ptr + rows[:, None].to(tl.int64) * T + ts[None, :],
+        c = tl.load(c_ptr + rows[:, None] * T + ts[None, :],
                     mask=rmask[:, None] & tmask[None, :], other=0.0).to(tl.float32)
+        q = tl.load(q_ptr + qs[:, None] * T + ts[None, :],
+                    mask=qmask[:, None] & tmask[None, :], other=0.0)
         if IP:
-            acc += tl.sum(c * q[None, :], axis=1)
+            acc += tl.sum(c[:, None, :] * q[None, :, :], axis=2)
         else:
-            d = c - q[None, :]
-            acc += tl.sum(d * d, axis=1)
+            d = c[:, None, :] - q[None, :, :]
+            acc += tl.sum(d * d, axis=2)
     if IP:
         acc = -acc
-    tl.store(keys_ptr + b * N + rows, _to_key(acc), mask=rmask)
+    tl.store(keys_ptr + qs[None, :].to(tl.int64) * N + rows[:, None], _to_key(acc),
+             mask=rmask[:, None] & qmask[None, :])
 
 
 @triton.jit
-def _cut_kernel(keys_ptr, N, K, cut_key_ptr, last_eq_ptr, BLOCK: tl.constexpr):
-    b = tl.program_id(0)
-    base = keys_ptr + b.to(tl.int64) * N
-    prefix = tl.zeros([], dtype=tl.int64)
-    pmask = tl.zeros([], dtype=tl.int64)
-    want = tl.zeros([], dtype=tl.int64) + K  # (K may arrive as a specialised constant)
+def _keys_dot_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, HALF: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_T: tl.constexpr):
+    # [BLOCK_N rows x BLOCK_Q queries] of q.c on tensor cores; L2 = |q|^2 + |c|^2 - 2 q.c
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    qs = tl.program_id(1).to(tl.int64) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    rmask = rows < N
+    qmask = qs < B
+    acc = tl.zeros([BLOCK_N, BLOCK_Q], dtype=tl.float32)
+    cn = tl.zeros([BLOCK_N], dtype=tl.float32)
+    qn = tl.zeros([BLOCK_Q], dtype=tl.float32)
+    for t0 in range(0, T, BLOCK_T):
+        ts = t0 + tl.arange(0, BLOCK_T)
+        tmask = ts < T
+        c = tl.load(c_ptr + rows[:, None] * T + ts[None, :],
+                    mask=rmask[:, None] & tmask[None, :], other=0.0)
+        q = tl.load(q_ptr + qs[None, :] * T + ts[:, None],  # [BLOCK_T, BLOCK_Q]
+                    mask=tmask[:, None] & qmask[None, :], other=0.0)
+        if HALF:
+            # f16/bf16 values are exact in tf32 (<= 11 significant bits), so only the float32
+            # queries need splitting: hi = q truncated to tf32, lo = the exact remainder.
+            c = c.to(tl.float32)
+            hi = (q.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+            acc = tl.dot(c, hi, acc, input_precision="tf32")
+            acc = tl.dot(c, q - hi, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(c, q, acc, input_precision="tf32x3")
+        if not IP:
+            c = c.to(tl.float32)
+            cn += tl.sum(c * c, axis=1)
+            qn += tl.sum(q * q, axis=0)
+    if IP:
+        v = -acc
+    else:
+        v = (qn[None, :] + cn[:, None]) - 2.0 * acc
+    tl.store(keys_ptr + qs[None, :] * N + rows[:, None], _to_key(v),
+             mask=rmask[:, None] & qmask[None, :])
+
+
+# ----------------------------------------------------------------------------- pass 2
+@triton.jit
+def _load_key(src, offs, m, top, PACKED: tl.constexpr):
+    """(key, row id) of src[offs]: the keys row itself, or packed candidates."""
+    if PACKED:
+        p = tl.load(src + offs, mask=m, other=0)
+        return (p >> 40) | top, p & ((1 << 40) - 1)
+    else:
+        return tl.load(src + offs, mask=m, other=0), offs.to(tl.int64)
+
+
+@triton.jit
+def _digit_pass(src, n, top, prefix, pmask, want, PACKED: tl.constexpr, SHIFT: tl.constexpr,
+                NBITS: tl.constexpr, BLOCK: tl.constexpr):
+    """One radix digit: the bin of the want-th key among those matching prefix/pmask.
+    Returns the narrowed (prefix, pmask, want) and how many keys the chosen bin holds."""
+    hist = tl.zeros([2048], dtype=tl.int32)
+    for s in range(0, n, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        m = offs < n
+        k, _ = _load_key(src, offs, m, top, PACKED)
+        match = m & ((k & pmask) == prefix)
+        digit = ((k >> SHIFT) & ((1 << NBITS) - 1)).to(tl.int32)
+        hist += tl.histogram(digit, 2048, mask=match)
     bins = tl.arange(0, 2048)
-    for p in tl.static_range(3):
-        shift: tl.constexpr = 21 - 11 * p if p < 2 else 0
-        nbits: tl.constexpr = 11 if p < 2 else 10
-        hist = tl.zeros([2048], dtype=tl.int32)
+    cum = tl.cumsum(hist, 0).to(tl.int64)
+    sel = tl.sum((cum < want).to(tl.int32), 0)  # first bin whose cumulative count reaches want
+    below = tl.sum(tl.where(bins < sel, hist, 0).to(tl.int64), 0)
+    in_sel = tl.sum(tl.where(bins == sel, hist, 0).to(tl.int64), 0)
+    prefix = prefix | (sel.to(tl.int64) << SHIFT)
+    pmask = pmask | (((1 << NBITS) - 1) << SHIFT)
+    return prefix, pmask, want - below, in_sel
+
+
+@triton.jit
+def _finish_cut(src, n, top, prefix, pmask, want, PACKED: tl.constexpr, BLOCK: tl.constexpr):
+    """Digits 2 and 3, then the id of the want-th threshold-equal row (src in id order)."""
+    prefix, pmask, want, _ = _digit_pass(src, n, top, prefix, pmask, want, PACKED, 10, 11, BLOCK)
+    prefix, pmask, want, _ = _digit_pass(src, n, top, prefix, pmask, want, PACKED, 0, 10, BLOCK)
+    seen = tl.zeros([], dtype=tl.int64)
+    last = tl.zeros([], dtype=tl.int64) - 1
+    for s in range(0, n, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        m = offs < n
+        k, ids = _load_key(src, offs, m, top, PACKED)
+        eq = (m & (k == prefix)).to(tl.int64)
+        run = tl.cumsum(eq, 0) + seen
+        hit = (eq > 0) & (run == want)
+        last = tl.maximum(last, tl.max(tl.where(hit, ids, -1), 0))
+        seen += tl.sum(eq, 0)
+    return prefix, last
+
+
+@triton.jit
+def _cut_kernel(keys_ptr, cand_ptr, N, K, CAP, cut_key_ptr, last_eq_ptr, BLOCK: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    base = keys_ptr + b * N
+    zero = tl.zeros([], dtype=tl.int64)
+    # (K may arrive as a specialised constant, hence zero + K)
+    prefix, pmask, want, in_sel = _digit_pass(base, N, zero, zero, zero, zero + K, False,
+                                              21, 11, BLOCK)
+    if in_sel <= CAP:
+        # compact the rows of the chosen bin, in id order: (low 21 key bits) << 40 | id
+        cand = cand_ptr + b * CAP
+        count = tl.zeros([], dtype=tl.int64)
         for s in range(0, N, BLOCK):
             offs = s + tl.arange(0, BLOCK)
             m = offs < N
             k = tl.load(base + offs, mask=m, other=0)
-            match = m & ((k & pmask) == prefix)
-            digit = ((k >> shift) & ((1 << nbits) - 1)).to(tl.int32)
-            hist += tl.histogram(digit, 2048, mask=match)
-        cum = tl.cumsum(hist, 0).to(tl.int64)
-        sel = tl.sum((cum < want).to(tl.int32), 0)  # first bin whose cumulative count reaches want
-        below = tl.sum(tl.where(bins < sel, hist, 0).to(tl.int64), 0)
-        want -= below
-        prefix = prefix | (sel.to(tl.int64) << shift)
-        pmask = pmask | (((1 << nbits) - 1) << shift)
-    # `want` = how many rows with the threshold key are in scope, lowest ids first.
-    seen = tl.zeros([], dtype=tl.int64)
-    last = tl.zeros([], dtype=tl.int64) - 1
-    for s in range(0, N, BLOCK):
-        offs = s + tl.arange(0, BLOCK)
-        m = offs < N
-        k = tl.load(base + offs, mask=m, other=-1)
-        eq = (k == prefix).to(tl.int64)
-        run = tl.cumsum(eq, 0) + seen
-        hit = (eq > 0) & (run == want)
-        last = tl.maximum(last, tl.max(tl.where(hit, offs.to(tl.int64), -1), 0))
-        seen += tl.sum(eq, 0)
-    tl.store(cut_key_ptr + b, prefix)
+            hit = m & ((k & pmask) == prefix)
+            h = hit.to(tl.int64)
+            pos = count + tl.cumsum(h, 0) - h
+            tl.store(cand + pos, ((k & ((1 << 21) - 1)) << 40) | offs.to(tl.int64), mask=hit)
+            count += tl.sum(h, 0)
+        cut, last = _finish_cut(cand, in_sel, prefix, prefix, pmask, want, True, BLOCK)
+    else:
+        cut, last = _finish_cut(base, N, zero, prefix, pmask, want, False, BLOCK)
+    tl.store(cut_key_ptr + b, cut)
     tl.store(last_eq_ptr + b, last)
 
 
+# ----------------------------------------------------------------------------- pass 3
 @triton.jit
 def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N, D, w,
                   IP: tl.constexpr, ALL: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -149,19 +257,34 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
 
 # ----------------------------------------------------------------------------- host side
 def _keys(q, c, metric):
+    """[B, N] int64 keys: the small-B kernel for B <= SMALL_B, else the tensor-core one."""
     B, T = q.shape
     N = c.shape[0]
     keys = torch.empty((B, N), dtype=torch.int64, device=q.device)
-    _keys_kernel[(triton.cdiv(N, _BLOCK_N), B)](q, c, keys, N, T, IP=(metric == "ip"),
-                                               BLOCK_N=_BLOCK_N, BLOCK_T=_BLOCK_T)
+    ip = metric == "ip"
+    if B <= SMALL_B:
+        qb = max(2, triton.next_power_of_2(B))
+        _keys_small_b_kernel[(triton.cdiv(N, _SMALL_BLOCK_N),)](
+            q, c, keys, B, N, T, IP=ip, QB=qb, BLOCK_N=_SMALL_BLOCK_N, BLOCK_T=_SMALL_BLOCK_T)
+    else:
+        grid = (triton.cdiv(N, _DOT_BLOCK_N), triton.cdiv(B, _DOT_BLOCK_Q))
+        _keys_dot_kernel[grid](q, c, keys, B, N, T, IP=ip, HALF=(c.dtype != torch.float32),
+                               BLOCK_N=_DOT_BLOCK_N, BLOCK_Q=_DOT_BLOCK_Q, BLOCK_T=_DOT_BLOCK_T)
     return keys
 
 
-def _cuts(keys, K):
+def candidate_capacity(N: int) -> int:
+    """Rows per query of the candidate buffer that the cut compacts into."""
+    return min(N, max(_CAND_MIN, N // _CAND_FRACTION))
+
+
+def _cuts(keys, K, cap=None):
     B, N = keys.shape
+    cap = candidate_capacity(N) if cap is None else cap
+    cand = torch.empty((B, cap), dtype=torch.int64, device=keys.device)
     cut = torch.empty(B, dtype=torch.int64, device=keys.device)
     last = torch.empty(B, dtype=torch.int64, device=keys.device)
-    _cut_kernel[(B,)](keys, N, K, cut, last, BLOCK=_SEL_BLOCK)
+    _cut_kernel[(B,)](keys, cand, N, K, cap, cut, last, BLOCK=_SEL_BLOCK)
     return cut, last
 
 
@@ -215,7 +338,7 @@ def theme_scoped_search(q, qe, c, e, K, k, w, metric):
         cut, last = _cuts(keys, K)
     _score_kernel[(triton.cdiv(N, _BLOCK_N), B)](qe, e, keys, cut, last, scores, N, D, float(w),
                                                 IP=(metric == "ip"), ALL=(K >= N),
-                                                BLOCK_N=_BLOCK_N, BLOCK_D=32)
+                                                BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D)
     return _top_k(scores, torch.full((B,), K), k)
 
 
@@ -223,5 +346,39 @@ def scoped_dense_search(qe, e, scope, k):
     B, Ks = scope.shape
     scores = torch.empty((B, Ks), dtype=torch.float32, device=qe.device)
     _gather_score_kernel[(triton.cdiv(Ks, _BLOCK_N), B)](qe, e, scope, scores, Ks, e.shape[1],
-                                                        BLOCK_N=_BLOCK_N, BLOCK_D=32)
+                                                        BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D)
     return _top_k(scores, (scope >= 0).sum(1), k, col_ids=scope)
+
+
+# ----------------------------------------------------------------------------- AOT check
+def aot_variants():
+    """Every launch above, for tests/triton_aot_gate.py (see kernels/_aot.py)."""
+    from ._aot import FLOAT_PTRS, variant
+    out = []
+    for dt, cptr in FLOAT_PTRS.items():  # corpus (and corpus_emb) storage dtype
+        for ip in (False, True):
+            for qb in (2, 4, 8):
+                out.append(variant(
+                    _keys_small_b_kernel, dict(q_ptr="*fp32", c_ptr=cptr, keys_ptr="*i64",
+                                               B="i32", N="i32", T="i32"),
+                    IP=ip, QB=qb, BLOCK_N=_SMALL_BLOCK_N, BLOCK_T=_SMALL_BLOCK_T))
+            out.append(variant(
+                _keys_dot_kernel, dict(q_ptr="*fp32", c_ptr=cptr, keys_ptr="*i64", B="i32",
+                                       N="i32", T="i32"),
+                IP=ip, HALF=dt != "float32", BLOCK_N=_DOT_BLOCK_N, BLOCK_Q=_DOT_BLOCK_Q,
+                BLOCK_T=_DOT_BLOCK_T))
+            for all_rows in (False, True):
+                out.append(variant(
+                    _score_kernel, dict(qe_ptr="*fp32", e_ptr=cptr, keys_ptr="*i64",
+                                        cut_key_ptr="*i64", last_eq_ptr="*i64", out_ptr="*fp32",
+                                        N="i32", D="i32", w="fp32"),
+                    IP=ip, ALL=all_rows, BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D))
+        out.append(variant(
+            _gather_score_kernel, dict(qe_ptr="*fp32", e_ptr=cptr, ids_ptr="*i64",
+                                       out_ptr="*fp32", Ks="i32", D="i32"),
+            BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D))
+    cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",
+                     last_eq_ptr="*i64")
+    out.append(variant(_cut_kernel, dict(cut_types, K="i32"), BLOCK=_SEL_BLOCK))
+    out.append(variant(_cut_kernel, cut_types, K=1, BLOCK=_SEL_BLOCK))  # triton specialises 1
+    return out

@@ -42,10 +42,16 @@ def check_finite(t: torch.Tensor, name: str, allow_inf: bool = False,
                  chunk_elems: int = 1 << 22) -> None:
     """NaN is always rejected (it has no place in an ordering); +-inf only if not allowed.
 
-    Checks in chunks of ``chunk_elems`` so a large corpus (1M x 298) costs a few MB of
-    scratch instead of a full-size boolean mask.
+    CPU tensors are checked in chunks of ``chunk_elems`` so a large corpus (1M x 298) costs a
+    few MB of scratch instead of a full-size boolean mask. GPU tensors get one reduction
+    (:func:`nonfinite_flag`) and one host synchronisation per call, whatever their size.
     """
     if t.numel() == 0:
+        return
+    if t.device.type != "cpu":
+        if bool(nonfinite_flag(t, allow_inf)):  # the only host sync
+            raise ValueError(f"{name}: contains NaN" if allow_inf
+                             else f"{name}: contains NaN or infinite values")
         return
     flat = t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
     for start in range(0, flat.numel(), chunk_elems):
@@ -55,6 +61,30 @@ def check_finite(t: torch.Tensor, name: str, allow_inf: bool = False,
                 raise ValueError(f"{name}: contains NaN")
         elif not torch.isfinite(part).all():
             raise ValueError(f"{name}: contains NaN or infinite values")
+
+
+def nonfinite_flag(t: torch.Tensor, allow_inf: bool = False) -> torch.Tensor:
+    """0-d bool tensor on t's device: t holds NaN (or, unless allow_inf, +-inf).
+
+    One min/max reduction over t in any layout (no copy, no mask the size of t; min and max
+    propagate NaN, and any inf is the min or the max), and no host synchronisation.
+    """
+    lo, hi = torch.aminmax(t)
+    if allow_inf:
+        return torch.isnan(lo) | torch.isnan(hi)
+    return ~(torch.isfinite(lo) & torch.isfinite(hi))
+
+
+def check_all_finite(**tensors: torch.Tensor) -> None:
+    """check_finite of several arrays; on a GPU with one host synchronisation for all of them
+    (more only to name the culprit once one is bad)."""
+    gpu = {n: t for n, t in tensors.items() if t.device.type != "cpu" and t.numel()}
+    if len(gpu) > 1:
+        flags = torch.stack([nonfinite_flag(t) for t in gpu.values()])
+        if not bool(flags.any()):
+            tensors = {n: t for n, t in tensors.items() if n not in gpu}
+    for name, t in tensors.items():
+        check_finite(t, name)
 
 
 def check_same_device(**tensors: torch.Tensor) -> torch.device:

@@ -8,8 +8,11 @@ Four implementations stand behind every op:
 - ``triton`` : Triton kernels in ``rasfast.kernels``; on a GPU, or on the CPU only under
   ``TRITON_INTERPRET=1`` (set before the kernel module is imported; slow, for tests).
 
-``backend="auto"`` picks ``cuda`` for GPU tensors (``triton`` if the CUDA module lacks
-the op or was not built) and ``cpu`` otherwise.
+``backend="auto"`` picks ``cpu`` for CPU tensors. For GPU tensors it picks ``cuda`` when the
+CUDA module imports, can use the device (its statically linked runtime needs a new enough
+driver) and the call is within the CUDA kernel's limits (``CUDA_LIMITS``); otherwise the next
+backend, ``triton``, then ``torch``. ``backends()`` reports those limits and why ``cuda`` is
+not usable when it is not.
 """
 from __future__ import annotations
 
@@ -52,7 +55,19 @@ def cuda_module() -> ModuleType:
         raise BackendUnavailable(
             "backend 'cuda' needs rasfast._cuda, which was not built or failed to import "
             f"({err}); it is built only when the CUDA compiler (nvcc) is found at install time")
+    use_torch_scratch(mod)
     return mod
+
+
+def _torch_scratch_alloc(nbytes: int, device: int, stream: int) -> int:
+    return torch.cuda.caching_allocator_alloc(nbytes, device, stream)
+
+
+def use_torch_scratch(mod) -> None:
+    """Make the CUDA kernels take their scratch memory from torch's caching allocator (on the
+    launch stream, so it is reused across calls and shows in torch.cuda.memory_stats())."""
+    if hasattr(mod, "set_scratch_allocator") and mod.scratch_allocator() != "callback":
+        mod.set_scratch_allocator(_torch_scratch_alloc, torch.cuda.caching_allocator_delete)
 
 
 def triton_interpret() -> bool:
@@ -69,6 +84,34 @@ def triton_kernels() -> ModuleType:
     if mod is None:
         raise BackendUnavailable(f"backend 'triton': rasfast.kernels failed to import ({err})")
     return mod
+
+
+# Calls the CUDA kernels cannot take; auto moves on to triton for them, an explicit
+# backend="cuda" raises ValueError saying which limit was hit.
+CUDA_LIMITS: Dict[str, str] = {
+    "scoped_dense_search": "k <= rasfast._cuda.theme_max_k (per-warp top-k lists in shared memory)",
+    "theme_scoped_search": "k <= rasfast._cuda.theme_max_k (per-warp top-k lists in shared memory)",
+    "triple_beam_search": "on-chip candidate lists within rasfast._cuda.beam_max_smem bytes of "
+                          "shared memory per block",
+}
+
+
+def cuda_attr(name: str, default=None):
+    """An attribute of rasfast._cuda (a kernel limit), or ``default`` when it is not built."""
+    mod, _ = _import("rasfast._cuda")
+    return getattr(mod, name, default) if mod is not None else default
+
+
+def cuda_unusable_reason() -> Optional[str]:
+    """None when rasfast._cuda imports and its runtime can use a device; else why not."""
+    mod, err = _import("rasfast._cuda")
+    if mod is None:
+        return err
+    try:
+        status = mod.device_status()  # e.g. "CUDA driver version is insufficient ..."
+    except Exception as e:  # a module built before device_status existed, or a broken one
+        return f"{type(e).__name__}: {e}"
+    return None if status == "ok" else f"rasfast._cuda cannot use a device: {status}"
 
 
 def _cuda_device_count() -> int:
@@ -91,10 +134,16 @@ def backends() -> Dict[str, Dict[str, object]]:
                   "threads": mod.omp_max_threads() if mod is not None else 0}
     cmod, cerr = _import("rasfast._cuda")
     devices = _cuda_device_count()
-    reason = cerr if cmod is None else (None if devices else "no CUDA device visible to torch")
-    out["cuda"] = {"available": cmod is not None and devices > 0, "built": cmod is not None,
-                   "device_count": devices, "reason": reason,
-                   "runtime_version": cmod.runtime_version() if cmod is not None else None}
+    if cmod is None:
+        reason = cerr
+    elif not devices:
+        reason = "no CUDA device visible to torch"
+    else:
+        reason = cuda_unusable_reason()
+    out["cuda"] = {"available": cmod is not None and devices > 0 and reason is None,
+                   "built": cmod is not None, "device_count": devices, "reason": reason,
+                   "runtime_version": cmod.runtime_version() if cmod is not None else None,
+                   "limits": dict(CUDA_LIMITS), "limit_values": _cuda_limit_values(cmod)}
     tri, terr = _import("triton")
     interp = triton_interpret()
     t_ok = tri is not None and (devices > 0 or interp)
@@ -105,10 +154,19 @@ def backends() -> Dict[str, Dict[str, object]]:
     return out
 
 
-def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = True) -> str:
+def _cuda_limit_values(cmod) -> Dict[str, object]:
+    if cmod is None:
+        return {}
+    return {n: getattr(cmod, n) for n in ("theme_max_k", "beam_max_smem") if hasattr(cmod, n)}
+
+
+def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = True,
+            cuda_limit: Optional[str] = None) -> str:
     """Concrete backend for an op call on tensors that live on ``device``.
 
     ``has_cuda_op`` lets an op say it has no CUDA kernel so auto falls through to Triton.
+    ``cuda_limit``: a sentence saying which CUDA kernel limit this call exceeds (None when
+    within them): auto then falls through to Triton, and backend="cuda" raises ValueError.
     Raises ValueError for an unknown name or a device the backend cannot serve, and
     BackendUnavailable naming what is missing.
     """
@@ -118,7 +176,7 @@ def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = Tru
     if backend == "auto":
         if not on_gpu:
             return "cpu" if _import("rasfast._C")[0] is not None else "torch"
-        if has_cuda_op and _import("rasfast._cuda")[0] is not None:
+        if has_cuda_op and cuda_limit is None and cuda_unusable_reason() is None:
             return "cuda"
         if _import("triton")[0] is not None:
             return "triton"
@@ -135,6 +193,9 @@ def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = Tru
             raise ValueError(f"{op}: backend 'cuda' needs tensors on a CUDA device, got {device}")
         if not has_cuda_op:
             raise BackendUnavailable(f"{op}: no CUDA kernel is built for this op")
+        if cuda_limit is not None:
+            raise ValueError(f"{op}: {cuda_limit}; use backend='triton', 'torch' or 'auto' "
+                             "(which falls back past this limit)")
     elif backend == "triton":
         triton_kernels()
         if not on_gpu and not triton_interpret():
@@ -158,5 +219,6 @@ def cuda_device_count() -> int:
     return _cuda_device_count()
 
 
-__all__ = ["BACKENDS", "BackendUnavailable", "backends", "resolve", "available",
+__all__ = ["BACKENDS", "BackendUnavailable", "CUDA_LIMITS", "backends", "resolve", "available",
+           "cuda_attr", "cuda_unusable_reason",
            "cpu_module", "cuda_module", "triton_kernels", "triton_interpret"]

@@ -77,3 +77,162 @@ def test_gpu_only_backend_on_cpu_message(monkeypatch):
         pytest.skip("needs triton and no GPU")
     with pytest.raises(dispatch.BackendUnavailable, match="TRITON_INTERPRET=1"):
         dispatch.resolve("triton", torch.device("cpu"), "select_k")
+
+
+# --------------------------------------------------------------------------- auto fallbacks
+class _FakeCuda:
+    """Stands in for rasfast._cuda: imports fine, and says what its runtime sees."""
+
+    theme_max_k = 256
+    beam_max_smem = 160 * 1024
+
+    def __init__(self, status="ok"):
+        self.status = status
+
+    def device_status(self):
+        return self.status
+
+    def device_count(self):
+        return 1 if self.status == "ok" else 0
+
+    def runtime_version(self):
+        return 13000
+
+
+def _fake_import(monkeypatch, cuda=None, triton_ok=True):
+    real = dispatch._import
+
+    def fake(name):
+        if name == "rasfast._cuda":
+            return (cuda, None) if cuda is not None else (None, "ImportError: simulated")
+        if name == "triton" and not triton_ok:
+            return None, "ImportError: simulated"
+        return real(name)
+
+    monkeypatch.setattr(dispatch, "_import", fake)
+
+
+GPU = torch.device("cuda", 0)  # a device object only; nothing is allocated on it
+
+
+def test_auto_skips_a_cuda_module_that_cannot_use_the_device(monkeypatch):
+    # e.g. a static CUDA 13 runtime on an older driver: the module imports, launches would fail
+    old_driver = _FakeCuda("CUDA driver version is insufficient for CUDA runtime version")
+    _fake_import(monkeypatch, cuda=old_driver)
+    assert dispatch.cuda_unusable_reason().endswith("insufficient for CUDA runtime version")
+    assert dispatch.resolve("auto", GPU, "select_k") == "triton"
+    _fake_import(monkeypatch, cuda=old_driver, triton_ok=False)
+    assert dispatch.resolve("auto", GPU, "select_k") == "torch"
+    monkeypatch.setattr(dispatch, "_cuda_device_count", lambda: 1)
+    info = dispatch.backends()["cuda"]
+    assert info["built"] and not info["available"] and "insufficient" in info["reason"]
+
+
+def test_auto_picks_a_usable_cuda_module(monkeypatch):
+    _fake_import(monkeypatch, cuda=_FakeCuda("ok"))
+    assert dispatch.cuda_unusable_reason() is None
+    assert dispatch.resolve("auto", GPU, "select_k") == "cuda"
+    assert dispatch.resolve("auto", GPU, "op", has_cuda_op=False) == "triton"
+    monkeypatch.setattr(dispatch, "_cuda_device_count", lambda: 1)
+    info = dispatch.backends()["cuda"]
+    assert info["available"] and info["reason"] is None
+
+
+def test_auto_falls_back_past_a_cuda_limit(monkeypatch):
+    from rasfast.ops.theme import _cuda_top_k_limit
+    _fake_import(monkeypatch, cuda=_FakeCuda("ok"))
+    assert _cuda_top_k_limit(256) is None
+    limit = _cuda_top_k_limit(257)
+    assert limit == "k: backend 'cuda' supports k <= 256, got 257"
+    assert dispatch.resolve("auto", GPU, "theme_scoped_search", cuda_limit=limit) == "triton"
+    _fake_import(monkeypatch, cuda=_FakeCuda("ok"), triton_ok=False)
+    assert dispatch.resolve("auto", GPU, "theme_scoped_search", cuda_limit=limit) == "torch"
+    # asking for cuda explicitly names the limit instead of falling back
+    with pytest.raises(ValueError, match=r"theme_scoped_search: k: backend 'cuda' supports k <= 256"):
+        dispatch.resolve("cuda", GPU, "theme_scoped_search", cuda_limit=limit)
+    assert dispatch.resolve("cuda", GPU, "theme_scoped_search") == "cuda"
+
+
+def test_no_cuda_module_means_no_limit(monkeypatch):
+    from rasfast.ops.theme import _cuda_top_k_limit
+    _fake_import(monkeypatch, cuda=None)
+    assert _cuda_top_k_limit(10 ** 6) is None
+    assert dispatch.resolve("auto", GPU, "theme_scoped_search") in ("triton", "torch")
+
+
+def test_backends_reports_cuda_limits():
+    info = rasfast.backends()["cuda"]
+    assert set(info["limits"]) == {"scoped_dense_search", "theme_scoped_search",
+                                   "triple_beam_search"}
+    if info["built"]:
+        assert info["limit_values"]["theme_max_k"] == 256
+        assert info["limit_values"]["beam_max_smem"] == 160 * 1024
+
+
+@pytest.mark.skipif(not rasfast.backends()["cuda"]["built"], reason="rasfast._cuda not built")
+def test_beam_cuda_shared_memory_limit_is_detected_on_the_host():
+    # beam_search_smem is host arithmetic: the limit is known before any launch
+    from rasfast.ops.beam import _cuda_smem_limit
+    small = dict(n=100, b=4, L=3, max_neighbors=None, decay=[1.0] * 9, max_deg=8)
+    assert _cuda_smem_limit(64, small) is None
+    huge = dict(small, b=512, L=64, max_deg=5000)
+    msg = _cuda_smem_limit(64, huge)
+    assert msg and "shared memory per block" in msg and "163840" in msg
+
+
+# --------------------------------------------------------------------------- CUDA scratch
+@pytest.mark.skipif(not rasfast.backends()["cuda"]["built"], reason="rasfast._cuda not built")
+def test_cuda_scratch_comes_from_torchs_caching_allocator():
+    mod = dispatch.cuda_module()  # what every cuda op calls first
+    assert mod.scratch_allocator() == "callback"
+    try:
+        mod.set_scratch_allocator(None, None)
+        assert mod.scratch_allocator() == "pool"
+        with pytest.raises(ValueError, match="both"):
+            mod.set_scratch_allocator(None, torch.cuda.caching_allocator_delete)
+    finally:
+        dispatch.use_torch_scratch(mod)
+    assert mod.scratch_allocator() == "callback"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_scratch_is_counted_by_torch(monkeypatch):
+    q, c = torch.rand(4, 16, device="cuda"), torch.rand(5000, 16, device="cuda")
+    qe, e = torch.rand(4, 8, device="cuda"), torch.rand(5000, 8, device="cuda")
+    x = torch.rand(3, 10000, device="cuda")
+
+    def allocations():
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        rasfast.theme_scoped_search(q, qe, c, e, 700, 10, backend="cuda")
+        rasfast.select_k(x, 500, backend="cuda")
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    mod = dispatch.cuda_module()
+    allocations()  # warm up
+    with_torch = allocations()
+    monkeypatch.setattr(dispatch, "use_torch_scratch", lambda mod: None)
+    mod.set_scratch_allocator(None, None)
+    try:
+        with_pool = allocations()
+    finally:
+        monkeypatch.undo()
+        dispatch.use_torch_scratch(mod)
+    # the same calls allocate more from torch when the kernels' scratch comes from torch
+    assert with_torch > with_pool, (with_torch, with_pool)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_on_gpu_falls_back_past_the_cuda_top_k_cap():
+    g = torch.Generator().manual_seed(0)
+    q, c = torch.randint(0, 3, (3, 8), generator=g).float(), torch.randint(0, 3, (900, 8), generator=g).float()
+    qe, e = torch.randint(-2, 3, (3, 5), generator=g).float(), torch.randint(-2, 3, (900, 5), generator=g).float()
+    want = rasfast.theme_scoped_search(q, qe, c, e, 600, 300, backend="torch")
+    got = rasfast.theme_scoped_search(q.cuda(), qe.cuda(), c.cuda(), e.cuda(), 600, 300)
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    if rasfast.backends()["cuda"]["built"]:
+        with pytest.raises(ValueError, match="k <= 256"):
+            rasfast.theme_scoped_search(q.cuda(), qe.cuda(), c.cuda(), e.cuda(), 600, 300,
+                                        backend="cuda")

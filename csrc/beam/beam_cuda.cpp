@@ -95,6 +95,7 @@ void bind(py::module_& m) {
   m.def("beam_search_smem", &beam_cuda_smem, py::arg("n"), py::arg("D"), py::arg("beam_width"),
         py::arg("max_len"), py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),
         "Shared memory bytes per block the cuda beam search needs for these settings.");
+  m.attr("beam_max_smem") = kMaxSmem;  // larger needs: dispatch falls back past cuda
 }
 
 }  // namespace

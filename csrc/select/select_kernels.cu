@@ -26,6 +26,7 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/scratch.h"
 #include "select/select_cuda.h"
 
 namespace rasfast {
@@ -230,12 +231,12 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   const dim3 grid(nblk, grid_rows);
   const int row_blocks = (int)((rows + 255) / 256);
 
-  RowState* st = nullptr;
-  unsigned long long* hist = nullptr;
-  long long* cnt = nullptr;
-  RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&st, sizeof(RowState) * rows, stream));
-  RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&hist, sizeof(unsigned long long) * kBins * rows, stream));
-  RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&cnt, sizeof(long long) * 2 * nblk * rows, stream));
+  Scratch st_buf(sizeof(RowState) * rows, stream);
+  Scratch hist_buf(sizeof(unsigned long long) * kBins * rows, stream);
+  Scratch cnt_buf(sizeof(long long) * 2 * nblk * rows, stream);
+  RowState* st = st_buf.as<RowState>();
+  unsigned long long* hist = hist_buf.as<unsigned long long>();
+  long long* cnt = cnt_buf.as<long long>();
   RASFAST_CUDA_CHECK(cudaMemsetAsync(hist, 0, sizeof(unsigned long long) * kBins * rows, stream));
   init_state<<<row_blocks, 256, 0, stream>>>(st, rows, k);
   RASFAST_CUDA_CHECK(cudaGetLastError());
@@ -261,11 +262,12 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     // 64 bits and whose item count fits comfortably in one device-wide sort.
     const int64_t group = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 30) / k));
     const int64_t items = rows * k;
-    unsigned long long *keys = nullptr, *keys_out = nullptr;
-    int64_t* idx = nullptr;
-    RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&keys, sizeof(unsigned long long) * items, stream));
-    RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&keys_out, sizeof(unsigned long long) * items, stream));
-    RASFAST_CUDA_CHECK(cudaMallocAsync((void**)&idx, sizeof(int64_t) * items, stream));
+    Scratch keys_buf(sizeof(unsigned long long) * items, stream);
+    Scratch keys_out_buf(sizeof(unsigned long long) * items, stream);
+    Scratch idx_buf(sizeof(int64_t) * items, stream);
+    unsigned long long* keys = keys_buf.as<unsigned long long>();
+    unsigned long long* keys_out = keys_out_buf.as<unsigned long long>();
+    int64_t* idx = idx_buf.as<int64_t>();
     write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, st, cnt_less, cnt_eq,
                                                      idx, keys, group);
     RASFAST_CUDA_CHECK(cudaGetLastError());
@@ -273,8 +275,8 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     size_t temp_bytes = 0;
     RASFAST_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_out, idx, out,
                                                        (int64_t)(group * k), 0, end_bit, stream));
-    void* temp = nullptr;
-    RASFAST_CUDA_CHECK(cudaMallocAsync(&temp, std::max<size_t>(temp_bytes, 1), stream));
+    Scratch temp_buf(std::max<size_t>(temp_bytes, 1), stream);
+    void* temp = temp_buf.p;
     for (int64_t r0 = 0; r0 < rows; r0 += group) {
       const int64_t g = std::min(group, rows - r0);
       size_t bytes = temp_bytes;
@@ -283,14 +285,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
                                                          idx + r0 * k, out + r0 * k, (int64_t)(g * k),
                                                          0, end_bit, stream));
     }
-    RASFAST_CUDA_CHECK(cudaFreeAsync(temp, stream));
-    RASFAST_CUDA_CHECK(cudaFreeAsync(idx, stream));
-    RASFAST_CUDA_CHECK(cudaFreeAsync(keys_out, stream));
-    RASFAST_CUDA_CHECK(cudaFreeAsync(keys, stream));
   }
-  RASFAST_CUDA_CHECK(cudaFreeAsync(cnt, stream));
-  RASFAST_CUDA_CHECK(cudaFreeAsync(hist, stream));
-  RASFAST_CUDA_CHECK(cudaFreeAsync(st, stream));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/scratch.h"
 #include "theme/theme_cuda.h"
 
 namespace rasfast {
@@ -46,19 +47,6 @@ template <> struct Dev<DType::BF16> {
   __device__ __forceinline__ static float ld(const uint16_t* p, int64_t i) {
     return __uint_as_float((uint32_t)p[i] << 16);
   }
-};
-
-// Scratch memory on the stream, freed (stream-ordered) when the owner goes out of scope.
-struct Scratch {
-  void* p = nullptr;
-  cudaStream_t s;
-  Scratch(size_t bytes, cudaStream_t st) : s(st) {
-    if (bytes) RASFAST_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
-  }
-  ~Scratch() { if (p) cudaFreeAsync(p, s); }
-  template <class T> T* as() const { return static_cast<T*>(p); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
 };
 
 inline unsigned grid_dim(int64_t n, int64_t per) {

@@ -188,10 +188,25 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
         scorer = _text_scorer(encoder, texts, graph, n, qf, qnorm)
         out = _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev), scorer, args)
     else:
-        be = _bk.resolve(backend, dev, "triple_beam_search")
+        be = _bk.resolve(backend, dev, "triple_beam_search",
+                         cuda_limit=_cuda_smem_limit(emb.shape[1], args))
         emb = emb.contiguous()
         out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
     return BeamResult(*(to_kind(t, kind) for t in out))
+
+
+def _cuda_smem_limit(D: int, a) -> Optional[str]:
+    """The CUDA search keeps its candidate lists on chip: the limit these settings exceed
+    (auto then falls back to triton), or None."""
+    need_fn, cap = _bk.cuda_attr("beam_search_smem"), _bk.cuda_attr("beam_max_smem")
+    if need_fn is None or cap is None:
+        return None
+    need = need_fn(a["n"], D, a["b"], a["L"], a["max_neighbors"] or 0, len(a["decay"]),
+                   a["max_deg"])
+    if need <= cap:
+        return None
+    return (f"beam_width/max_len/max_neighbors: backend 'cuda' would need {need} bytes of "
+            f"shared memory per block for these settings, more than its {cap}")
 
 
 # ---------------------------------------------------------------------------- validation

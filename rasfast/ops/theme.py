@@ -27,8 +27,8 @@ import torch
 from .. import dispatch as _bk
 from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
-from .._validate import (check_choice, check_dim, check_finite, check_float, check_int,
-                         check_int_arg, check_rank, check_same_device)
+from .._validate import (check_all_finite, check_choice, check_dim, check_finite, check_float,
+                         check_int, check_int_arg, check_rank, check_same_device)
 from ..reference import theme as _ref
 
 METRICS = ("l2", "ip")
@@ -61,8 +61,7 @@ def _corpus_finite(backend: str, **corpora: torch.Tensor) -> None:
     every row it reads), saving a full extra pass over the corpus; rows of corpus_emb outside
     every scope are not read and so not checked there."""
     if backend != "cpu":
-        for name, t in corpora.items():
-            check_finite(t, name)
+        check_all_finite(**corpora)  # on a GPU: one reduction per matrix, one host sync
 
 
 def _weight(w) -> float:
@@ -150,7 +149,7 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
     s = _scope_ids(scope_ids, q.shape[0], e.shape[0])
     k = check_int_arg(k, "k", 1)
     dev = check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
-    be = _bk.resolve(backend, dev, "scoped_dense_search")
+    be = _bk.resolve(backend, dev, "scoped_dense_search", cuda_limit=_cuda_top_k_limit(k))
     _corpus_finite(be, corpus_emb=e)
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
@@ -195,7 +194,7 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     w = _weight(theme_weight)
     metric = check_choice(metric, "metric", METRICS)
     dev = check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
-    be = _bk.resolve(backend, dev, "theme_scoped_search")
+    be = _bk.resolve(backend, dev, "theme_scoped_search", cuda_limit=_cuda_top_k_limit(k))
     _corpus_finite(be, corpus_ppd=c, corpus_emb=e)
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
@@ -253,12 +252,13 @@ def _fused_cpu(q, qe, c, e, K, k, w, metric):
 
 
 # ----------------------------------------------------------------------------- cuda
-def _cuda_k(k):
-    """The CUDA top-k keeps per-warp lists in shared memory, so k is bounded there."""
-    kmax = _bk.cuda_module().theme_max_k
-    if k > kmax:
-        raise ValueError(f"k: backend 'cuda' supports k <= {kmax}, got {k}; use backend='triton' "
-                         "or 'torch' for larger k")
+def _cuda_top_k_limit(k):
+    """The CUDA top-k keeps per-warp lists in shared memory, so k is bounded there: the
+    limit this call exceeds (auto then falls back to triton), or None."""
+    kmax = _bk.cuda_attr("theme_max_k")
+    if kmax is not None and k > kmax:
+        return f"k: backend 'cuda' supports k <= {kmax}, got {k}"
+    return None
 
 
 def _scope_cuda(q, c, K, metric):
@@ -271,7 +271,6 @@ def _scope_cuda(q, c, K, metric):
 
 
 def _dense_cuda(q, e, s, k):
-    _cuda_k(k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with torch.cuda.device(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
@@ -282,7 +281,6 @@ def _dense_cuda(q, e, s, k):
 
 
 def _fused_cuda(q, qe, c, e, K, k, w, metric):
-    _cuda_k(k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with torch.cuda.device(q.device):
         _bk.cuda_module().theme_scoped_search(

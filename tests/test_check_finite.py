@@ -1,0 +1,58 @@
+"""check_finite: the GPU path is one min/max reduction and one host sync per call.
+
+(It used to walk a GPU tensor in 4M-element chunks with a sync per chunk: ~1,270 syncs for a
+5M x 298 corpus.) nonfinite_flag is the device-side part; it is checked here on CPU tensors,
+and the one-sync property on a GPU when there is one.
+"""
+import warnings
+
+import pytest
+import torch
+from conftest import gpu
+
+from rasfast._validate import check_all_finite, check_finite, nonfinite_flag
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nonfinite_flag(dtype):
+    x = torch.randn(7, 33).to(dtype)
+    assert not bool(nonfinite_flag(x)) and not bool(nonfinite_flag(x, allow_inf=True))
+    for bad, is_nan in ((float("nan"), True), (float("inf"), False), (float("-inf"), False)):
+        y = x.clone()
+        y[3, 17] = bad
+        flag = nonfinite_flag(y)
+        assert flag.dim() == 0 and flag.dtype == torch.bool  # a device tensor: no sync in here
+        assert bool(flag)
+        assert bool(nonfinite_flag(y, allow_inf=True)) == is_nan
+        # any layout, no copy: a transposed, strided view still sees the bad element
+        assert bool(nonfinite_flag(y.t()[::1, ::1])) and bool(nonfinite_flag(y[2:5, 10:20]))
+        assert not bool(nonfinite_flag(y[:3]))
+
+
+def test_check_all_finite_names_the_culprit():
+    a, b = torch.zeros(4, 3), torch.zeros(5, 3)
+    check_all_finite(a=a, b=b)
+    b[4, 2] = float("inf")
+    with pytest.raises(ValueError, match=r"^b: contains NaN or infinite values"):
+        check_all_finite(a=a, b=b)
+
+
+@gpu
+def test_gpu_check_finite_syncs_once():
+    x = torch.randn(5_000_000, 16, device="cuda", dtype=torch.float16)  # 80M elements
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            check_finite(x, "x")
+            check_all_finite(x=x, y=x[:100])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in rec if "synchroniz" in str(w.message)]
+    assert len(syncs) == 2, [str(w.message) for w in rec]
+    x[4_999_999, 3] = float("nan")
+    with pytest.raises(ValueError, match="x: contains NaN"):
+        check_finite(x, "x", allow_inf=True)

@@ -1,0 +1,88 @@
+"""Triton theme kernels under the interpreter (tiny sizes), against the torch reference.
+
+Covers both pass-1 kernels (small-B, B <= 8: CUDA-core direct sums; B > 8: tl.dot with the
+tf32 hi/lo query split), the cut kernel's candidate compaction and its fallback when the
+first-digit bin overflows the buffer, K = 1 (a value Triton specialises), ties, and sizes that
+cross the row (64), T (16/32) and query (32) tiles. GPU parity lives in test_theme_ops.py.
+"""
+import pytest
+import torch
+from backends_util import TRITON
+from test_theme_ops import DTYPES, float_data, int_data, ref_fused, ref_scope
+
+import rasfast
+from rasfast.reference.theme import theme_distances
+from rasfast.reference.theme_check import check_scoped_search, check_theme_scope
+
+pytestmark = [pytest.mark.triton,
+              pytest.mark.skipif(not TRITON, reason="needs the triton package")]
+
+
+def kt():
+    return rasfast.dispatch.triton_kernels().theme
+
+
+def key_values(keys):
+    """Invert the kernels' ordered int64 keys back to the float32 value (distance or -ip)."""
+    u = torch.where(keys >= 0x80000000, keys - 0x80000000, 0xFFFFFFFF - keys)
+    return u.to(torch.int32).view(torch.float32) if u.numel() else u.float()
+
+
+# small-B kernel (QB = 4) in every dtype; the tl.dot kernel over two query tiles (interpreted
+# cuts cost ~0.1 s per query, so once)
+@pytest.mark.parametrize("B,dtype,metrics", [(3, d, ("l2", "ip")) for d in DTYPES]
+                         + [(33, torch.bfloat16, ("l2",)), (10, torch.float32, ("ip",))])
+def test_exact_parity_across_tiles(B, dtype, metrics):
+    q, qe, c, e = int_data(B, 70, 20, 6, dtype, seed=B)
+    for metric in metrics:
+        assert torch.equal(rasfast.theme_scope(q, c, 23, metric, backend="triton"),
+                           ref_scope(q, c, 23, metric))
+        wi, ws = ref_fused(q, qe, c, e, 23, 5, 0.5, metric)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 23, 5, 0.5, metric, backend="triton")
+        assert torch.equal(gi, wi) and torch.equal(gs, ws), (B, dtype, metric)
+
+
+@pytest.mark.parametrize("B", [1, 8, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pass1_keys_match_reference_distances(B, dtype):
+    """Both pass-1 kernels on float data: the float32 queries' hi/lo split keeps near-fp32 keys."""
+    q, _, c, _ = float_data(B, 70, 37, 4, dtype, seed=B)
+    q = q.float()
+    for metric in ("l2", "ip"):
+        got = key_values(kt()._keys(q, c, metric))
+        want = theme_distances(q, c, metric)
+        want = want if metric == "l2" else -want
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+def test_cut_compaction_and_fallback_agree():
+    """The candidate buffer (default) and reading the keys again (buffer too small) find the
+    same K-th key and last in-scope id, for every K, with many ties."""
+    q, _, c, _ = int_data(2, 300, 3, 4, seed=1)  # T = 3 of {0,1,2}: at most 27 distinct rows
+    keys = kt()._keys(q, c, "l2")
+    for K in (1, 50, 299):
+        cut_a, last_a = kt()._cuts(keys, K)
+        cut_b, last_b = kt()._cuts(keys, K, cap=1)
+        assert torch.equal(cut_a, cut_b) and torch.equal(last_a, last_b), K
+        srt = torch.sort(keys, dim=1, stable=True)
+        assert torch.equal(cut_a, srt.values[:, K - 1])
+        assert torch.equal(last_a, srt.indices[:, K - 1])  # stable: ties by lower id
+
+
+def test_k1_ties_and_identical_rows():
+    q, qe, c, e = int_data(2, 40, 4, 3, seed=2)
+    c[:] = c[0]  # every row ties: the scope is the lowest ids
+    for K in (1, 7):
+        got = rasfast.theme_scope(q, c, K, backend="triton")
+        assert torch.equal(got, torch.arange(K).expand(2, K))
+        wi, ws = ref_fused(q, qe, c, e, K, 3, 0.0, "l2")
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, 3, backend="triton")
+        assert torch.equal(gi, wi) and torch.equal(gs, ws)
+
+
+def test_float_data_dot_path_within_tolerance():
+    q, qe, c, e = float_data(9, 100, 33, 9, torch.float16, seed=4)
+    for metric in ("l2", "ip"):
+        check_theme_scope(rasfast.theme_scope(q, c, 40, metric, backend="triton"), q, c, 40, metric)
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 40, 6, 0.1, metric, backend="triton")
+        check_scoped_search(gi, gs, q, qe, c, e, 40, 6, 0.1, metric)
