@@ -2,14 +2,11 @@
 
 An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
 RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
-into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7)::
-
-    manifest.json    format version, counts, dims, dtypes, shard layout, encoder/theme names
-    ppd.npy          [N, T] theme vectors    (bfloat16 is stored as its uint16 bit pattern)
-    emb.npy          [N, D] dense embeddings (idem)
-    pids.npy         [N] int64 passage ids
-    passages.jsonl   one {"pid", "title", "text"} per row
-    theme_model/     the theme model, when it can be saved (rasfast.theme)
+into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7; the
+layout, format version 2, is described in rasfast._index_store): a manifest, raw row-major
+``ppd.bin`` / ``emb.bin`` / ``pids.bin``, ``passages.jsonl`` and the theme model. The index
+grows by appended shards: ``index.add(...)`` appends rows as a new shard and ``save`` into the
+index's own directory writes only those rows.
 
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays; searches over a memory-mapped
 index (or with ``chunk_rows``) stream the corpus in chunks with bounded extra memory and
@@ -24,39 +21,24 @@ Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
 """
 from __future__ import annotations
 
-import json
 import numbers
 import pathlib
-import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from . import _index_store as _store
 from . import _index_stream as _stream
 from ._arrays import as_tensor, kind_of, to_kind
 from ._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
                         check_rank)
 
-FORMAT = "rasfast.ThemeIndex"
-VERSION = 1
-MANIFEST = "manifest.json"
 SCOPES = ("per_shard", "global")
 METRICS = ("l2", "ip")
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# numpy dtype each storage dtype is written as (bfloat16 has none: its bits as uint16)
-_FILE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": np.dtype("<u2")}
-
-
-def _dtype_name(dtype) -> str:
-    if isinstance(dtype, torch.dtype):
-        dtype = str(dtype).replace("torch.", "")
-    elif isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
-        dtype = np.dtype(dtype).name
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype: expected one of {', '.join(_DTYPES)}, got {dtype!r}")
-    return dtype
+_DTYPES = _store.DTYPES
+_dtype_name = _store.dtype_name
 
 
 def _float_matrix(x, name: str) -> torch.Tensor:
@@ -143,6 +125,8 @@ class ThemeIndex:
         self.theme_model = theme_model
         self.theme_model_name = theme_model_name or getattr(theme_model, "name", None)
         self.mmapped = mmapped
+        # (resolved directory, rows saved there, its manifest): where save() appends
+        self._home: Optional[Tuple[pathlib.Path, int, dict]] = None
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -288,128 +272,124 @@ class ThemeIndex:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
-        """Writes the index directory (manifest last, so a partial save is not loadable)."""
+        """Writes the index directory (format version 2, see rasfast._index_store).
+
+        Saving into the directory this index was loaded from or last saved to writes only
+        what is new since then (the shards appended by :meth:`add`) and replaces the
+        manifest last; any other directory gets a full write (manifest last, so a partial
+        save is never loadable).
+        """
         d = pathlib.Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / MANIFEST).unlink(missing_ok=True)
-        arrays = {"emb": self.emb}
-        if self.ppd is not None:
-            arrays["ppd"] = self.ppd
-        entries = {}
-        for name, t in arrays.items():
-            dt = _dtype_name(t.dtype)
-            t = t.detach().cpu().contiguous()
-            raw = t.view(torch.int16).numpy().view(np.uint16) if dt == "bfloat16" else t.numpy()
-            np.save(d / f"{name}.npy", raw.astype(_FILE_DTYPES[dt], copy=False))
-            entries[name] = {"file": f"{name}.npy", "dtype": dt, "shape": list(t.shape)}
-        np.save(d / "pids.npy", np.asarray(self.pids, dtype="<i8"))
-        with open(d / "passages.jsonl", "w", encoding="utf-8") as f:
-            for pid, title, text in zip(self.pids.tolist(), self.titles, self.texts):
-                f.write(json.dumps({"pid": pid, "title": title, "text": text}, ensure_ascii=False))
-                f.write("\n")
-        theme_dir = None
-        if self.theme_model is not None and hasattr(self.theme_model, "save"):
-            self.theme_model.save(d / "theme_model")
-            theme_dir = "theme_model"
-        manifest = {
-            "format": FORMAT, "version": VERSION, "num_rows": len(self), "dim": self.dim,
-            "num_themes": self.num_themes, "arrays": entries,
-            "pids": {"file": "pids.npy", "dtype": "int64", "shape": [len(self)]},
-            "passages": {"file": "passages.jsonl", "count": len(self)},
-            "shards": [list(r) for r in self.shards], "normalize_ppd": self.normalize_ppd,
-            "metric": self.metric, "encoder": self.encoder_name,
-            "theme_model": {"name": self.theme_model_name, "dir": theme_dir},
-        }
-        (d / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        previous, start = None, 0
+        if self._home is not None and d.resolve() == self._home[0] and self._home[1] <= len(self):
+            try:
+                on_disk = _store.read_manifest(d)
+            except ValueError:
+                on_disk = None
+            if on_disk is not None and on_disk == self._home[2] and on_disk["version"] == _store.VERSION \
+                    and [list(r) for r in self.shards[:len(on_disk["shards"])]] == on_disk["shards"]:
+                previous, start = on_disk, self._home[1]
+        manifest = _store.write(d, self, start, previous)
+        self._home = (d.resolve(), len(self), manifest)
         return d
 
     @classmethod
     def load(cls, directory, mmap: bool = True, load_theme_model: bool = True) -> "ThemeIndex":
-        """Loads a saved index; ``mmap=True`` memory-maps the arrays (searches then stream).
+        """Loads a saved index (format version 1 or 2); ``mmap=True`` memory-maps the arrays,
+        which the compiled kernels then search in place (at in-memory speed once the files
+        are in the page cache).
 
         Raises ValueError naming the file when a file is missing, truncated or does not
         match the manifest.
         """
         d = pathlib.Path(directory)
-        mpath = d / MANIFEST
-        if not mpath.is_file():
-            raise ValueError(f"{mpath}: missing; {d} is not a saved ThemeIndex")
+        m = _store.read_manifest(d)
+        mpath = d / _store.MANIFEST
         try:
-            m = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{mpath}: not valid JSON ({e})") from e
-        if not isinstance(m, dict) or m.get("format") != FORMAT:
-            raise ValueError(f"{mpath}: not a {FORMAT} manifest")
-        if m.get("version") != VERSION:
-            raise ValueError(f"{mpath}: format version {m.get('version')!r}, this rasfast reads "
-                             f"version {VERSION}")
-        try:
-            n, dim, arrays = int(m["num_rows"]), int(m["dim"]), m["arrays"]
+            n = int(m["num_rows"])
             shards = _shard_ranges([tuple(r) for r in m["shards"]], n)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{mpath}: malformed manifest ({e})") from e
 
-        def read(entry, shape, what):
-            path = d / entry["file"]
-            dt = entry["dtype"]
-            if dt not in _FILE_DTYPES and dt != "int64":
-                raise ValueError(f"{mpath}: unknown dtype {dt!r} for {entry['file']}")
-            if list(entry["shape"]) != list(shape):
-                raise ValueError(f"{mpath}: {entry['file']} shape {entry['shape']} does not match "
-                                 f"{what} {list(shape)}")
-            if not path.is_file():
-                raise ValueError(f"{path}: missing (listed in {MANIFEST})")
-            try:
-                arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-            except Exception as e:  # truncated header/data, not an .npy file
-                raise ValueError(f"{path}: unreadable or truncated ({e})") from e
-            want = np.dtype("<i8") if dt == "int64" else _FILE_DTYPES[dt]
-            if arr.dtype != want or list(arr.shape) != list(shape):
-                raise ValueError(f"{path}: holds {arr.dtype} {list(arr.shape)}, the manifest says "
-                                 f"{dt} (stored as {want}) {list(shape)}")
-            return arr, dt
+        def matrix(name):
+            entry = _store.array_entry(d, m, name)
+            if entry is None:
+                return None
+            return _store.as_torch(_store.read_rows(d, m, entry, 0, n, mmap), entry["dtype"])
 
-        def as_torch(arr, dt):
-            with warnings.catch_warnings():  # read-only memmaps wrap zero-copy with a warning
-                warnings.simplefilter("ignore", UserWarning)
-                if dt == "bfloat16":
-                    return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-                return torch.from_numpy(arr)
-
-        e_entry = arrays.get("emb")
-        if e_entry is None:
-            raise ValueError(f"{mpath}: no 'emb' array listed")
-        emb = as_torch(*read(e_entry, [n, dim], "num_rows x dim"))
-        ppd = None
-        if arrays.get("ppd") is not None:
-            T = m.get("num_themes")
-            ppd = as_torch(*read(arrays["ppd"], [n, T], "num_rows x num_themes"))
-        pids, _ = read(m["pids"], [n], "num_rows")
-        pids = np.array(pids)
-
-        ppath = d / m["passages"]["file"]
-        if not ppath.is_file():
-            raise ValueError(f"{ppath}: missing (listed in {MANIFEST})")
-        titles, texts = [], []
-        with open(ppath, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                try:
-                    rec = json.loads(line)
-                    titles.append(rec["title"])
-                    texts.append(rec["text"])
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise ValueError(f"{ppath}: line {lineno} is not a passage record ({e})") from e
-        if len(titles) != n:
-            raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")
-
+        emb = matrix("emb")
+        ppd = matrix("ppd")
+        pids = np.array(_store.read_rows(d, m, _store.array_entry(d, m, "pids"), 0, n, mmap))
+        titles, texts = _store.read_passages(d, m)
         theme_model = None
         tm = m.get("theme_model") or {}
         if load_theme_model and tm.get("dir"):
             from .theme import load_theme_model as _load_tm
             theme_model = _load_tm(d / tm["dir"])
-        return cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
-                   m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
-                   mmapped=mmap)
+        index = cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
+                    m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
+                    mmapped=mmap)
+        index._home = (d.resolve(), n, m)
+        return index
+
+    # ------------------------------------------------------------------ growing
+    def add(self, emb=None, ppd=None, *, passages: Optional[Sequence[Any]] = None,
+            encoder: Any = None, pids=None, titles: Optional[Sequence[str]] = None,
+            texts: Optional[Sequence[str]] = None, cache: bool = True) -> "ThemeIndex":
+        """Appends rows as a NEW shard (rows [N, N + n)) and returns this index.
+
+        Takes the same row inputs as :meth:`build`: ``emb`` [n, D] (or ``passages`` and an
+        ``encoder``, which must be the one the index was built with when it recorded one),
+        and ``ppd`` [n, T]; when ``ppd`` is omitted it is computed by the index's theme
+        model. Rows are stored in the index's dtypes and normalised like the existing rows.
+        Default pids continue the row numbering (as :meth:`build` numbers rows).
+        :meth:`save` into the index's directory then writes only the new shard.
+
+        On a memory-mapped index the matrices are copied into memory by the append (the
+        saved rows included); save and load again to map them.
+        """
+        if passages is not None and emb is None:
+            if encoder is None:
+                raise ValueError("encoder: needed to embed passages when emb is not given")
+            name = getattr(encoder, "name", None)
+            if self.encoder_name and name and name != self.encoder_name:
+                raise ValueError(f"encoder: the index was built with {self.encoder_name!r}, "
+                                 f"got {name!r}")
+        if emb is not None:
+            e = _float_matrix(emb, "emb")
+            check_dim(e, "emb", 1, self.dim, "D (the index's embedding dim)")
+        if ppd is not None:
+            if self.ppd is None:
+                raise ValueError("ppd: this index is dense-only (built without theme vectors)")
+            p = _float_matrix(ppd, "ppd")
+            check_dim(p, "ppd", 1, self.num_themes, "T (the index's number of themes)")
+        elif self.ppd is not None and self.theme_model is None:
+            raise ValueError("ppd: not given and the index has no theme model to compute it")
+        part = ThemeIndex.build(
+            emb, ppd, passages=passages, encoder=encoder, theme_model=self.theme_model
+            if self.ppd is not None else False, pids=pids, titles=titles, texts=texts,
+            normalize_ppd=self.normalize_ppd, dtype=self.emb.dtype,
+            ppd_dtype=None if self.ppd is None else self.ppd.dtype, metric=self.metric,
+            cache=cache)
+        if part.dim != self.dim:
+            raise ValueError(f"emb: dim 1 must equal D (the index's embedding dim) ({self.dim}), "
+                             f"got {part.dim}")
+        n0, n = len(self), len(part)
+        new_pids = part.pids
+        if pids is None and (passages is None or all(_passage_fields(p)[0] < 0 for p in passages)):
+            new_pids = np.arange(n0, n0 + n, dtype=np.int64)
+        elif passages is not None and pids is None:  # rows without a pid get their row number
+            new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
+                                   enumerate(map(_passage_fields, passages))], dtype=np.int64)
+        self.emb = torch.cat([self.emb.to(part.emb.device), part.emb])
+        if self.ppd is not None:
+            self.ppd = torch.cat([self.ppd, part.ppd])
+        self.pids = np.concatenate([np.asarray(self.pids, dtype=np.int64), new_pids])
+        self.titles += part.titles
+        self.texts += part.texts
+        self.shards = self.shards + [(n0, n0 + n)]
+        self.mmapped = False
+        return self
 
     # ------------------------------------------------------------------ search
     def _queries(self, q_emb, q_ppd):
@@ -440,9 +420,7 @@ class ThemeIndex:
     def _chunk_rows(self, chunk_rows, B: int) -> Optional[int]:
         if chunk_rows is not None:
             return check_int_arg(chunk_rows, "chunk_rows", 1)
-        if self.mmapped:
-            return _stream.default_chunk_rows(B, max(self.dim, self.num_themes or 1))
-        return None
+        return None  # memory-mapped arrays are buffers: the kernels search them in place
 
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None):
