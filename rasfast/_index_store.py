@@ -245,3 +245,15 @@ def read_passages(d: pathlib.Path, m: Dict[str, Any]) -> Tuple[List[str], List[s
     if len(titles) != n:
         raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")
     return titles, texts
+
+
+def file_rows_args(d: pathlib.Path, m: Dict[str, Any], entry: Dict[str, Any]):
+    """(path, byte offset of row 0, row width, file dtype, kernel dtype code) of a matrix,
+    for reading its rows with plain sequential reads (rasfast._index_stream.FileRows)."""
+    from ._arrays import DTYPE_CODES
+    path = d / entry["file"]
+    offset = 0
+    if m["version"] == 1:
+        offset = int(np.load(path, mmap_mode="r", allow_pickle=False).offset)
+    dt = entry["dtype"]
+    return str(path), offset, int(entry["shape"][1]), FILE_DTYPES[dt], DTYPE_CODES[DTYPES[dt]]

@@ -88,6 +88,26 @@ def _shard_ranges(shards, n: int) -> List[Tuple[int, int]]:
     return ranges
 
 
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value, name: str) -> int:
+    """A byte count from an int or a string such as "1GB", "512MiB", "2e9"."""
+    if isinstance(value, str):
+        import re
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(f"{name}: expected bytes as an int or a string like '1GB', got {value!r}")
+        try:
+            value = int(float(m.group(1)) * _UNITS[unit])
+        except ValueError:
+            raise ValueError(f"{name}: expected bytes as an int or a string like '1GB', "
+                             f"got {value!r}") from None
+    return check_int_arg(value, name, 1)
+
+
 def _passage_fields(p) -> Tuple[int, str, str]:
     """(pid, title, text) from a rasfast.data Passage, a dict, a tuple or a plain string."""
     if isinstance(p, str):
@@ -127,6 +147,8 @@ class ThemeIndex:
         self.mmapped = mmapped
         # (resolved directory, rows saved there, its manifest): where save() appends
         self._home: Optional[Tuple[pathlib.Path, int, dict]] = None
+        # FileRows arguments of the arrays when they are exactly the saved files (streaming)
+        self._files: Optional[dict] = None
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -330,6 +352,8 @@ class ThemeIndex:
                     m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
                     mmapped=mmap)
         index._home = (d.resolve(), n, m)
+        index._files = {name: _store.file_rows_args(d, m, _store.array_entry(d, m, name))
+                         for name, t in (("emb", emb), ("ppd", ppd)) if t is not None}
         return index
 
     # ------------------------------------------------------------------ growing
@@ -389,6 +413,7 @@ class ThemeIndex:
         self.texts += part.texts
         self.shards = self.shards + [(n0, n0 + n)]
         self.mmapped = False
+        self._files = None  # the new rows are in memory only until saved and loaded
         return self
 
     # ------------------------------------------------------------------ search
@@ -417,37 +442,8 @@ class ThemeIndex:
             raise ValueError("q_ppd: not given and the index has no theme model to compute it")
         return self.theme_model.query_ppd(q_emb)
 
-    def _chunk_rows(self, chunk_rows, B: int) -> Optional[int]:
-        if chunk_rows is not None:
-            return check_int_arg(chunk_rows, "chunk_rows", 1)
-        return None  # memory-mapped arrays are buffers: the kernels search them in place
-
-    def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
-               theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None):
-        """Theme-scoped dense retrieval.
-
-        Args:
-            q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
-                like the corpus rows when the index normalises PPDs.
-            q_emb: [B, D] query embeddings.
-            K: scope size, per shard (``scope="per_shard"``, the paper's behaviour: each shard
-                keeps its K nearest rows and the shards' top-k lists are merged) or over the
-                whole corpus (``scope="global"``: exactly K rows, ties by lower row id).
-                K >= rows means no scoping.
-            k: results per query.
-            theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
-            backend: op backend for in-memory search ("auto" | "cpu" | "cuda" | "triton" |
-                "torch"). Streaming search (CPU) reproduces the "torch" backend bit for bit;
-                compiled backends may differ from it only for rows whose theme distance is
-                within float rounding of the K-th distance.
-            chunk_rows: stream the corpus in chunks of this many rows (default: stream only
-                when memory-mapped).
-
-        Returns:
-            (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
-            padded with -1 / -inf; numpy or torch like ``q_emb``.
-        """
-        kind = kind_of(q_emb)
+    def _search_args(self, q_ppd, q_emb, K, k, scope, theme_weight):
+        """The one validation of a search (DESIGN.md section 8): everything below trusts it."""
         if self.ppd is None:
             raise ValueError("search: this index has no theme vectors (built dense-only); "
                              "use dense_search")
@@ -460,28 +456,64 @@ class ThemeIndex:
         if isinstance(theme_weight, bool) or not isinstance(theme_weight, numbers.Real) \
                 or not 0.0 <= float(theme_weight) <= 1.0:
             raise ValueError(f"theme_weight: expected a number in [0, 1], got {theme_weight!r}")
-        w = float(theme_weight)
+        return qe, qp, K, k, scope, float(theme_weight)
+
+    def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
+               theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None,
+               max_memory=None):
+        """Theme-scoped dense retrieval.
+
+        Args:
+            q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
+                like the corpus rows when the index normalises PPDs.
+            q_emb: [B, D] query embeddings.
+            K: scope size, per shard (``scope="per_shard"``, the paper's behaviour: each shard
+                keeps its K nearest rows and the shards' top-k lists are merged) or over the
+                whole corpus (``scope="global"``: exactly K rows, ties by lower row id).
+                K >= rows means no scoping.
+            k: results per query.
+            theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
+            backend: op backend ("auto" | "cpu" | "cuda" | "triton" | "torch"). A
+                memory-mapped index is searched in place by the same kernels as one in
+                memory (a mapped file is a buffer), with the same results.
+            chunk_rows: search the corpus in blocks of this many rows (cpu kernels; same
+                result as in one piece, see rasfast._index_stream).
+            max_memory: a memory budget (bytes, or a string such as "1GB" / "512MiB") for a
+                corpus larger than memory: the theme and dense rows are streamed from the
+                index's files in blocks with large sequential reads and read-ahead (only the
+                in-scope dense rows, or whole blocks when most are), so the extra memory of
+                the search stays within the budget (plus interpreter overhead). The theme
+                matrix is read once per call when the [B, rows] uint32 keys fit in half the
+                budget, three times otherwise. Same results as in memory.
+
+        Returns:
+            (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
+            padded with -1 / -inf; numpy or torch like ``q_emb``.
+        """
+        kind = kind_of(q_emb)
+        qe, qp, K, k, scope, w = self._search_args(q_ppd, q_emb, K, k, scope, theme_weight)
         ranges = self.shards if scope == "per_shard" else [(0, len(self))]
+        streamed = chunk_rows is not None or max_memory is not None
+        if streamed:
+            chunk_rows = None if chunk_rows is None else check_int_arg(chunk_rows, "chunk_rows", 1)
+            max_memory = None if max_memory is None else parse_bytes(max_memory, "max_memory")
+            if qe.device.type != "cpu" or backend not in ("auto", "cpu"):
+                raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels on "
+                                 "CPU arrays (backend 'auto' or 'cpu')")
         B = qe.shape[0]
-        chunk = self._chunk_rows(chunk_rows, B)
         if B == 0:
             ids = torch.empty((0, k), dtype=torch.int64)
             return to_kind(ids, kind), to_kind(torch.empty((0, k)), kind)
         parts = []
-        if chunk is not None:
-            if qe.device.type != "cpu":
-                raise ValueError("q_emb: streaming search runs on the CPU; pass CPU arrays or "
-                                 "load the index with mmap=False and .to(device)")
-            for a, b in ranges:
-                parts.append(_stream.scoped_search_range(qp, qe, self.ppd, self.emb, a, b, K, k, w,
-                                                         self.metric, chunk))
-        else:
-            from .ops.theme import theme_scoped_search
-            for a, b in ranges:
-                ids, sc = theme_scoped_search(qp, qe, self.ppd[a:b], self.emb[a:b], K, k, w,
-                                              self.metric, backend)
-                ids = torch.where(ids >= 0, ids + a, ids)
-                parts.append((sc.cpu(), ids.cpu()))
+        for a, b in ranges:
+            if streamed:
+                parts.append(self._search_blocks(qp, qe, a, b, K, k, w, chunk_rows, max_memory))
+                continue
+            from .ops.theme import fused_search_validated
+            ids, sc = fused_search_validated(qp.to(qe.device), qe, self.ppd[a:b], self.emb[a:b],
+                                             K, k, w, self.metric, backend)
+            ids = torch.where(ids >= 0, ids + a, ids)
+            parts.append((sc.cpu(), ids.cpu()))
         if len(parts) == 1:
             sc, ids = parts[0]
         else:
@@ -489,20 +521,71 @@ class ThemeIndex:
         dev = qe.device
         return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
 
-    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None):
+    def _block_rows(self, B: int, n: int, chunk_rows: Optional[int], max_memory: Optional[int],
+                    dense_only: bool = False):
+        """(rows per block, keep keys) for a blocked search of n rows within the budget."""
+        keys = _stream.keys_bytes(B, n)
+        keep = max_memory is None or dense_only or keys <= max_memory // 2
+        if chunk_rows is not None:
+            return chunk_rows, keep
+        if max_memory is None:
+            return n, keep
+        row = self.emb.element_size() * self.dim + 3 * B
+        if not dense_only:
+            row += self.ppd.element_size() * self.num_themes + (0 if keep else 4 * B)
+        fixed = (keys if keep and not dense_only else 0) + 3 * B * _stream.DIGITS * 8
+        rows = (max_memory - fixed) // row
+        if rows < 64:
+            raise ValueError(f"max_memory: {max_memory} bytes is too small for B={B} queries "
+                             f"(needs at least {fixed + 64 * row})")
+        return int(min(rows, n)), keep
+
+    def _blocks(self, a: int, b: int, rows: int, from_files: bool, dense_only: bool = False):
+        if from_files and self._files is not None:
+            ppd = None if dense_only else _stream.FileRows(*self._files["ppd"])
+            return _stream.file_blocks(ppd, _stream.FileRows(*self._files["emb"]), a, b, rows)
+        return _stream.tensor_blocks(None if dense_only else self.ppd, self.emb, a, b, rows)
+
+    def _search_blocks(self, qp, qe, a, b, K, k, w, chunk_rows, max_memory):
+        rows, keep = self._block_rows(qe.shape[0], b - a, chunk_rows, max_memory)
+        blocks = self._blocks(a, b, rows, max_memory is not None)
+        ids, sc = _stream.search_blocks(qp, qe, blocks, b - a, len(blocks), K, k, w,
+                                        self.metric == "ip", keep_keys=keep)
+        return sc, ids
+
+    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None,
+                     max_memory=None):
         """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),
-        ties by lower row id. Runs the theme ops with no scoping (so ``backend`` picks the
-        kernel), over the whole matrix or, when streaming, chunk by chunk with a merge.
+        ties by lower row id. On CPU arrays the fused cpu kernel's scoring pass runs over
+        the (in-memory or mapped) matrix with everything in scope -- in blocks with
+        ``chunk_rows``, streamed from the index's files within ``max_memory`` (see
+        :meth:`search`); other backends run the fused op with no scoping.
         Returns (ids[B, k], scores[B, k]) like :meth:`search`.
         """
         kind = kind_of(q_emb)
         qe, _ = self._queries(q_emb, None)
         k = check_int_arg(k, "k", 1)
-        chunk = self._chunk_rows(chunk_rows, qe.shape[0]) or len(self)
-        if qe.shape[0] == 0:
+        chunk_rows = None if chunk_rows is None else check_int_arg(chunk_rows, "chunk_rows", 1)
+        max_memory = None if max_memory is None else parse_bytes(max_memory, "max_memory")
+        B = qe.shape[0]
+        if B == 0:
             return (to_kind(torch.empty((0, k), dtype=torch.int64), kind),
                     to_kind(torch.empty((0, k)), kind))
-        ids, sc = _stream.dense_search_range(qe, self.emb, 0, len(self), k, chunk, backend)
+        from . import dispatch
+        be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
+        if be == "cpu":
+            rows, _ = self._block_rows(B, len(self), chunk_rows, max_memory, dense_only=True)
+            blocks = self._blocks(0, len(self), rows, max_memory is not None, dense_only=True)
+            ids, sc = _stream.search_blocks(None, qe, blocks, len(self), len(blocks), len(self),
+                                            k, 0.0, False)
+        else:
+            if chunk_rows is not None or max_memory is not None:
+                raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels")
+            from .ops.theme import fused_search_validated
+            n = len(self)
+            zq = torch.zeros((B, 1), dtype=torch.float32, device=qe.device)
+            zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)
+            ids, sc = fused_search_validated(zq, qe, zc, self.emb, n, k, 0.0, "l2", be)
         return to_kind(ids.to(qe.device), kind), to_kind(sc.to(qe.device), kind)
 
     # ------------------------------------------------------------------ results -> passages
