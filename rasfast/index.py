@@ -525,7 +525,8 @@ class ThemeIndex:
                     dense_only: bool = False):
         """(rows per block, keep keys) for a blocked search of n rows within the budget."""
         keys = _stream.keys_bytes(B, n)
-        keep = max_memory is None or dense_only or keys <= max_memory // 2
+        hist = 0 if dense_only else 17 * B * _stream.DIGITS  # two [B, 65536] int64 histograms
+        keep = max_memory is None or dense_only or keys <= (max_memory - hist) // 2
         if chunk_rows is not None:
             return chunk_rows, keep
         if max_memory is None:
@@ -533,7 +534,7 @@ class ThemeIndex:
         row = self.emb.element_size() * self.dim + 3 * B
         if not dense_only:
             row += self.ppd.element_size() * self.num_themes + (0 if keep else 4 * B)
-        fixed = (keys if keep and not dense_only else 0) + 3 * B * _stream.DIGITS * 8
+        fixed = hist + (keys if keep and not dense_only else 0)
         rows = (max_memory - fixed) // row
         if rows < 64:
             raise ValueError(f"max_memory: {max_memory} bytes is too small for B={B} queries "
