@@ -428,7 +428,7 @@ class ThemeIndex:
             qp = as_tensor(q_ppd, "q_ppd")
             check_float(qp, "q_ppd")
             check_rank(qp, "q_ppd", 2, "[B, T]")
-            if self.ppd is None:
+            if self.num_themes is None:
                 raise ValueError("q_ppd: this index has no theme vectors (built dense-only)")
             check_dim(qp, "q_ppd", 1, self.num_themes, "T (the index's number of themes)")
             check_dim(qp, "q_ppd", 0, qe.shape[0], "B (q_emb.shape[0])")
@@ -444,7 +444,7 @@ class ThemeIndex:
 
     def _search_args(self, q_ppd, q_emb, K, k, scope, theme_weight):
         """The one validation of a search (DESIGN.md section 8): everything below trusts it."""
-        if self.ppd is None:
+        if self.num_themes is None:
             raise ValueError("search: this index has no theme vectors (built dense-only); "
                              "use dense_search")
         if q_ppd is None:
