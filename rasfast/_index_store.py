@@ -99,11 +99,27 @@ def _append_file(path: pathlib.Path, keep_bytes: int, chunks) -> int:
         return f.tell()
 
 
-def write(d: pathlib.Path, index, start_row: int, previous: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def append_rows(path: pathlib.Path, rows: torch.Tensor, keep: int) -> None:
+    """Keeps the first ``keep`` rows of a matrix file and writes ``rows`` after them."""
+    dt = dtype_name(rows.dtype)
+    chunks = [memoryview(raw_rows(rows).reshape(-1)).cast("B")] if rows.numel() else []
+    _append_file(path, keep * int(rows.shape[1]) * FILE_DTYPES[dt].itemsize, chunks)
+
+
+def map_rows(path: pathlib.Path, dt: str, rows: int, width: int) -> torch.Tensor:
+    """Rows [0, rows) of a matrix file, memory-mapped, as a tensor of storage dtype ``dt``."""
+    arr = np.memmap(path, dtype=FILE_DTYPES[dt], mode="r", shape=(rows, width))
+    return as_torch(arr, dt)
+
+
+def write(d: pathlib.Path, index, start_row: int, previous: Optional[Dict[str, Any]],
+          matrix_rows_on_disk: int = 0) -> Dict[str, Any]:
     """Writes rows [start_row, N) of ``index`` into ``d`` and then its manifest.
 
     ``previous`` is the manifest already in ``d`` describing rows [0, start_row) (None for a
-    full write, start_row == 0). Returns the new manifest.
+    full write, start_row == 0). ``matrix_rows_on_disk`` (>= start_row) rows of the ppd/emb
+    files are already written (appended by ``ThemeIndex.add`` on a mapped index, not yet
+    committed by a manifest) and are kept. Returns the new manifest.
     """
     d.mkdir(parents=True, exist_ok=True)
     n = len(index)
@@ -118,12 +134,11 @@ def write(d: pathlib.Path, index, start_row: int, previous: Optional[Dict[str, A
     for name, t in arrays.items():
         dt = dtype_name(t.dtype)
         width = int(t.shape[1])
-        row_bytes = width * FILE_DTYPES[dt].itemsize
-        new = raw_rows(t[start_row:n]) if n > start_row else np.empty((0, width), FILE_DTYPES[dt])
-        _append_file(d / f"{name}.bin", start_row * row_bytes, [memoryview(new).cast("B")])
+        first = max(start_row, matrix_rows_on_disk) if previous is not None else 0
+        append_rows(d / f"{name}.bin", t[first:n], first)
         entries[name] = {"file": f"{name}.bin", "dtype": dt, "shape": [n, width]}
     pids = np.ascontiguousarray(np.asarray(index.pids[start_row:n], dtype="<i8"))
-    _append_file(d / "pids.bin", start_row * 8, [memoryview(pids).cast("B")])
+    _append_file(d / "pids.bin", start_row * 8, [pids.tobytes()])
     entries["pids"] = {"file": "pids.bin", "dtype": "int64", "shape": [n]}
     keep = int(previous["passages"]["bytes"]) if previous is not None else 0
     lines = (_passage_line(p, t, x) for p, t, x in zip(index.pids[start_row:n].tolist(),

@@ -311,8 +311,10 @@ class ThemeIndex:
             if on_disk is not None and on_disk == self._home[2] and on_disk["version"] == _store.VERSION \
                     and [list(r) for r in self.shards[:len(on_disk["shards"])]] == on_disk["shards"]:
                 previous, start = on_disk, self._home[1]
-        manifest = _store.write(d, self, start, previous)
+        on_disk = getattr(self, "_matrix_rows_on_disk", start) if previous is not None else 0
+        manifest = _store.write(d, self, start, previous, on_disk)
         self._home = (d.resolve(), len(self), manifest)
+        self._matrix_rows_on_disk = len(self)
         return d
 
     @classmethod
@@ -405,16 +407,37 @@ class ThemeIndex:
         elif passages is not None and pids is None:  # rows without a pid get their row number
             new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
                                    enumerate(map(_passage_fields, passages))], dtype=np.int64)
-        self.emb = torch.cat([self.emb.to(part.emb.device), part.emb])
-        if self.ppd is not None:
-            self.ppd = torch.cat([self.ppd, part.ppd])
+        if self._appends_in_place():
+            # A mapped index from a version-2 directory: write the new rows after the
+            # committed ones (uncommitted until save() writes the manifest; a load in between
+            # ignores them) and map the longer files: nothing is copied into memory.
+            home = self._home[0]
+            for name, old, new in (("emb", self.emb, part.emb), ("ppd", self.ppd, part.ppd)):
+                if old is None:
+                    continue
+                path = home / f"{name}.bin"
+                _store.append_rows(path, new, n0)
+                mapped = _store.map_rows(path, _dtype_name(old.dtype), n0 + n, old.shape[1])
+                setattr(self, name, mapped)
+            self._matrix_rows_on_disk = n0 + n
+        else:
+            self.emb = torch.cat([self.emb.to(part.emb.device), part.emb])
+            if self.ppd is not None:
+                self.ppd = torch.cat([self.ppd, part.ppd])
+            self.mmapped = False
+            self._files = None  # the new rows are in memory only until saved and loaded
         self.pids = np.concatenate([np.asarray(self.pids, dtype=np.int64), new_pids])
         self.titles += part.titles
         self.texts += part.texts
         self.shards = self.shards + [(n0, n0 + n)]
-        self.mmapped = False
-        self._files = None  # the new rows are in memory only until saved and loaded
         return self
+
+    def _appends_in_place(self) -> bool:
+        if not (self.mmapped and self._files is not None and self._home is not None):
+            return False
+        home, rows, manifest = self._home
+        on_disk = getattr(self, "_matrix_rows_on_disk", rows)
+        return manifest.get("version") == _store.VERSION and on_disk == len(self)
 
     # ------------------------------------------------------------------ search
     def _queries(self, q_emb, q_ppd):

@@ -166,3 +166,19 @@ def test_version_1_indexes_still_load(tmp_path):
     assert json.loads((d / "manifest.json").read_text())["version"] == 2
     assert not (d / "emb.npy").exists()
     assert len(ThemeIndex.load(d)) == 45
+
+
+def test_add_to_a_mapped_index_stays_mapped_and_commits_on_save(tmp_path):
+    emb, passages = _rows(90, 6, seed=7)
+    ThemeIndex.build(emb[:50], passages=passages[:50], num_themes=4).save(tmp_path / "ix")
+    ix = ThemeIndex.load(tmp_path / "ix", mmap=True)
+    ix.add(emb[50:70], passages=passages[50:70]).add(emb[70:], passages=passages[70:])
+    assert ix.mmapped  # the appended rows were written after the mapped ones, then mapped
+    assert torch.equal(ix.emb[50:], emb[50:]) and ix.shards[-2:] == [(50, 70), (70, 90)]
+    assert len(ThemeIndex.load(tmp_path / "ix")) == 50  # not committed before save
+    ix.save(tmp_path / "ix")
+    again = ThemeIndex.load(tmp_path / "ix")
+    assert len(again) == 90 and torch.equal(again.emb, ix.emb) and torch.equal(again.ppd, ix.ppd)
+    assert again.texts == [p["text"] for p in passages]
+    qe = torch.randn(3, 6, generator=torch.Generator().manual_seed(8))
+    _same(again.search(None, qe, 30, 5, scope="global"), ix.search(None, qe, 30, 5, scope="global"))
