@@ -50,11 +50,13 @@ LOCAL = LocalComm()
 
 @dataclass
 class Block:
-    """Rows [start, start + rows) of a corpus. ``ppd()`` returns the theme rows and
-    ``emb(need)`` the dense rows (a buffer whose rows flagged in ``need`` -- or all rows when
-    ``need`` is None -- are valid), both [rows, width] numpy arrays in the storage dtype
-    (bfloat16 as uint16 bits) with dtype codes ``ppd_code`` / ``emb_code``. ``index`` is the
-    block's place in the global row order (its column in the summed tie counts)."""
+    """Rows [start, start + rows) of a corpus. ``ppd(slot)`` returns the theme rows and
+    ``emb(need, slot)`` the dense rows (a buffer whose rows flagged in ``need`` -- or all
+    rows when ``need`` is None -- are valid), both [rows, width] numpy arrays in the storage
+    dtype (bfloat16 as uint16 bits) with dtype codes ``ppd_code`` / ``emb_code``; ``slot``
+    (0 or 1) picks the read buffer, so the next block can be read while this one is used.
+    ``index`` is the block's place in the global row order (its column in the summed tie
+    counts). ``from_file``: reads cost I/O, worth overlapping with compute."""
     start: int
     rows: int
     ppd: Optional[Callable[[], np.ndarray]]
@@ -62,7 +64,7 @@ class Block:
     ppd_code: int
     emb_code: int
     index: int = 0
-    partial_emb: bool = False  # emb(need) reads only the needed rows
+    from_file: bool = False
 
 
 def tensor_rows(t: torch.Tensor, start: int, stop: int) -> np.ndarray:
@@ -80,14 +82,30 @@ def tensor_blocks(ppd: Optional[torch.Tensor], emb: torch.Tensor, start: int, st
     for j, a in enumerate(range(start, stop, rows)):
         b = min(stop, a + rows)
         out.append(Block(
-            a, b - a, None if ppd is None else (lambda a=a, b=b: tensor_rows(ppd, a, b)),
-            lambda need, a=a, b=b: tensor_rows(emb, a, b),
+            a, b - a, None if ppd is None else (lambda slot, a=a, b=b: tensor_rows(ppd, a, b)),
+            lambda need, slot, a=a, b=b: tensor_rows(emb, a, b),
             -1 if ppd is None else DTYPE_CODES[ppd.dtype], DTYPE_CODES[emb.dtype],
             first_index + j))
     return out
 
 
 # ----------------------------------------------------------------------------- files
+def huge_page_array(n: int, dtype) -> np.ndarray:
+    """An uninitialised 1-d array in anonymous memory advised to use transparent huge pages:
+    a read buffer of hundreds of MB is otherwise first touched with ~4 KiB page faults that
+    cost as much as the read itself."""
+    import mmap
+    dtype = np.dtype(dtype)
+    nbytes = max(1, n * dtype.itemsize)
+    m = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # THP unavailable: plain pages
+            pass
+    return np.frombuffer(m, dtype=dtype, count=n)
+
+
 class FileRows:
     """Rows of a row-major matrix in a file, read with large sequential ``preadv`` calls
     into a reused buffer (bounded memory: the page cache is not part of the process), with
@@ -98,7 +116,7 @@ class FileRows:
         self.dtype, self.code = np.dtype(file_dtype), code
         self.row_bytes = self.width * self.dtype.itemsize
         self.fd = os.open(path, os.O_RDONLY)
-        self._buf = np.empty(0, dtype=self.dtype)
+        self._bufs = [np.empty(0, dtype=self.dtype), np.empty(0, dtype=self.dtype)]
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
 
@@ -115,10 +133,10 @@ class FileRows:
             os.posix_fadvise(self.fd, self.offset + start * self.row_bytes,
                              (stop - start) * self.row_bytes, os.POSIX_FADV_WILLNEED)
 
-    def _buffer(self, rows: int) -> np.ndarray:
-        if self._buf.size < rows * self.width:
-            self._buf = np.empty(rows * self.width, dtype=self.dtype)
-        return self._buf[:rows * self.width].reshape(rows, self.width)
+    def _buffer(self, rows: int, slot: int) -> np.ndarray:
+        if self._bufs[slot].size < rows * self.width:
+            self._bufs[slot] = huge_page_array(rows * self.width, self.dtype)
+        return self._bufs[slot][:rows * self.width].reshape(rows, self.width)
 
     def _pread(self, out: np.ndarray, start: int) -> None:
         view = memoryview(out.reshape(-1).view(np.uint8))
@@ -129,10 +147,11 @@ class FileRows:
                 raise ValueError(f"{self.path}: truncated (short read at byte {off + pos})")
             pos += got
 
-    def read(self, start: int, stop: int, need: Optional[np.ndarray] = None) -> np.ndarray:
-        """Rows [start, stop) into the reused buffer; with ``need``, only runs of needed rows
-        (the others are left stale: callers never read them)."""
-        out = self._buffer(stop - start)
+    def read(self, start: int, stop: int, need: Optional[np.ndarray] = None,
+             slot: int = 0) -> np.ndarray:
+        """Rows [start, stop) into reused buffer ``slot``; with ``need``, only runs of needed
+        rows (the others are left stale: callers never read them)."""
+        out = self._buffer(stop - start, slot)
         if need is None or need.mean() > _WHOLE_BLOCK:
             self._pread(out, start)
             return out
@@ -149,23 +168,24 @@ class FileRows:
 
 def file_blocks(ppd: Optional[FileRows], emb: FileRows, start: int, stop: int, rows: int,
                 first_index: int = 0) -> List[Block]:
-    """Blocks read from files; each read also advises the kernel to fetch the next block."""
+    """Blocks read from files (two buffers each, see Block); each read also advises the
+    kernel to fetch the block after it."""
     out = []
     for j, a in enumerate(range(start, stop, rows)):
         b = min(stop, a + rows)
         nxt = (b, min(stop, b + rows))
 
-        def read_ppd(a=a, b=b, nxt=nxt):
+        def read_ppd(slot, a=a, b=b, nxt=nxt):
             ppd.will_need(*nxt)
-            return ppd.read(a, b)
+            return ppd.read(a, b, None, slot)
 
-        def read_emb(need, a=a, b=b, nxt=nxt):
+        def read_emb(need, slot, a=a, b=b, nxt=nxt):
             emb.will_need(*nxt)
-            return emb.read(a, b, need)
+            return emb.read(a, b, need, slot)
 
         out.append(Block(a, b - a, None if ppd is None else read_ppd, read_emb,
                          -1 if ppd is None else ppd.code, emb.code, first_index + j,
-                         partial_emb=True))
+                         from_file=True))
     return out
 
 
@@ -182,6 +202,24 @@ def keys_bytes(B: int, rows: int) -> int:
     return 4 * B * rows
 
 
+def _ahead(n: int, load: Callable[[int, int], np.ndarray], threaded: bool):
+    """Yields (j, load(j, slot)) for j < n; when ``threaded``, block j + 1 is loaded into the
+    other slot by a helper thread while the caller works on block j (reads and the compiled
+    kernels release the GIL, so disk and cores work at the same time)."""
+    if not threaded or n < 2:
+        for j in range(n):
+            yield j, load(j, 0)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(load, 0, 0)
+        for j in range(n):
+            data = fut.result()
+            if j + 1 < n:
+                fut = ex.submit(load, j + 1, (j + 1) % 2)
+            yield j, data
+
+
 def search_blocks(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor, blocks: Sequence[Block],
                   total_rows: int, total_blocks: int, K: int, k: int, w: float, ip: bool,
                   comm=LOCAL, keep_keys: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -193,69 +231,96 @@ def search_blocks(q_ppd: Optional[torch.Tensor], q_emb: torch.Tensor, blocks: Se
     result. Every process must call this with the same queries and arguments.
     """
     C = _bk.cpu_module()
-    B = q_emb.shape[0]
+    B, nb = q_emb.shape[0], len(blocks)
     qe = q_emb.float().contiguous().numpy()
     qp = None if q_ppd is None else q_ppd.float().contiguous().numpy()
     all_in = K >= total_rows
     need_keys = not all_in or w != 0.0
+    threaded = any(b.from_file for b in blocks)
     cache = {}
 
-    def keys_of(j: int) -> np.ndarray:
-        if j in cache:
-            return cache[j]
-        blk = blocks[j]
-        if not need_keys:
-            kj = np.zeros((B, blk.rows), dtype=np.uint32)  # calloc'd: never touched (w == 0)
-        else:
-            kj = np.empty((B, blk.rows), dtype=np.uint32)
-            C.theme_scan_keys(qp, blk.ppd(), blk.ppd_code, ip, kj)
-        if keep_keys:
-            cache[j] = kj
+    def scan(j: int, ppd: Optional[np.ndarray]) -> np.ndarray:
+        if not need_keys:  # calloc'd, never touched: the scoring pass reads keys only if w > 0
+            return np.zeros((B, blocks[j].rows), dtype=np.uint32)
+        kj = np.empty((B, blocks[j].rows), dtype=np.uint32)
+        C.theme_scan_keys(qp, ppd, blocks[j].ppd_code, ip, kj)
         return kj
+
+    def each_keys():
+        """(j, keys of block j): cached, or scanned from the (read-ahead) theme rows."""
+        if len(cache) == nb:
+            yield from cache.items()
+            return
+        if not need_keys:
+            for j in range(nb):
+                yield j, scan(j, None)
+            return
+        for j, ppd in _ahead(nb, lambda j, slot: blocks[j].ppd(slot), threaded):
+            kj = scan(j, ppd)
+            if keep_keys:
+                cache[j] = kj
+            yield j, kj
 
     thr = np.zeros(B, dtype=np.uint32)
     allowed = np.zeros((B, max(total_blocks, 1)), dtype=np.int64)
     if not all_in:
+        # the theme matrix is read here (once when the keys are kept)
         rank = np.full(B, K, dtype=np.int64)
         hist = np.zeros((B, DIGITS), dtype=np.int64)
-        for j in range(len(blocks)):
-            C.theme_key_histogram(keys_of(j), thr, 0, hist)
+        for _, kj in each_keys():
+            C.theme_key_histogram(kj, thr, 0, hist)
         hi, below_hi = _digit_of_rank(comm.sum(hist), rank)
         hist = np.zeros((B, DIGITS), dtype=np.int64)
-        for j in range(len(blocks)):
-            C.theme_key_histogram(keys_of(j), hi, 1, hist)
+        for _, kj in each_keys():
+            C.theme_key_histogram(kj, hi, 1, hist)
         lo, below_lo = _digit_of_rank(comm.sum(hist), rank - below_hi)
+        del hist
         thr = (hi << np.uint32(16)) | lo
         need_eq = rank - below_hi - below_lo  # >= 1 rows tied at thr are in scope
         counts = np.zeros((B, max(total_blocks, 1)), dtype=np.int64)
         zero, cnt, last = np.zeros(B, np.int64), np.empty(B, np.int64), np.empty(B, np.int64)
-        for j, blk in enumerate(blocks):
-            C.theme_tie_cut(keys_of(j), thr, zero, cnt, last)
-            counts[:, blk.index] = cnt
+        for j, kj in each_keys():
+            C.theme_tie_cut(kj, thr, zero, cnt, last)
+            counts[:, blocks[j].index] = cnt
         counts = comm.sum(counts)
         before = np.cumsum(counts, axis=1) - counts  # ties in earlier blocks (row order)
         allowed = np.clip(need_eq[:, None] - before, 0, counts)
 
     cut_all = np.full(B, 1 if all_in else 0, dtype=np.uint8)
-    parts = []
-    for j, blk in enumerate(blocks):
-        kj = keys_of(j)
+
+    def cut(j: int, kj: np.ndarray):
+        """This block's cut (last tied row in scope per query) and, for file blocks, the
+        dense rows some query needs."""
         last = np.full(B, -1, dtype=np.int64)
-        if not all_in:
-            cnt = np.empty(B, np.int64)
-            C.theme_tie_cut(kj, thr, np.ascontiguousarray(allowed[:, blk.index]), cnt, last)
-        need = None
-        if blk.partial_emb and not all_in:
-            ar = np.arange(blk.rows)
-            inside = (kj < thr[:, None]) | ((kj == thr[:, None]) & (ar[None, :] <= last[:, None]))
-            need = inside.any(axis=0)
-        emb = blk.emb(need)
+        if all_in:
+            return last, None
+        cnt = np.empty(B, np.int64)
+        C.theme_tie_cut(kj, thr, np.ascontiguousarray(allowed[:, blocks[j].index]), cnt, last)
+        if not blocks[j].from_file:
+            return last, None
+        ar = np.arange(blocks[j].rows)
+        inside = (kj < thr[:, None]) | ((kj == thr[:, None]) & (ar[None, :] <= last[:, None]))
+        return last, inside.any(axis=0)
+
+    def score(j: int, kj: np.ndarray, last: np.ndarray, emb: np.ndarray):
         ids = np.empty((B, k), dtype=np.int64)
         sc = np.empty((B, k), dtype=np.float32)
-        C.theme_score_cut(qe, emb, blk.emb_code, kj, thr, last, cut_all, k, w, ip, ids, sc)
-        ids = np.where(ids >= 0, ids + blk.start, ids)
-        parts.append((torch.from_numpy(sc), torch.from_numpy(ids)))
-        cache.pop(j, None) if not keep_keys else None
+        C.theme_score_cut(qe, emb, blocks[j].emb_code, kj, thr, last, cut_all, k, w, ip, ids, sc)
+        ids = np.where(ids >= 0, ids + blocks[j].start, ids)
+        return torch.from_numpy(sc), torch.from_numpy(ids)
+
+    parts = []
+    if len(cache) == nb or not need_keys:
+        # keys at hand: every block's cut first, then the dense rows read ahead of scoring
+        keys = dict(each_keys())
+        cuts = {j: cut(j, kj) for j, kj in keys.items()}
+        load = lambda j, slot: blocks[j].emb(cuts[j][1], slot)  # noqa: E731
+        for j, emb in _ahead(nb, load, threaded):
+            parts.append(score(j, keys[j], cuts[j][0], emb))
+    else:  # keys recomputed block by block (over the budget to keep them)
+        for j, kj in each_keys():
+            last, need = cut(j, kj)
+            parts.append(score(j, kj, last, blocks[j].emb(need, 0)))
     if not parts:
         return (torch.full((B, k), -1, dtype=torch.int64), torch.full((B, k), float("-inf")))
     return merge_results(parts, k)

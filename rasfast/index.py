@@ -554,9 +554,10 @@ class ThemeIndex:
             return chunk_rows, keep
         if max_memory is None:
             return n, keep
-        row = self.emb.element_size() * self.dim + 3 * B
+        # two read buffers of each matrix (one filled while the other is searched), keys
+        row = 2 * self.emb.element_size() * self.dim + 3 * B
         if not dense_only:
-            row += self.ppd.element_size() * self.num_themes + (0 if keep else 4 * B)
+            row += 2 * self.ppd.element_size() * self.num_themes + (0 if keep else 4 * B)
         fixed = hist + (keys if keep and not dense_only else 0)
         rows = (max_memory - fixed) // row
         if rows < 64:
@@ -566,8 +567,13 @@ class ThemeIndex:
 
     def _blocks(self, a: int, b: int, rows: int, from_files: bool, dense_only: bool = False):
         if from_files and self._files is not None:
-            ppd = None if dense_only else _stream.FileRows(*self._files["ppd"])
-            return _stream.file_blocks(ppd, _stream.FileRows(*self._files["emb"]), a, b, rows)
+            # readers (open files + read buffers) are kept for the next streamed search
+            readers = self.__dict__.setdefault("_readers", {})
+            for name in ("emb",) if dense_only else ("emb", "ppd"):
+                if name not in readers:
+                    readers[name] = _stream.FileRows(*self._files[name])
+            ppd = None if dense_only else readers["ppd"]
+            return _stream.file_blocks(ppd, readers["emb"], a, b, rows)
         return _stream.tensor_blocks(None if dense_only else self.ppd, self.emb, a, b, rows)
 
     def _search_blocks(self, qp, qe, a, b, K, k, w, chunk_rows, max_memory):
