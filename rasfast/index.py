@@ -8,10 +8,12 @@ layout, format version 2, is described in rasfast._index_store): a manifest, raw
 grows by appended shards: ``index.add(...)`` appends rows as a new shard and ``save`` into the
 index's own directory writes only those rows.
 
-``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays; searches over a memory-mapped
-index (or with ``chunk_rows``) stream the corpus in chunks with bounded extra memory and
-return exactly the in-memory result of the torch reference backend (and so the compiled
-backends' result up to their float rounding at the K-th distance; see rasfast._index_stream).
+``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays, and the compiled kernels search
+the mapped files in place (a mapped file is a buffer): same code, same results as in memory.
+A corpus larger than memory is searched with ``max_memory=`` (streamed from the files in
+blocks, bounded memory; rasfast._index_stream), and one spread over several processes or
+hosts with rasfast.distributed.DistributedThemeIndex -- all bit-identical to one in-memory
+search.
 
 Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
 
@@ -287,7 +289,13 @@ class ThemeIndex:
                    encoder_name=encoder_name, theme_model=theme_model)
 
     def to(self, device) -> "ThemeIndex":
-        """An in-memory copy of the matrices on ``device`` (e.g. "cuda") for GPU search."""
+        """An in-memory copy of the matrices on ``device`` (e.g. "cuda") for GPU search. The
+        rows are checked for NaN/inf once here (searches do not re-check the corpus; the cpu
+        kernels check the rows they read)."""
+        if torch.device(device).type != "cpu":
+            for name, t in (("emb", self.emb), ("ppd", self.ppd)):
+                if t is not None:
+                    check_finite(t, name)
         return ThemeIndex(None if self.ppd is None else self.ppd.to(device), self.emb.to(device),
                           self.pids, self.titles, self.texts, self.shards, self.normalize_ppd,
                           self.metric, self.encoder_name, self.theme_model, self.theme_model_name)
