@@ -323,6 +323,10 @@ class ThemeIndex:
         manifest = _store.write(d, self, start, previous, on_disk)
         self._home = (d.resolve(), len(self), manifest)
         self._matrix_rows_on_disk = len(self)
+        if self._files is not None:  # a mapped index now streams from (and grows) this copy
+            self._files = {name: _store.file_rows_args(d, manifest, manifest["arrays"][name])
+                           for name in self._files}
+            self.__dict__.pop("_readers", None)
         return d
 
     @classmethod

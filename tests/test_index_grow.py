@@ -182,3 +182,17 @@ def test_add_to_a_mapped_index_stays_mapped_and_commits_on_save(tmp_path):
     assert again.texts == [p["text"] for p in passages]
     qe = torch.randn(3, 6, generator=torch.Generator().manual_seed(8))
     _same(again.search(None, qe, 30, 5, scope="global"), ix.search(None, qe, 30, 5, scope="global"))
+
+
+def test_mapped_index_saved_elsewhere_then_grown_streams_the_copy(tmp_path):
+    emb, passages = _rows(80, 6, seed=9)
+    ThemeIndex.build(emb[:40], passages=passages[:40], num_themes=3).save(tmp_path / "a")
+    ix = ThemeIndex.load(tmp_path / "a")
+    ix.add(emb[40:60], passages=passages[40:60])
+    ix.save(tmp_path / "b")  # full write of 60 rows into b; b is now the index's home
+    ix.add(emb[60:], passages=passages[60:])
+    ix.save(tmp_path / "b")
+    assert len(ThemeIndex.load(tmp_path / "a")) == 40 and len(ThemeIndex.load(tmp_path / "b")) == 80
+    qe = torch.randn(2, 6, generator=torch.Generator().manual_seed(1))
+    _same(ix.search(None, qe, 25, 4, scope="global", max_memory="3MB"),
+          ThemeIndex.load(tmp_path / "b", mmap=False).search(None, qe, 25, 4, scope="global"))
