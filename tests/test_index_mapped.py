@@ -162,3 +162,19 @@ def test_streaming_peak_rss_stays_within_budget(tmp_path):
     qp, qe = torch.rand(4, T, generator=g), torch.randn(4, D, generator=g)
     want = idx.search(qp, qe, 30_000, 10, scope="global")
     assert r["ids"] == want[0].tolist()
+
+
+def test_queries_are_validated_once_per_search(monkeypatch):
+    import rasfast.index as index_mod
+    ppd, emb, qp, qe = _tied(300, 4, 3, 2, seed=8)
+    idx = ThemeIndex.build(emb, ppd, shards=3)
+    calls = []
+    real = index_mod.check_finite
+    monkeypatch.setattr(index_mod, "check_finite", lambda t, name, *a, **k: (calls.append(name),
+                                                                             real(t, name, *a, **k)))
+    import rasfast.ops.theme as ops_theme
+    monkeypatch.setattr(ops_theme, "check_finite", lambda *a, **k: calls.append("op"))
+    for scope in ("per_shard", "global"):
+        calls.clear()
+        idx.search(qp, qe, 50, 5, scope=scope)
+        assert sorted(calls) == ["q_emb", "q_ppd"], calls  # once each, none below the entry point
