@@ -25,6 +25,7 @@ _LAZY: Dict[str, str] = {
     "graph_transformer_pool": "rasfast.ops.graph_conv",
     # data structures and models
     "ThemeIndex": "rasfast.index",
+    "DistributedThemeIndex": "rasfast.distributed",
     "TripleGraph": "rasfast.graph",
     "GraphEncoder": "rasfast.models.graph_encoder",
     "build_question_graph": "rasfast.models.question_graph",
@@ -35,7 +36,7 @@ _LAZY: Dict[str, str] = {
 }
 
 _SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear", "models", "encode",
-               "llm", "pipeline", "profile", "data", "cli", "kernels")
+               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed")
 
 __all__ = sorted(["backends", "BackendUnavailable", "__version__", *_LAZY])
 
