@@ -88,11 +88,24 @@ def test_topk_ties_go_to_lower_position_and_padding():
 
 def test_topk_crosses_simd_and_selection_boundaries_cpu():
     rng = np.random.default_rng(7)
-    for D in (1, 7, 8, 15, 16, 17, 384):
-        args, ids = topk_problem(rng, 6, D, 300, table=500)
+    # table of 500 rows: the cpu kernel scores by table row; 20,000 rows: per query
+    for D, table in ((1, 500), (7, 20000), (8, 500), (15, 20000), (16, 500), (17, 20000),
+                     (384, 500), (384, 20000)):
+        args, ids = topk_problem(rng, 6, D, 300, table=table)
         for n in (1, 20, 299, 1000):
             want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
             assert_same(segment_topk_scores(**args, n=n, backend="cpu"), want)
+
+
+def test_topk_by_row_and_per_query_paths_agree_bit_for_bit():
+    rng = np.random.default_rng(9)
+    table = torch.randn(300, 100).to(torch.bfloat16)
+    q = torch.randn(40, 100)
+    ptr = torch.arange(0, 40 * 30 + 1, 30)
+    ids = torch.from_numpy(rng.integers(0, 300, size=40 * 30))
+    by_row = segment_topk_scores(q, table, ptr, 30, cand_ids=ids, backend="cpu")  # T <= 2M
+    per_query = segment_topk_scores(q, table[ids], ptr, 30, backend="cpu")          # matrix
+    assert torch.equal(by_row[0], per_query[0]) and torch.equal(by_row[1], per_query[1])
 
 
 def test_topk_continuous_values_and_numpy_kind():

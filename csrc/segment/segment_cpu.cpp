@@ -33,14 +33,18 @@ namespace segment {
 namespace {
 
 // ---------------------------------------------------------------------------- inner products
-// dots4(q, rows[4], D, out): out[r] = <q, rows[r]> for four candidate rows in storage dtype S.
-// One routine per ISA; picked once at run time because the build uses no -march flag.
+// dots4(qs[4], rows[4], D, out): out[r] = <qs[r], rows[r]> for four (query, row) pairs, rows in
+// storage dtype S. The per-query path passes one query four times, the by-row path one row
+// four times; both run this same instruction sequence, so a (query, row) score is
+// bit-identical whichever path computed it. One routine per ISA, picked once at run time
+// because the build uses no -march flag.
 template <DType S>
 using RowPtr = const typename Storage<S>::type*;
 
 template <DType S>
-void dots4_scalar(const float* q, RowPtr<S> const* rows, int64_t D, float* out) {
+void dots4_scalar(const float* const* qs, RowPtr<S> const* rows, int64_t D, float* out) {
   for (int r = 0; r < 4; ++r) {
+    const float* q = qs[r];
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t d = 0;
     for (; d + 8 <= D; d += 8)
@@ -74,27 +78,25 @@ RASFAST_AVX2 inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Four rows x two 8-wide chunks = 8 independent FMA chains; each q chunk is loaded once
-// for the four rows.
+// Four pairs x two 8-wide chunks = 8 independent FMA chains.
 template <DType S>
-RASFAST_AVX2 void dots4_avx2(const float* q, RowPtr<S> const* rows, int64_t D, float* out) {
+RASFAST_AVX2 void dots4_avx2(const float* const* qs, RowPtr<S> const* rows, int64_t D, float* out) {
   __m256 a[4][2];
   for (int r = 0; r < 4; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 16 <= D; d += 16) {
-    __m256 q0 = _mm256_loadu_ps(q + d), q1 = _mm256_loadu_ps(q + d + 8);
     for (int r = 0; r < 4; ++r) {
-      a[r][0] = _mm256_fmadd_ps(q0, load8<S>(rows[r] + d), a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(q1, load8<S>(rows[r] + d + 8), a[r][1]);
+      a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d), load8<S>(rows[r] + d), a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d + 8), load8<S>(rows[r] + d + 8), a[r][1]);
     }
   }
   for (; d + 8 <= D; d += 8) {
-    __m256 q0 = _mm256_loadu_ps(q + d);
-    for (int r = 0; r < 4; ++r) a[r][0] = _mm256_fmadd_ps(q0, load8<S>(rows[r] + d), a[r][0]);
+    for (int r = 0; r < 4; ++r)
+      a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d), load8<S>(rows[r] + d), a[r][0]);
   }
   for (int r = 0; r < 4; ++r) {
     float s = hsum8(_mm256_add_ps(a[r][0], a[r][1]));
-    for (int64_t t = d; t < D; ++t) s += q[t] * Storage<S>::load(rows[r], t);
+    for (int64_t t = d; t < D; ++t) s += qs[r][t] * Storage<S>::load(rows[r], t);
     out[r] = s;
   }
 }
@@ -107,7 +109,7 @@ inline bool has_avx2() {
 #endif
 
 template <DType S>
-using Dots4Fn = void (*)(const float*, RowPtr<S> const*, int64_t, float*);
+using Dots4Fn = void (*)(const float* const*, RowPtr<S> const*, int64_t, float*);
 
 template <DType S>
 Dots4Fn<S> pick_dots4() {
@@ -116,6 +118,10 @@ Dots4Fn<S> pick_dots4() {
 #endif
   return dots4_scalar<S>;
 }
+
+// Thread start-up and barriers cost far more than small calls' work on a busy machine
+// (a barrier waits for a descheduled thread): run serially below ~1 ms of work.
+inline bool parallel_worth_it(int64_t flops) { return flops >= ((int64_t)1 << 22); }
 
 // ---------------------------------------------------------------------------- selection
 // Writes the best n of (scores[i], base + i) by (score desc, position asc), padded.
@@ -140,40 +146,89 @@ void select_top(const float* scores, int64_t len, int64_t base, int64_t n,
 }
 
 // ---------------------------------------------------------------------------- topk driver
+// Scores of the candidates, two ways:
+//  - per query (candidate matrix, or a table much larger than the candidate list): each
+//    query streams its own candidate rows;
+//  - by table row (cand_ids into a table of T <= 2M rows): candidates are bucketed by table
+//    row (a counting sort), and each row is read once and scored against every query that
+//    lists it while it sits in L1. Many queries share rows (KiRAG's questions retrieve
+//    overlapping passages), so this reads the table once instead of once per reference.
 template <DType S>
-int64_t topk_impl(const float* q, int64_t B, int64_t D, RowPtr<S> emb, const int64_t* ids,
-                  const int64_t* ptr, int64_t n, int64_t* out_ids, float* out_scores) {
+void scores_per_query(const float* q, int64_t B, int64_t D, RowPtr<S> emb, const int64_t* ids,
+                      const int64_t* ptr, float* sc, Dots4Fn<S> dots4) {
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_worth_it(ptr[B] * D))
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = ptr[b], len = ptr[b + 1] - s;
+    const float* qb = q + b * D;
+    const float* qs[4] = {qb, qb, qb, qb};
+    auto row = [&](int64_t j) -> RowPtr<S> { return emb + (ids ? ids[s + j] : s + j) * D; };
+    for (int64_t j = 0; j < len; j += 4) {
+      RowPtr<S> rows[4];
+      float out[4];
+      for (int r = 0; r < 4; ++r) rows[r] = row(std::min(j + r, len - 1));
+      if (ids && j + 8 < len)  // gathered rows: fetch the next group's first cache lines
+        for (int r = 4; r < 8; ++r) __builtin_prefetch(row(j + r));
+      dots4(qs, rows, D, out);
+      for (int r = 0; r < 4 && j + r < len; ++r) sc[s + j + r] = out[r];
+    }
+  }
+}
+
+template <DType S>
+void scores_by_row(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T,
+                   const int64_t* ids, const int64_t* ptr, float* sc, Dots4Fn<S> dots4) {
+  const int64_t M = ptr[B];
+  std::vector<int32_t> seg(M);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = ptr[b]; j < ptr[b + 1]; ++j) seg[j] = (int32_t)b;
+  std::vector<int64_t> start(T + 1, 0);
+  for (int64_t j = 0; j < M; ++j) ++start[ids[j] + 1];
+  for (int64_t r = 0; r < T; ++r) start[r + 1] += start[r];
+  std::vector<int64_t> order(M), cursor(start.begin(), start.end() - 1);
+  for (int64_t j = 0; j < M; ++j) order[cursor[ids[j]]++] = j;
+#pragma omp parallel for schedule(dynamic, 64) if (parallel_worth_it(M * D))
+  for (int64_t r = 0; r < T; ++r) {
+    const int64_t a = start[r], e = start[r + 1];
+    if (a == e) continue;
+    RowPtr<S> row = emb + r * D;
+    RowPtr<S> rows[4] = {row, row, row, row};
+    for (int64_t k = a; k < e; k += 4) {
+      const float* qs[4];
+      float out[4];
+      for (int i = 0; i < 4; ++i) qs[i] = q + (int64_t)seg[order[std::min(k + i, e - 1)]] * D;
+      dots4(qs, rows, D, out);
+      for (int i = 0; i < 4 && k + i < e; ++i) sc[order[k + i]] = out[i];
+    }
+  }
+}
+
+template <DType S>
+int64_t topk_impl(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T,
+                  const int64_t* ids, const int64_t* ptr, int64_t n, int64_t* out_ids,
+                  float* out_scores) {
   Dots4Fn<S> dots4 = pick_dots4<S>();
+  const int64_t M = ptr[B];
+  std::vector<float> sc(M);
+  if (ids && T <= 2 * M)
+    scores_by_row<S>(q, B, D, emb, T, ids, ptr, sc.data(), dots4);
+  else
+    scores_per_query<S>(q, B, D, emb, ids, ptr, sc.data(), dots4);
   std::atomic<int64_t> bad{std::numeric_limits<int64_t>::max()};
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(M * 32))
   {
-    std::vector<float> sc;
     std::vector<int64_t> order;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 4)
     for (int64_t b = 0; b < B; ++b) {
       const int64_t s = ptr[b], len = ptr[b + 1] - s;
-      const float* qb = q + b * D;
-      sc.resize(len + 4);
-      auto row = [&](int64_t j) -> RowPtr<S> {  // candidate j of this segment (j < len)
-        return emb + (ids ? ids[s + j] : s + j) * D;
-      };
-      for (int64_t j = 0; j < len; j += 4) {
-        RowPtr<S> rows[4];
-        for (int r = 0; r < 4; ++r) rows[r] = row(std::min(j + r, len - 1));
-        if (ids && j + 8 < len)  // gathered rows: fetch the next group's first cache lines
-          for (int r = 4; r < 8; ++r) __builtin_prefetch(row(j + r));
-        dots4(qb, rows, D, sc.data() + j);
-      }
       bool finite = true;
       for (int64_t j = 0; j < len && finite; ++j) {
-        if (!std::isfinite(sc[j])) {  // reported to Python; never fed to the comparator
+        if (!std::isfinite(sc[s + j])) {  // reported to Python; never fed to the comparator
           finite = false;
           int64_t cur = bad.load();
           while (s + j < cur && !bad.compare_exchange_weak(cur, s + j)) {}
         }
       }
-      if (!finite) continue;
-      select_top(sc.data(), len, s, n, order, out_ids + b * n, out_scores + b * n);
+      if (finite) select_top(sc.data() + s, len, s, n, order, out_ids + b * n, out_scores + b * n);
     }
   }
   int64_t where = bad.load();
@@ -212,8 +267,8 @@ int64_t segment_topk_scores(py::array_t<float> q, py::array emb, int code, py::a
   {
     py::gil_scoped_release nogil;
     RASFAST_DISPATCH_DTYPE(dt, S, {
-      err = topk_impl<S>(q.data(), B, D,
-                         static_cast<RowPtr<S>>(emb.data()), id, p, n, oi, os);
+      err = topk_impl<S>(q.data(), B, D, static_cast<RowPtr<S>>(emb.data()), rows, id, p, n,
+                         oi, os);
     })
   }
   return err;
@@ -239,7 +294,7 @@ void segment_max_rank(py::array_t<float> scores, py::array groups, py::array ptr
   int64_t* oi = mutable_ptr<int64_t>(out_ids);
   float* os = mutable_ptr<float>(out_scores);
   py::gil_scoped_release nogil;
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(M * 32))
   {
     std::vector<std::pair<int64_t, float>> items;
 #pragma omp for schedule(dynamic, 4)
