@@ -56,8 +56,9 @@ def _load_model(model):
 
 def _embed(model, texts: Sequence[str]):
     import torch
-    feats = model.tokenize(list(texts))
-    feats = {k: v.to(model.device) for k, v in feats.items()}
+    prep = getattr(model, "preprocess", None) or model.tokenize  # tokenize: before ST 6
+    feats = {k: (v.to(model.device) if hasattr(v, "to") else v)
+             for k, v in prep(list(texts)).items()}
     emb = model(feats)["sentence_embedding"]
     return torch.nn.functional.normalize(emb, dim=-1)
 
