@@ -34,16 +34,6 @@ from machine import header_markdown, machine_info  # noqa: E402
 from rasfast.ops.segment import segment_topk_scores  # noqa: E402
 
 
-def best_of(fn, reps):
-    fn()  # warm
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times), float(np.median(times))
-
-
 def peers_table(q, table, ids, ptr, n):
     B = q.shape[0]
     lens = ptr[1:] - ptr[:-1]
@@ -108,13 +98,26 @@ def peers_matrix(q, cand, ptr, n, equal):
 
 
 def run_case(label, ours, peers, reps):
-    t_ours = best_of(ours, reps)
-    res = {"case": label, "rasfast_cpu_s": t_ours[0], "rasfast_cpu_median_s": t_ours[1], "peers": {}}
-    for name, fn in peers.items():
-        t = best_of(fn, reps)
-        res["peers"][name] = {"best_s": t[0], "median_s": t[1], "ratio": t[0] / t_ours[0]}
+    """Runs are interleaved (rasfast, then every peer, rep after rep) so that load changes on
+    the shared machine hit every implementation alike; best and median per implementation."""
+    fns = {"rasfast": ours, **peers}
+    for f in fns.values():
+        f()  # warm-up
+    times = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+    t_ours = min(times["rasfast"])
+    res = {"case": label, "rasfast_cpu_s": t_ours,
+           "rasfast_cpu_median_s": float(np.median(times["rasfast"])), "peers": {}}
+    for name in peers:
+        best = min(times[name])
+        res["peers"][name] = {"best_s": best, "median_s": float(np.median(times[name])),
+                              "ratio": best / t_ours}
     best = min(res["peers"].items(), key=lambda kv: kv[1]["best_s"])
-    res["best_peer"], res["speedup_vs_best"] = best[0], best[1]["best_s"] / t_ours[0]
+    res["best_peer"], res["speedup_vs_best"] = best[0], best[1]["best_s"] / t_ours
     return res
 
 
@@ -168,8 +171,8 @@ def main():
     lines = ["# segment_topk_scores: cpu vs torch formulations\n", header_markdown(),
              f"B = {args.B} queries, {args.mean_len} candidates per query on average "
              f"(ragged: uniform in [{args.mean_len // 2}, {3 * args.mean_len // 2}]), D = {args.D}, "
-             f"n = {args.n}. Times are the best of {args.reps} runs after a warm-up (matrix "
-             "layout: fewer runs); the ratio is peer time / rasfast time.",
+             f"n = {args.n}. Times are the best of {args.reps} interleaved runs after a warm-up "
+             "(matrix layout: fewer runs); the ratio is peer time / rasfast time.",
              f"Load average at start {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f}, "
              f"at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} on "
              f"{info['cores']} cores" + (" -- the machine was shared and loaded; ratios are "

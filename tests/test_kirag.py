@@ -3,6 +3,7 @@ segment ops), the heuristic and LLM constructors (scripted local HTTP server, ma
 replies), aligner training on a tiny bi-encoder built here, silver chains on MuSiQue."""
 import numpy as np
 import pytest
+import torch  # noqa: F401  (tiny_bi_encoder seeds torch)
 
 from fake_openai_server import FakeServer
 from llm_util import torch_threads
@@ -238,3 +239,43 @@ def test_musique_silver_chains(data_dir):
     pairs = training_pairs(chains, store, max_negatives=5)
     assert len(pairs) == sum(len(c.triple_ids) for c in chains)
     assert all(p.positive not in p.negatives and len(p.negatives) == 5 for p in pairs)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_parses_kirag_commands():
+    from rasfast.cli import build_parser
+    a = build_parser().parse_args(["eval", "kirag", "--dataset", "musique", "--kirag-no-train",
+                                   "--kirag-folds", "3"])
+    assert a.what == "kirag" and a.kirag_train is False and a.kirag_folds == 3
+    a = build_parser().parse_args(["kirag", "train", "--out", "x", "--max-steps", "2"])
+    assert a.kirag_command == "train" and a.max_steps == 2 and a.temperature == 0.05
+
+
+@pytest.mark.data
+def test_cli_kirag_train_on_musique(data_dir, tmp_path, capsys):
+    from rasfast.cli import main
+    words = {"the", "of", "who", "is", "was", "in", "born", "by", "and"}
+    tiny_bi_encoder(tmp_path, words).save(str(tmp_path / "tiny_st"))
+    with torch_threads(1):
+        assert main(["kirag", "train", "--out", str(tmp_path / "al"), "--data-root", str(data_dir),
+                     "--model", str(tmp_path / "tiny_st"), "--max-steps", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "100 silver chains" in out and "trained 2 steps" in out
+    assert load_aligner(tmp_path / "al").encode(["who was born"]).shape == (1, 32)
+
+
+@pytest.mark.data
+def test_cli_eval_kirag_zero_shot_with_hashing_encoder(data_dir, capsys, tmp_path):
+    import json
+
+    from rasfast.cli import main
+    out_json = tmp_path / "k.json"
+    assert main(["eval", "kirag", "--dataset", "musique", "--data-root", str(data_dir),
+                 "--encoder", "hashing", "--kirag-no-train", "--no-progress",
+                 "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "| dense |" in text and "| KiRAG zero-shot aligner |" in text
+    rows = {r["method"]: r for r in json.loads(out_json.read_text())["rows"]}
+    assert set(rows) == {"dense", "dense + GEAR NaiveGE", "KiRAG zero-shot aligner"}
+    for r in rows.values():
+        assert 0.0 <= r["recall@3"] <= r["recall@5"] <= r["recall@10"] <= 1.0
