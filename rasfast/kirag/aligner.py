@@ -63,8 +63,8 @@ def _embed(model, texts: Sequence[str]):
     return torch.nn.functional.normalize(emb, dim=-1)
 
 
-def train_aligner(pairs: Sequence[AlignerPair], model=None, epochs: int = 1, batch_size: int = 8,
-                  lr: float = 2e-5, temperature: float = 0.05, max_negatives: int = 15,
+def train_aligner(pairs: Sequence[AlignerPair], model=None, epochs: int = 2, batch_size: int = 8,
+                  lr: float = 3e-5, temperature: float = 0.05, max_negatives: int = 15,
                   max_steps: Optional[int] = None, seed: int = 0, progress: bool = False
                   ) -> TrainedAligner:
     """Fine-tunes a bi-encoder with the contrastive loss above.

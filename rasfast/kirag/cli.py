@@ -10,10 +10,10 @@ import json
 
 
 def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument(f"--{prefix}epochs", type=int, default=1, help="aligner training epochs")
+    p.add_argument(f"--{prefix}epochs", type=int, default=2, help="aligner training epochs")
     p.add_argument(f"--{prefix}max-steps", type=int, default=None, help="stop training after this many steps")
     p.add_argument(f"--{prefix}train-batch", type=int, default=8, help="pairs per training step")
-    p.add_argument(f"--{prefix}lr", type=float, default=2e-5)
+    p.add_argument(f"--{prefix}lr", type=float, default=3e-5)
     p.add_argument(f"--{prefix}temperature", type=float, default=0.05, help="contrastive loss tau")
     p.add_argument(f"--{prefix}max-negatives", type=int, default=15)
     p.add_argument(f"--{prefix}seed", type=int, default=0)

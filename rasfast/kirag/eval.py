@@ -35,7 +35,7 @@ def _kirag_rankings(retriever, store, aligner, questions, dense, depth, K0, N, L
 
 def evaluate_kirag_musique(data_root=None, encoder=None, ks: Sequence[int] = (3, 5, 10),
                            K0: int = 10, N: int = 20, L: int = 5, folds: int = 2,
-                           epochs: int = 1, batch_size: int = 8, lr: float = 2e-5,
+                           epochs: int = 2, batch_size: int = 8, lr: float = 3e-5,
                            temperature: float = 0.05, max_negatives: int = 15,
                            max_steps: Optional[int] = None, train: bool = True, seed: int = 0,
                            progress: bool = False) -> Dict[str, object]:
