@@ -21,6 +21,8 @@ _LAZY: Dict[str, str] = {
     "theme_scoped_search": "rasfast.ops.theme",
     "triple_beam_search": "rasfast.ops.beam",
     "BeamResult": "rasfast.ops.beam",
+    "segment_topk_scores": "rasfast.ops.segment",
+    "segment_max_rank": "rasfast.ops.segment",
     "transformer_conv": "rasfast.ops.graph_conv",
     "graph_transformer_pool": "rasfast.ops.graph_conv",
     # data structures and models
@@ -33,10 +35,11 @@ _LAZY: Dict[str, str] = {
     # the loop
     "RAS": "rasfast.pipeline",
     "Trace": "rasfast.profile",
+    "KiRAG": "rasfast.kirag",
 }
 
 _SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear", "models", "encode",
-               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed")
+               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed", "kirag")
 
 __all__ = sorted(["backends", "BackendUnavailable", "__version__", *_LAZY])
 

@@ -215,6 +215,9 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    if args.what == "kirag":
+        from .kirag.cli import cmd_eval
+        return cmd_eval(args, _encoder(args))
     if args.what == "gear":
         try:
             from .gear import evaluate_musique
@@ -345,13 +348,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_cmd_profile)
 
     e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
-    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear"])
+    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag"])
     _loop_args(e, dataset=False)
     e.add_argument("--dataset", default="demo", choices=(*DATASETS, "all"))
     e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
     e.add_argument("--batch", type=int, default=32)
     e.add_argument("--json", default=None, help="write metrics as JSON here")
     e.set_defaults(func=_cmd_eval)
+    from .kirag.cli import add_eval_args, add_parser as add_kirag_parser
+    add_eval_args(e)
+    add_kirag_parser(sub)
 
     bn = sub.add_parser("bench", help="quick timing tables")
     bn.add_argument("what", choices=["select"])

@@ -1,0 +1,79 @@
+"""CLI of KiRAG: ``rasfast kirag train`` and ``rasfast eval kirag`` (hooked in rasfast/cli.py).
+
+Heavy imports (sentence-transformers, the data) happen inside the handlers, so building the
+parser stays cheap.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    p.add_argument(f"--{prefix}epochs", type=int, default=2, help="aligner training epochs")
+    p.add_argument(f"--{prefix}max-steps", type=int, default=None, help="stop training after this many steps")
+    p.add_argument(f"--{prefix}train-batch", type=int, default=8, help="pairs per training step")
+    p.add_argument(f"--{prefix}lr", type=float, default=3e-5)
+    p.add_argument(f"--{prefix}temperature", type=float, default=0.05, help="contrastive loss tau")
+    p.add_argument(f"--{prefix}max-negatives", type=int, default=15)
+    p.add_argument(f"--{prefix}seed", type=int, default=0)
+
+
+def add_parser(subparsers) -> None:
+    """Registers ``rasfast kirag ...``."""
+    k = subparsers.add_parser("kirag", help="KiRAG tools (aligner training)")
+    ks = k.add_subparsers(dest="kirag_command", required=True)
+    t = ks.add_parser("train", help="fine-tune the reasoning chain aligner on MuSiQue silver chains")
+    t.add_argument("--out", required=True, help="directory to save the aligner in")
+    t.add_argument("--dataset", default="musique", choices=["musique"])
+    t.add_argument("--model", default=None, help="sentence-transformers model path (default MiniLM)")
+    t.add_argument("--data-root", default=None)
+    _train_args(t)
+    t.add_argument("--quiet", dest="progress", action="store_false")
+    t.set_defaults(func=cmd_train)
+
+
+def add_eval_args(p: argparse.ArgumentParser) -> None:
+    """Options of ``rasfast eval kirag`` (prefixed: the eval parser is shared)."""
+    p.add_argument("--kirag-folds", type=int, default=2, help="cross-validation folds")
+    p.add_argument("--kirag-no-train", dest="kirag_train", action="store_false",
+                   help="skip the trained aligner (zero-shot only)")
+    _train_args(p, prefix="kirag-")
+
+
+def cmd_train(args) -> int:
+    from .aligner import save_aligner, train_aligner
+    from .silver import load_musique_chains, training_pairs
+
+    ds, store, chains = load_musique_chains(args.data_root)
+    pairs = training_pairs(chains, store, max_negatives=args.max_negatives, seed=args.seed)
+    print(f"{len(chains)} silver chains ({sum(c.complete for c in chains)} complete), "
+          f"{len(pairs)} training pairs")
+    tr = train_aligner(pairs, model=args.model, epochs=args.epochs, batch_size=args.train_batch,
+                       lr=args.lr, temperature=args.temperature, max_negatives=args.max_negatives,
+                       max_steps=args.max_steps, seed=args.seed, progress=args.progress)
+    path = save_aligner(tr, args.out)
+    print(f"trained {len(tr.losses)} steps in {tr.seconds:.1f} s: loss {tr.losses[0]:.4f} -> "
+          f"{tr.losses[-1]:.4f}; saved to {path}")
+    return 0
+
+
+def cmd_eval(args, encoder) -> int:
+    from .eval import evaluate_kirag_musique, format_table
+
+    if args.dataset not in ("musique", "demo"):
+        raise SystemExit("eval kirag: only --dataset musique has triples and decompositions")
+    try:
+        out = evaluate_kirag_musique(
+            args.data_root, encoder=encoder, folds=args.kirag_folds, train=args.kirag_train,
+            epochs=args.kirag_epochs, batch_size=args.kirag_train_batch, lr=args.kirag_lr,
+            temperature=args.kirag_temperature, max_negatives=args.kirag_max_negatives,
+            max_steps=args.kirag_max_steps, seed=args.kirag_seed, progress=args.progress)
+    except FileNotFoundError as e:
+        raise SystemExit(f"eval kirag: {e}")
+    print(f"KiRAG on MuSiQue ({out['n_questions']} questions, {out['encoder']}), recall in %:")
+    print(format_table(out))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 0

@@ -1,0 +1,95 @@
+"""KiRAG's LLM prompts and their tolerant parsers.
+
+The constructor prompt follows the paper's Reasoning Chain Constructor: the LLM sees the
+question, the chain so far and the aligner's candidate triples, and is asked to complete the
+whole chain with candidate triples, ending with "the answer is ...". The loop appends only the
+first triple it wrote that is one of the candidates (others are filtered out).
+
+Parsers never raise: any text (empty, truncated, chatty, malformed) parses to a
+:class:`ConstructorOutput`, possibly with no triple.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from ..pipeline.qgraph import normalize_entity
+from ..pipeline.types import RetrievedPassage, Triple
+from .triples import chain_text
+
+ANSWER_MARK = "the answer is"
+
+CONSTRUCTOR_INSTRUCTION = (
+    "Given a question, the reasoning chain built so far and a list of candidate knowledge "
+    "triples, complete the reasoning chain: a sequence of knowledge triples, each connected "
+    "to the previous ones, that leads to the answer of the question. Use only the candidate "
+    "triples, copied exactly, in the form <subject; predicate; object>, one per line. When the "
+    "chain is enough to answer the question, end with \"the answer is <short answer>\". If the "
+    "existing chain already answers the question, write only \"the answer is <short answer>\"."
+)
+
+READER_INSTRUCTION = (
+    "Answer the question using the documents and the knowledge triples. Reply with a short "
+    "answer only (an entity, a date, a number or a short phrase)."
+)
+
+
+def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Sequence[Triple]) -> str:
+    lines = "\n".join(f"<{s}; {p}; {o}>" for s, p, o in candidates)
+    return (f"{CONSTRUCTOR_INSTRUCTION}\n\nCandidate knowledge triples:\n{lines or '(none)'}\n\n"
+            f"Question: {question}\nExisting reasoning chain: {chain_text(chain) or '(empty)'}\n"
+            "Continue the reasoning chain:")
+
+
+def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[RetrievedPassage]) -> str:
+    docs = "\n\n".join(f"Document {i + 1}: {p.title}\n{p.text}" for i, p in enumerate(passages))
+    return (f"{READER_INSTRUCTION}\n\n{docs}\n\nKnowledge triples: {chain_text(chain) or '(none)'}"
+            f"\n\nQuestion: {question}\nAnswer:")
+
+
+_TRIPLE = re.compile(r"[<(\[]\s*([^<>()\[\];\n]+?)\s*;\s*([^<>()\[\];\n]+?)\s*;\s*([^<>\[\]\n]+?)\s*[>)\]]")
+_ANSWER = re.compile(re.escape(ANSWER_MARK) + r"\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def _key(t: Sequence[str]) -> tuple:
+    return tuple(normalize_entity(x) for x in t)
+
+
+@dataclass
+class ConstructorOutput:
+    """What a constructor reply says: the triples it wrote (in order, as candidate indices;
+    None for a triple outside the candidates), where "the answer is" first occurs relative
+    to them, and the answer text."""
+    written: List[Optional[int]] = field(default_factory=list)
+    answer_after: Optional[int] = None   # number of triples written before "the answer is"
+    answer: Optional[str] = None
+
+
+def parse_constructor(text, candidates: Sequence[Triple]) -> ConstructorOutput:
+    if not isinstance(text, str):
+        return ConstructorOutput()
+    index: Dict[tuple, int] = {}
+    for i, t in enumerate(candidates):
+        index.setdefault(_key(t), i)
+    out = ConstructorOutput()
+    m = _ANSWER.search(text)
+    cut = m.start() if m else len(text)
+    for t in _TRIPLE.finditer(text):
+        if t.start() >= cut and out.answer_after is None and m:
+            out.answer_after = len(out.written)
+        out.written.append(index.get(_key(t.groups())))
+    if m:
+        if out.answer_after is None:
+            out.answer_after = len(out.written)
+        ans = m.group(1).strip().split("\n")[0].strip().rstrip(".").strip()
+        out.answer = ans or None
+    return out
+
+
+def parse_answer(text) -> Optional[str]:
+    if not isinstance(text, str):
+        return None
+    m = _ANSWER.search(text)
+    ans = (m.group(1) if m else text).strip().split("\n")[0].strip().rstrip(".").strip()
+    return ans or None

@@ -1,0 +1,253 @@
+"""Ragged (CSR) scoring and ranking ops: KiRAG's aligner step and its document ranking.
+
+- :func:`segment_topk_scores`: B queries, each with its own ragged list of candidates (rows
+  ``cand_ptr[b] .. cand_ptr[b+1]`` of a candidate matrix, or of an index into an embedding
+  table); inner products and the top-n per query in one call.
+- :func:`segment_max_rank`: per query, item scores reduced to groups by max (triple ->
+  passage) and the top-k groups.
+
+Every backend implements the order stated in rasfast/reference/segment.py, so all return
+identical ids: (score desc, candidate position asc) and (group score desc, group id asc).
+Padding is id -1 / score -inf. Embeddings may be float32, float16 or bfloat16; scores are
+accumulated in float32.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from .. import dispatch as _bk
+from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+                       kind_of, to_kind)
+from .._validate import (check_dim, check_finite, check_float, check_int, check_int_arg,
+                         check_rank, check_same_device)
+from ..reference import segment as _ref
+
+# The CUDA selection keeps the running top-n of a query in shared memory.
+CUDA_MAX_N = 2048
+
+
+# ----------------------------------------------------------------------------- validation
+def _ptr(x, name: str, total: int, total_what: str) -> torch.Tensor:
+    p = as_tensor(x, name)
+    check_int(p, name)
+    check_rank(p, name, 1, "[B + 1]")
+    if len(p) == 0:
+        raise ValueError(f"{name}: expected B + 1 >= 1 entries, got 0")
+    p = p.long()
+    if int(p[0]) != 0 or int(p[-1]) != total:
+        raise ValueError(f"{name}: must start at 0 and end at {total_what} ({total}), got "
+                         f"{int(p[0])} .. {int(p[-1])}")
+    if bool((p[1:] < p[:-1]).any()):
+        raise ValueError(f"{name}: must be non-decreasing")
+    return p.contiguous()
+
+
+def _error(code: int, where: int) -> ValueError:
+    return ValueError(_ERRORS[code].format(where=where))
+
+
+# Messages for the error codes the compiled kernels report (csrc/segment/*: same codes).
+_ERRORS = {
+    1: "cand_emb: a candidate's score is not finite (its row contains NaN/inf, or the inner "
+       "product overflows float32; candidate {where})",
+}
+
+
+# ----------------------------------------------------------------------------- public ops
+def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
+                        backend: str = "auto") -> Tuple[object, object]:
+    """Per query, the top-n of its own ragged candidate list by inner product.
+
+    Args:
+        q_emb: [B, D] query embeddings (float32/float16/bfloat16; used in float32).
+        cand_emb: [M, D] candidate embeddings, query b's candidates being rows
+            ``cand_ptr[b] .. cand_ptr[b+1]``; or, with ``cand_ids``, an embedding table
+            [T, D] that the candidates index. float32/float16/bfloat16.
+        cand_ptr: int32/int64 [B + 1], non-decreasing from 0 to M (CSR offsets).
+        n: results per query, n >= 1.
+        cand_ids: optional int32/int64 [M] rows of the table ``cand_emb`` (each in [0, T));
+            duplicates are scored as separate candidates.
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cuda: n <= 2048.
+
+    Returns:
+        (ids[B, n] int64, scores[B, n] float32), q_emb's kind. ``ids`` are candidate
+        positions j in [0, M) (index into ``cand_ids`` / rows of ``cand_emb``), sorted by
+        (score desc, j asc); a query with fewer than n candidates is padded with -1 / -inf.
+
+    Raises:
+        ValueError when a scored candidate's score is not finite (NaN/inf in its row).
+    """
+    kind = kind_of(q_emb)
+    q = as_tensor(q_emb, "q_emb")
+    check_float(q, "q_emb")
+    check_rank(q, "q_emb", 2, "[B, D]")
+    check_finite(q, "q_emb")
+    c = as_tensor(cand_emb, "cand_emb")
+    check_float(c, "cand_emb")
+    check_rank(c, "cand_emb", 2, "[M, D]" if cand_ids is None else "[T, D]")
+    check_dim(c, "cand_emb", 1, q.shape[1], "D (q_emb.shape[1])")
+    n = check_int_arg(n, "n", 1)
+    dev = check_same_device(q_emb=q, cand_emb=c)
+    if cand_ids is not None:
+        ids = as_tensor(cand_ids, "cand_ids")
+        check_int(ids, "cand_ids")
+        check_rank(ids, "cand_ids", 1, "[M]")
+        check_same_device(q_emb=q, cand_ids=ids)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= c.shape[0]):
+            raise ValueError(f"cand_ids: must be in [0, T = {c.shape[0]}) (rows of cand_emb), got "
+                             f"{int(ids.min())} .. {int(ids.max())}")
+        ids = ids.long().contiguous()
+        M = len(ids)
+    else:
+        ids, M = None, c.shape[0]
+    ptr = _ptr(cand_ptr, "cand_ptr", M, "M, the number of candidates")
+    check_dim(ptr, "cand_ptr", 0, q.shape[0] + 1, "B + 1 (q_emb.shape[0] + 1)")
+    be = _bk.resolve(backend, dev, "segment_topk_scores")
+    if be == "cuda" and n > CUDA_MAX_N:
+        raise ValueError(f"n: backend 'cuda' supports n <= {CUDA_MAX_N}, got {n}; use "
+                         "backend='triton' or 'torch'")
+    out = _TOPK[be](q.float().contiguous(), c.contiguous(), ptr.to(dev), n, ids)
+    return tuple(to_kind(t, kind) for t in out)
+
+
+def segment_max_rank(item_scores, item_to_group, ptr, k: int,
+                     backend: str = "auto") -> Tuple[object, object]:
+    """Per query, reduce item scores to groups by max and return the top-k groups.
+
+    KiRAG's document ranking (every passage scores the best of its triples) and GEAR's
+    triples -> passages step.
+
+    Args:
+        item_scores: float [M] (float32/float16/bfloat16); NaN is rejected, -inf items are
+            ignored (a group whose items are all -inf is not returned).
+        item_to_group: int32/int64 [M] group id of each item, in [0, 2^31).
+        ptr: int32/int64 [B + 1] CSR offsets of each query's items (0 .. M).
+        k: groups per query, k >= 1.
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cuda: k <= 2048.
+
+    Returns:
+        (group_ids[B, k] int64, group_scores[B, k] float32) by (score desc, group id asc),
+        padded with -1 / -inf; item_scores' kind.
+    """
+    kind = kind_of(item_scores)
+    s = as_tensor(item_scores, "item_scores")
+    check_float(s, "item_scores")
+    check_rank(s, "item_scores", 1, "[M]")
+    check_finite(s, "item_scores", allow_inf=True)
+    g = as_tensor(item_to_group, "item_to_group")
+    check_int(g, "item_to_group")
+    check_rank(g, "item_to_group", 1, "[M]")
+    check_dim(g, "item_to_group", 0, len(s), "M (len(item_scores))")
+    if len(g) and (int(g.min()) < 0 or int(g.max()) >= 2 ** 31):
+        raise ValueError(f"item_to_group: group ids must be in [0, 2^31), got "
+                         f"{int(g.min())} .. {int(g.max())}")
+    k = check_int_arg(k, "k", 1)
+    dev = check_same_device(item_scores=s, item_to_group=g)
+    p = _ptr(ptr, "ptr", len(s), "M, the number of items")
+    be = _bk.resolve(backend, dev, "segment_max_rank")
+    if be == "cuda" and k > CUDA_MAX_N:
+        raise ValueError(f"k: backend 'cuda' supports k <= {CUDA_MAX_N}, got {k}; use "
+                         "backend='triton' or 'torch'")
+    out = _RANK[be](s.float().contiguous(), g.long().contiguous(), p.to(dev), k)
+    return tuple(to_kind(t, kind) for t in out)
+
+
+# ----------------------------------------------------------------------------- torch
+def _topk_torch(q, c, ptr, n, ids):
+    scores = _ref.candidate_scores(q, c, ptr, ids)
+    bad = ~torch.isfinite(scores)
+    if bool(bad.any()):
+        raise _error(1, int(bad.nonzero()[0, 0]))
+    return _ref.segment_topk_from_scores(scores, ptr, n)
+
+
+def _rank_torch(s, g, ptr, k):
+    return _ref.segment_max_rank(s, g, ptr, k)
+
+
+# ----------------------------------------------------------------------------- cpu
+def _outputs(B, n, dev):
+    return (torch.empty((B, n), dtype=torch.int64, device=dev),
+            torch.empty((B, n), dtype=torch.float32, device=dev))
+
+
+def _topk_cpu(q, c, ptr, n, ids):
+    mod = _bk.cpu_module()
+    buf, code = cpu_buffer(c)
+    out_i, out_s = _outputs(q.shape[0], n, q.device)
+    empty = torch.empty(0, dtype=torch.int64)
+    err = mod.segment_topk_scores(q.numpy(), buf, code, (ids if ids is not None else empty).numpy(),
+                                  ids is not None, ptr.numpy(), n, cpu_out(out_i), cpu_out(out_s))
+    if err >= 0:
+        raise _error(1, err)
+    return out_i, out_s
+
+
+def _rank_cpu(s, g, ptr, k):
+    out_i, out_s = _outputs(len(ptr) - 1, k, s.device)
+    _bk.cpu_module().segment_max_rank(s.numpy(), g.numpy(), ptr.numpy(), k, cpu_out(out_i),
+                                      cpu_out(out_s))
+    return out_i, out_s
+
+
+# ----------------------------------------------------------------------------- cuda
+_NO_ERROR = 2 ** 62  # the kernel lowers this (atomicMin) to the position of a bad score
+
+
+def _check_cuda_segments(ptr):
+    # the kernels keep a position inside a segment in 32 bits of a sort key
+    if len(ptr) > 1 and int((ptr[1:] - ptr[:-1]).max()) >= 2 ** 32:
+        raise ValueError("cand_ptr: backend 'cuda' supports segments of < 2^32 candidates")
+
+
+def _topk_cuda(q, c, ptr, n, ids):
+    mod = _bk.cuda_module()
+    dev = q.device
+    B, M = q.shape[0], int(ptr[-1])
+    _check_cuda_segments(ptr)
+    out_i, out_s = _outputs(B, n, dev)
+    scratch = torch.empty(max(M, 1), dtype=torch.float32, device=dev)
+    err = torch.full((1,), _NO_ERROR, dtype=torch.int64, device=dev)
+    with torch.cuda.device(dev):
+        mod.segment_topk_scores(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype], c.shape[1],
+                                device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, n,
+                                device_ptr(scratch), device_ptr(out_i), device_ptr(out_s),
+                                device_ptr(err), cuda_stream(dev))
+    where = int(err.item())
+    if where < _NO_ERROR:
+        raise _error(1, where)
+    return out_i, out_s
+
+
+def _rank_cuda(s, g, ptr, k):
+    mod = _bk.cuda_module()
+    dev = s.device
+    B, M = len(ptr) - 1, len(s)
+    _check_cuda_segments(ptr)
+    out_i, out_s = _outputs(B, k, dev)
+    slot_keys = torch.full((max(2 * M, 1),), -1, dtype=torch.int64, device=dev)
+    slot_vals = torch.zeros(max(2 * M, 1), dtype=torch.int32, device=dev)
+    with torch.cuda.device(dev):
+        mod.segment_max_rank(device_ptr(s), device_ptr(g), device_ptr(ptr), B, k,
+                             device_ptr(slot_keys), device_ptr(slot_vals), device_ptr(out_i),
+                             device_ptr(out_s), cuda_stream(dev))
+    return out_i, out_s
+
+
+# ----------------------------------------------------------------------------- triton
+def _topk_triton(q, c, ptr, n, ids):
+    scores = _bk.triton_kernels().segment.candidate_scores(q, c, ptr, ids)
+    bad = ~torch.isfinite(scores)
+    if bool(bad.any()):
+        raise _error(1, int(bad.nonzero()[0, 0]))
+    return _bk.triton_kernels().segment.segment_topk_from_scores(scores, ptr, n)
+
+
+def _rank_triton(s, g, ptr, k):
+    return _bk.triton_kernels().segment.segment_max_rank(s, g, ptr, k)
+
+
+_TOPK = {"torch": _topk_torch, "cpu": _topk_cpu, "cuda": _topk_cuda, "triton": _topk_triton}
+_RANK = {"torch": _rank_torch, "cpu": _rank_cpu, "cuda": _rank_cuda, "triton": _rank_triton}

@@ -1,0 +1,252 @@
+"""segment_topk_scores / segment_max_rank: every backend equals the torch reference on random
+ragged inputs (exact ties via quantized values), across dtypes, empty segments, padding, both
+candidate layouts; bad input raises naming the argument."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rasfast
+from backends_util import cpu_backends, gpu_backends
+from conftest import gpu
+from rasfast.ops.segment import segment_max_rank, segment_topk_scores
+from rasfast.reference import segment as ref
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def quantized(rng, shape):
+    """Entries k/4, |k| <= 3: dot products are exact in every dtype and summation order, so
+    backends agree bit for bit and exact ties are common (exercising the tie-break)."""
+    return torch.from_numpy((rng.integers(-3, 4, size=shape) / 4).astype(np.float32))
+
+
+def ragged_ptr(rng, B, max_len, empty_every=3):
+    lens = rng.integers(0, max_len + 1, size=B)
+    lens[::empty_every] = 0  # empty segments
+    ptr = np.zeros(B + 1, np.int64)
+    ptr[1:] = np.cumsum(lens)
+    return torch.from_numpy(ptr)
+
+
+def topk_problem(rng, B, D, max_len, table=None, dtype=torch.float32):
+    ptr = ragged_ptr(rng, B, max_len)
+    M = int(ptr[-1])
+    q = quantized(rng, (B, D))
+    if table is None:
+        return dict(q_emb=q, cand_emb=quantized(rng, (M, D)).to(dtype), cand_ptr=ptr), None
+    ids = torch.from_numpy(rng.integers(0, table, size=M))
+    return dict(q_emb=q, cand_emb=quantized(rng, (table, D)).to(dtype), cand_ptr=ptr,
+                cand_ids=ids), ids
+
+
+def assert_same(got, want):
+    gi, gs = (torch.as_tensor(x).cpu() for x in got)
+    wi, ws = (torch.as_tensor(x).cpu() for x in want)
+    assert torch.equal(gi, wi), f"ids differ:\n{gi}\n{wi}"
+    assert torch.equal(torch.isinf(gs), torch.isinf(ws))
+    fin = torch.isfinite(ws)
+    torch.testing.assert_close(gs[fin], ws[fin], atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------- topk: parity
+@pytest.mark.parametrize("backend", cpu_backends())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["matrix", "table"])
+def test_topk_matches_reference(backend, dtype, layout):
+    rng = np.random.default_rng(hash((backend, str(dtype), layout)) % 2**32)
+    small = backend == "triton"  # interpreted: tiny sizes
+    B, D, L = (5, 13, 9) if small else (23, 37, 70)
+    args, ids = topk_problem(rng, B, D, L, table=(11 if small else 50) if layout == "table" else None,
+                             dtype=dtype)
+    for n in (1, 4, L + 3):  # n beyond the longest segment pads
+        want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
+        assert_same(segment_topk_scores(**args, n=n, backend=backend), want)
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31), B=st.integers(0, 9), D=st.integers(1, 40),
+       max_len=st.integers(0, 40), n=st.integers(1, 45), table=st.booleans())
+def test_topk_cpu_hypothesis(seed, B, D, max_len, n, table):
+    rng = np.random.default_rng(seed)
+    args, ids = topk_problem(rng, B, D, max_len, table=7 if table else None)
+    want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
+    assert_same(segment_topk_scores(**args, n=n, backend="cpu"), want)
+    assert_same(segment_topk_scores(**args, n=n, backend="torch"), want)
+
+
+def test_topk_ties_go_to_lower_position_and_padding():
+    q = torch.ones(2, 4)
+    cand = torch.tensor([[1.0, 0, 0, 0]] * 3 + [[2.0, 0, 0, 0]] + [[1.0, 0, 0, 0]] * 2)
+    ptr = torch.tensor([0, 4, 6])
+    for be in cpu_backends() + ["torch"]:
+        ids, sc = segment_topk_scores(q, cand, ptr, 3, backend=be)
+        assert ids.tolist() == [[3, 0, 1], [4, 5, -1]], be
+        assert sc[1, 2] == float("-inf")
+
+
+def test_topk_crosses_simd_and_selection_boundaries_cpu():
+    rng = np.random.default_rng(7)
+    # table of 500 rows: the cpu kernel scores by table row; 20,000 rows: per query
+    for D, table in ((1, 500), (7, 20000), (8, 500), (15, 20000), (16, 500), (17, 20000),
+                     (384, 500), (384, 20000)):
+        args, ids = topk_problem(rng, 6, D, 300, table=table)
+        for n in (1, 20, 299, 1000):
+            want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
+            assert_same(segment_topk_scores(**args, n=n, backend="cpu"), want)
+
+
+def test_topk_by_row_and_per_query_paths_agree_bit_for_bit():
+    rng = np.random.default_rng(9)
+    table = torch.randn(300, 100).to(torch.bfloat16)
+    q = torch.randn(40, 100)
+    ptr = torch.arange(0, 40 * 30 + 1, 30)
+    ids = torch.from_numpy(rng.integers(0, 300, size=40 * 30))
+    by_row = segment_topk_scores(q, table, ptr, 30, cand_ids=ids, backend="cpu")  # T <= 2M
+    per_query = segment_topk_scores(q, table[ids], ptr, 30, backend="cpu")          # matrix
+    assert torch.equal(by_row[0], per_query[0]) and torch.equal(by_row[1], per_query[1])
+
+
+def test_topk_continuous_values_and_numpy_kind():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((8, 384)).astype(np.float32)
+    cand = rng.standard_normal((900, 384)).astype(np.float32)
+    ptr = np.array([0, 100, 100, 350, 351, 500, 700, 899, 900])
+    ids, sc = segment_topk_scores(q, cand, ptr, 20)
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.int64 and sc.dtype == np.float32
+    wi, ws = ref.segment_topk_scores(torch.from_numpy(q), torch.from_numpy(cand),
+                                     torch.from_numpy(ptr), 20)
+    assert np.array_equal(ids, wi.numpy())
+    np.testing.assert_allclose(sc, ws.numpy(), atol=1e-4)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["matrix", "table"])
+def test_topk_gpu_backends(dtype, layout):
+    rng = np.random.default_rng(11)
+    args, ids = topk_problem(rng, 40, 96, 5000, table=3000 if layout == "table" else None, dtype=dtype)
+    for n in (1, 20, 2048):
+        want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
+        for be in gpu_backends():
+            got = segment_topk_scores(**{k: v.cuda() for k, v in args.items()}, n=n, backend=be)
+            assert_same(got, want)
+
+
+# ----------------------------------------------------------------------------- topk: bad input
+def test_topk_bad_input():
+    q, c, p = torch.zeros(2, 4), torch.zeros(5, 4), torch.tensor([0, 2, 5])
+    with pytest.raises(ValueError, match="cand_ptr"):
+        segment_topk_scores(q, c, torch.tensor([0, 2, 4]), 1)
+    with pytest.raises(ValueError, match="cand_ptr"):
+        segment_topk_scores(q, c, torch.tensor([0, 3, 2, 5]), 1)
+    with pytest.raises(ValueError, match="cand_ptr"):
+        segment_topk_scores(q, c, torch.tensor([0, 3, 2]), 1)
+    with pytest.raises(TypeError, match="cand_ptr"):
+        segment_topk_scores(q, c, p.float(), 1)
+    with pytest.raises(ValueError, match="cand_emb"):
+        segment_topk_scores(q, torch.zeros(5, 3), p, 1)
+    with pytest.raises(ValueError, match="n"):
+        segment_topk_scores(q, c, p, 0)
+    with pytest.raises(TypeError, match="q_emb"):
+        segment_topk_scores(q.double(), c, p, 1)
+    with pytest.raises(ValueError, match="cand_ids"):
+        segment_topk_scores(q, c, p, 1, cand_ids=torch.tensor([0, 1, 2, 3, 5]))
+    with pytest.raises(ValueError, match="cand_ptr"):
+        segment_topk_scores(q, c, p, 1, cand_ids=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="q_emb"):
+        segment_topk_scores(torch.full((2, 4), float("nan")), c, p, 1)
+    with pytest.raises(ValueError, match="backend"):
+        segment_topk_scores(q, c, p, 1, backend="gpu")
+
+
+@pytest.mark.parametrize("backend", cpu_backends() + ["torch"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_topk_non_finite_candidate_raises(backend, bad):
+    q, c, p = torch.ones(2, 4), torch.zeros(5, 4), torch.tensor([0, 2, 5])
+    c[3, 1] = bad
+    with pytest.raises(ValueError, match="cand_emb"):
+        segment_topk_scores(q, c, p, 2, backend=backend)
+    # the same bad row outside every candidate list (table layout) is never read
+    ids, _ = segment_topk_scores(q, c, p, 2, cand_ids=torch.tensor([0, 1, 2, 4, 0]),
+                                 backend=backend)
+    assert ids.tolist() == [[0, 1], [2, 3]]
+
+
+# ----------------------------------------------------------------------------- max rank
+def rank_problem(rng, B, max_len, n_groups, dtype=torch.float32):
+    ptr = ragged_ptr(rng, B, max_len)
+    M = int(ptr[-1])
+    s = quantized(rng, (M,)).to(dtype)
+    s[torch.from_numpy(rng.random(M) < 0.1)] = float("-inf")  # absent items
+    g = torch.from_numpy(rng.integers(0, n_groups, size=M))
+    return s, g, ptr
+
+
+@pytest.mark.parametrize("backend", cpu_backends())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_rank_matches_reference(backend, dtype):
+    rng = np.random.default_rng(5)
+    small = backend == "triton"
+    s, g, ptr = rank_problem(rng, 6 if small else 30, 12 if small else 80, 5 if small else 40, dtype)
+    for k in (1, 3, 50):
+        assert_same(segment_max_rank(s, g, ptr, k, backend=backend),
+                    ref.segment_max_rank(s, g, ptr, k))
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31), B=st.integers(0, 8), max_len=st.integers(0, 30),
+       n_groups=st.integers(1, 12), k=st.integers(1, 15))
+def test_max_rank_cpu_hypothesis(seed, B, max_len, n_groups, k):
+    s, g, ptr = rank_problem(np.random.default_rng(seed), B, max_len, n_groups)
+    assert_same(segment_max_rank(s, g, ptr, k, backend="cpu"), ref.segment_max_rank(s, g, ptr, k))
+
+
+def test_max_rank_semantics():
+    s = torch.tensor([0.5, 0.9, 0.1, 0.9, float("-inf"), 0.3])
+    g = torch.tensor([7, 2, 7, 5, 9, 1])
+    ptr = torch.tensor([0, 5, 5, 6])
+    for be in cpu_backends() + ["torch"]:
+        ids, sc = segment_max_rank(s, g, ptr, 4, backend=be)
+        # group 2 and 5 tie at 0.9 -> lower id first; group 9 only has a -inf item
+        assert ids.tolist() == [[2, 5, 7, -1], [-1] * 4, [1, -1, -1, -1]], be
+        assert sc[0, :3].tolist() == pytest.approx([0.9, 0.9, 0.5])
+
+
+def test_max_rank_bad_input():
+    s, g, p = torch.zeros(4), torch.tensor([0, 1, 2, 3]), torch.tensor([0, 4])
+    with pytest.raises(ValueError, match="item_scores"):
+        segment_max_rank(torch.tensor([0.0, float("nan"), 0, 0]), g, p, 1)
+    with pytest.raises(ValueError, match="item_to_group"):
+        segment_max_rank(s, torch.tensor([0, 1, 2]), p, 1)
+    with pytest.raises(ValueError, match="item_to_group"):
+        segment_max_rank(s, torch.tensor([0, -1, 2, 3]), p, 1)
+    with pytest.raises(ValueError, match="ptr"):
+        segment_max_rank(s, g, torch.tensor([0, 3]), 1)
+    with pytest.raises(ValueError, match="k"):
+        segment_max_rank(s, g, p, 0)
+    with pytest.raises(TypeError, match="item_to_group"):
+        segment_max_rank(s, g.float(), p, 1)
+
+
+@gpu
+def test_max_rank_gpu_backends():
+    rng = np.random.default_rng(12)
+    s, g, ptr = rank_problem(rng, 50, 6000, 700)
+    for k in (1, 10, 2048):
+        want = ref.segment_max_rank(s, g, ptr, k)
+        for be in gpu_backends():
+            assert_same(segment_max_rank(s.cuda(), g.cuda(), ptr.cuda(), k, backend=be), want)
+
+
+# ----------------------------------------------------------------------------- build
+# (the Triton kernels' sm_80/sm_90 compile is checked with every other kernel by
+#  tests/triton_aot_gate.py through kernels/segment.py's aot_variants())
+def test_cuda_module_has_segment_kernels_when_built():
+    info = rasfast.backends()["cuda"]
+    if not info["built"]:
+        pytest.skip("rasfast._cuda not built here (no nvcc at install time)")
+    from rasfast import _cuda
+    assert hasattr(_cuda, "segment_topk_scores") and hasattr(_cuda, "segment_max_rank")
+    assert _cuda.segment_max_n == 2048
