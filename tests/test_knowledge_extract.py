@@ -97,9 +97,10 @@ def test_journal_refuses_another_model_or_changed_corpus(tmp_path):
         _build(tmp_path, ScriptedLLM(model="m2"))
     rows = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
     rows[3]["text"] += " Edited."
-    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(JournalError, match="passage 3 was extracted from different text"):
-        _build(tmp_path, ScriptedLLM(model="m1"))
+        _build(tmp_path, ScriptedLLM(model="m1"), corpus=edited)
 
 
 def test_unparsed_replies_block_the_index_until_accepted_or_retried(tmp_path):

@@ -119,13 +119,17 @@ def test_bad_corpus_gives_clear_error_and_no_loadable_index(tmp_path, content, m
         KnowledgeIndex.load(tmp_path / "ix")
 
 
-def test_rebuild_over_an_old_index_never_leaves_the_old_manifest(tmp_path):
+def test_bad_corpus_leaves_an_existing_index_untouched_and_a_failed_rebuild_unloadable(tmp_path):
     good = _write_jsonl(tmp_path / "c.jsonl", _rows(5))
     build_knowledge_index(good, tmp_path / "ix", ENC, num_themes=2, progress=False)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"title": "a", "text": "x"}\nnot json\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match="line 2 is not JSON"):   # read before anything is written
         build_knowledge_index(bad, tmp_path / "ix", ENC, progress=False)
+    assert len(KnowledgeIndex.load(tmp_path / "ix")) == 5
+    # a rebuild that fails after it started writing leaves no loadable (old or partial) index
+    with pytest.raises(ValueError, match="needs an LLM"):
+        build_knowledge_index(good, tmp_path / "ix", ENC, extract=True, progress=False)
     with pytest.raises(ValueError, match="knowledge.json: missing"):
         KnowledgeIndex.load(tmp_path / "ix")
 
