@@ -13,7 +13,8 @@ Layout (``journal.jsonl`` in the index directory)::
   is refused.
 - A torn LAST line (the process died inside a write) is dropped on open and the file is
   truncated to the last complete line; a malformed line anywhere else is an error naming it.
-- Every append is ``write + flush + os.fsync``: an entry on disk is a finished request.
+- Every append is ``write + flush + os.fsync`` before it returns (concurrent appends share
+  one fsync: group commit), so an entry on disk is a finished request.
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ class Journal:
         self.extraction = dict(extraction)
         self.entries: Dict[int, Dict[str, Any]] = {}
         self.dropped_torn_line = False
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()          # file writes and entries
+        self._sync_lock = threading.Lock()     # one fsync at a time (group commit)
+        self._written = self._synced = 0       # lines written / known fsync'd by this object
         if self.path.exists():
             self._read()
         else:
@@ -114,17 +117,27 @@ class Journal:
         return rec
 
     def append(self, rec: Dict[str, Any]) -> None:
-        """Appends one finished passage durably; OSError (e.g. disk full) becomes JournalError."""
+        """Appends one finished passage durably: returns once the line is fsync'd. Concurrent
+        appends share fsyncs (group commit: one fsync covers every line written before it).
+        OSError (e.g. disk full) becomes JournalError."""
         line = json.dumps(rec, ensure_ascii=False) + "\n"
-        with self._lock:
-            try:
+        try:
+            with self._lock:
                 self._f.write(line)
                 self._f.flush()
-                os.fsync(self._f.fileno())
-            except OSError as e:
-                raise JournalError(f"{self.path}: journal write failed ({e}); the build stopped. "
-                                   f"Finished passages are kept: free space and run the same "
-                                   f"command again to resume") from e
+                self._written += 1
+                mine = self._written
+            with self._sync_lock:
+                if self._synced < mine:
+                    with self._lock:
+                        upto = self._written
+                    os.fsync(self._f.fileno())
+                    self._synced = upto
+        except OSError as e:
+            raise JournalError(f"{self.path}: journal write failed ({e}); the build stopped. "
+                               f"Finished passages are kept: free space and run the same "
+                               f"command again to resume") from e
+        with self._lock:
             self.entries[int(rec["pid"])] = rec
 
     def forget(self, pids) -> int:
