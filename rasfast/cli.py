@@ -286,11 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ix = sub.add_parser("index", help="index tools")
     ixs = ix.add_subparsers(dest="index_command", required=True)
-    b = ixs.add_parser("build", help="build a knowledge index (passages, embeddings, themes, "
-                                     "triples, triple graph) from a corpus; resumable")
-    from .knowledge import cli as kcli
-    kcli.add_build_args(b)
-    b.set_defaults(func=kcli.cmd_build)
+    from .knowledge import cli as kcli   # index build (resumable) and index add
+    kcli.add_index_parsers(ixs)
 
     a = sub.add_parser("ask", help="answer questions with the loop")
     a.add_argument("question", nargs="+")

@@ -17,6 +17,7 @@ from rasfast.encode import HashingEncoder
 from rasfast.knowledge import (ExtractionError, Journal, JournalError, KnowledgeIndex,
                                UnparsedError, build_knowledge_index, extraction_record)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # fake_openai_server
 ENC = HashingEncoder()
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -201,7 +202,6 @@ def _journal_pids(path):
 
 
 def test_killed_build_resumes_without_repeating_a_finished_request(tmp_path):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from fake_openai_server import FakeServer
     n, conc = 40, 4
     corpus = _corpus(tmp_path, n)
@@ -245,3 +245,35 @@ def test_killed_build_resumes_without_repeating_a_finished_request(tmp_path):
     assert resumed.graph.entities == whole.graph.entities
     assert resumed.triple_emb.tobytes() == whole.triple_emb.tobytes()
     assert np.asarray(resumed.theme.emb).tobytes() == np.asarray(whole.theme.emb).tobytes()
+
+
+def test_cli_index_add_extracts_new_passages_with_the_same_model(tmp_path, capsys):
+    from rasfast.cli import main
+    from fake_openai_server import FakeServer
+    rows = [{"title": f"Person{i}", "text": f"Person{i} was born in City{i % 4}."} for i in range(10)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[6:]))
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = FakeServer()
+    try:
+        s.script([{"last_contains": [f"Person{i} was born"], "reply": _reply(i)} for i in range(10)])
+        common = ["--encoder", "hashing", "--llm", "openai", "--base-url", s.url, "--no-progress"]
+        assert main(["index", "build", "--corpus", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "ix"),
+                     "--num-themes", "2", "--extract-triples", "--model", "m1"] + common) == 0
+        assert main(["index", "add", "--index", str(tmp_path / "ix"), "--corpus", str(tmp_path / "b.jsonl"),
+                     "--model", "m2"] + common) == 2
+        assert "refusing to add triples from 'm2'" in capsys.readouterr().err
+        assert main(["index", "add", "--index", str(tmp_path / "ix"), "--corpus", str(tmp_path / "b.jsonl"),
+                     "--model", "m1"] + common) == 0
+        assert "index now holds 10 passages" in capsys.readouterr().out
+        assert s.stats()["hits"] == [1] * 10            # every passage asked exactly once
+        assert main(["index", "build", "--corpus", str(tmp_path / "all.jsonl"), "--out", str(tmp_path / "ix2"),
+                     "--num-themes", "2", "--extract-triples", "--model", "m1"] + common) == 0
+    finally:
+        s.close()
+    got, whole = KnowledgeIndex.load(tmp_path / "ix"), KnowledgeIndex.load(tmp_path / "ix2")
+    assert got.pids == whole.pids and got.triples == whole.triples
+    for f in ("indptr", "indices", "head", "tail", "passage_ids"):
+        assert np.array_equal(getattr(got.graph, f), getattr(whole.graph, f))
+    assert got.triple_emb.tobytes() == whole.triple_emb.tobytes()
+    assert len(got.theme.shards) == 2     # the added passages are a new shard

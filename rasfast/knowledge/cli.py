@@ -1,5 +1,5 @@
-"""CLI of the knowledge index: ``rasfast index build``, ``rasfast ask --index --system`` and
-``rasfast eval --index`` (rasfast/cli.py registers these parsers and calls the handlers)."""
+"""CLI of the knowledge index: ``rasfast index build``, ``rasfast index add``, ``rasfast ask
+--index --system`` and ``rasfast eval --index`` (rasfast/cli.py registers these parsers and calls the handlers)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,10 @@ import sys
 import time
 
 
-def add_build_args(b) -> None:
+def add_index_parsers(ixs) -> None:
+    """``index build`` and ``index add`` under the ``index`` subcommand's subparsers."""
+    b = ixs.add_parser("build", help="build a knowledge index (passages, embeddings, themes, "
+                                     "triples, triple graph, triple embeddings) from a corpus; resumable")
     b.add_argument("--corpus", required=True, help="JSONL/JSON corpus (records with title/text, "
                    "optional triples), or a MuSiQue/HippoRAG OpenIE docs file")
     b.add_argument("--out", required=True, help="the index directory")
@@ -15,6 +18,19 @@ def add_build_args(b) -> None:
     b.add_argument("--num-themes", type=int, default=64, help="k-means themes for theme scoping")
     b.add_argument("--extract-triples", action="store_true",
                    help="extract triples with --llm (the paper's prompt) even if the corpus has some")
+    b.add_argument("--max-degree", type=int, default=None, help="triple graph hub guard")
+    _llm_args(b)
+    b.set_defaults(func=cmd_build)
+    a = ixs.add_parser("add", help="append a corpus's passages to a knowledge index (triples from "
+                                   "the corpus or the index's own extraction model; resumable)")
+    a.add_argument("--index", required=True, help="the index directory")
+    a.add_argument("--corpus", required=True)
+    a.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"])
+    _llm_args(a)
+    a.set_defaults(func=cmd_add)
+
+
+def _llm_args(b) -> None:
     b.add_argument("--llm", default=None, choices=["openai", "hf", "vllm"],
                    help="LLM backend for triple extraction")
     b.add_argument("--base-url", default=None)
@@ -27,44 +43,71 @@ def add_build_args(b) -> None:
                    help="index passages whose reply held no triple (recorded in the manifest)")
     b.add_argument("--retry-unparsed", action="store_true",
                    help="ask again for passages whose earlier reply held no triple")
-    b.add_argument("--max-degree", type=int, default=None, help="triple graph hub guard")
     b.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def _make_llm(args):
+    if not args.llm:
+        return None
+    from ..llm.adapters import make_llm
+    try:
+        return make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                        timeout=args.timeout, concurrency=1)
+    except ValueError as e:
+        raise SystemExit(f"index: {e}")
+
+
+def _errors():
+    from .build import UnparsedError
+    from .extract import ExtractionError
+    from .journal import JournalError
+    return (ValueError, FileNotFoundError, JournalError, ExtractionError, UnparsedError)
+
+
+def _report(verb: str, rep) -> None:
+    ki, ex = rep.index, rep.extraction
+    how = (f"LLM {ki.extraction['model']}: {ex.requested} requests this run, {ex.resumed} resumed "
+           f"from the journal, {ex.tokens} tokens, {ex.seconds:.1f} s"
+           + (f", {len(ki.unparsed)} unparsed" if ki.unparsed else "")) if ex else ki.extraction["source"]
+    print(f"{verb} {len(ki)} passages ({ki.encoder_name}, dim {ki.dim}, {ki.theme.num_themes} themes)"
+          f"{', with triples' if ki.graph.num_triples else ''}: {ki.graph.num_triples} triples "
+          f"({how}), {ki.graph.num_entities} entities, {ki.graph.num_edges} graph edges in "
+          f"{rep.seconds:.1f} s -> {rep.path}")
+
+
+def cmd_add(args) -> int:
+    from ..pipeline.system import make_encoder
+    from .build import add_to_knowledge_index
+    llm = _make_llm(args)
+    try:
+        rep = add_to_knowledge_index(args.index, args.corpus, make_encoder(args.encoder), llm=llm,
+                                     concurrency=args.concurrency, allow_unparsed=args.allow_unparsed,
+                                     retry_unparsed=args.retry_unparsed, progress=args.progress)
+    except _errors() as e:
+        print(f"index add failed: {e}", file=sys.stderr)
+        return 2
+    _report("index now holds", rep)
+    return 0
 
 
 def cmd_build(args) -> int:
     from ..pipeline.system import make_encoder
-    from .build import UnparsedError, build_knowledge_index
-    from .extract import ExtractionError
-    from .journal import JournalError
-    llm = None
+    from .build import build_knowledge_index
     if args.extract_triples and not args.llm:
         raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model)")
-    if args.llm:
-        from ..llm.adapters import make_llm
-        try:
-            llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
-                           timeout=args.timeout, concurrency=1)
-        except ValueError as e:
-            raise SystemExit(f"index build: {e}")
-    enc = make_encoder(args.encoder)
+    llm = _make_llm(args)
     try:
-        rep = build_knowledge_index(args.corpus, args.out, enc, llm=llm, model=args.model,
-                                    extract=args.extract_triples, concurrency=args.concurrency,
-                                    num_themes=args.num_themes, allow_unparsed=args.allow_unparsed,
+        rep = build_knowledge_index(args.corpus, args.out, make_encoder(args.encoder), llm=llm,
+                                    model=args.model, extract=args.extract_triples,
+                                    concurrency=args.concurrency, num_themes=args.num_themes,
+                                    allow_unparsed=args.allow_unparsed,
                                     retry_unparsed=args.retry_unparsed,
                                     max_new_tokens=args.max_new_tokens, max_degree=args.max_degree,
                                     progress=args.progress)
-    except (ValueError, FileNotFoundError, JournalError, ExtractionError, UnparsedError) as e:
+    except _errors() as e:
         print(f"index build failed: {e}", file=sys.stderr)
         return 2
-    ki = rep.index
-    ex = rep.extraction
-    how = (f"LLM {ki.extraction['model']}: {ex.requested} requests this run, {ex.resumed} resumed "
-           f"from the journal, {ex.tokens} tokens, {ex.seconds:.1f} s"
-           + (f", {len(ki.unparsed)} unparsed" if ki.unparsed else "")) if ex else ki.extraction["source"]
-    print(f"indexed {len(ki)} passages ({ki.encoder_name}, dim {ki.dim}, {ki.theme.num_themes} themes)"
-          f"{', with triples' if ki.graph.num_triples else ''}: {ki.graph.num_triples} triples ({how}), {ki.graph.num_entities} entities, "
-          f"{ki.graph.num_edges} graph edges in {rep.seconds:.1f} s -> {rep.path}")
+    _report("indexed", rep)
     return 0
 
 
@@ -157,4 +200,4 @@ def cmd_eval(args) -> int:
     return 0
 
 
-__all__ = ["add_build_args", "cmd_build", "cmd_ask", "cmd_eval"]
+__all__ = ["add_index_parsers", "cmd_build", "cmd_add", "cmd_ask", "cmd_eval"]
