@@ -2,14 +2,11 @@
 
 An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
 RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
-into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7)::
-
-    manifest.json    format version, counts, dims, dtypes, shard layout, encoder/theme names
-    ppd.npy          [N, T] theme vectors    (bfloat16 is stored as its uint16 bit pattern)
-    emb.npy          [N, D] dense embeddings (idem)
-    pids.npy         [N] int64 passage ids
-    passages.jsonl   one {"pid", "title", "text"} per row
-    theme_model/     the theme model, when it can be saved (rasfast.theme)
+into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7; the
+layout, format version 2, is described in rasfast._index_store): a manifest, raw row-major
+``ppd.bin`` / ``emb.bin`` / ``pids.bin``, ``passages.jsonl`` and the theme model. The index
+grows by appended shards: ``index.add(...)`` appends rows as a new shard and ``save`` into the
+index's own directory writes only those rows.
 
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays; searches over a memory-mapped
 index (or with ``chunk_rows``) stream the corpus in chunks with bounded extra memory and
@@ -24,39 +21,24 @@ Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
 """
 from __future__ import annotations
 
-import json
 import numbers
 import pathlib
-import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from . import _index_store as _store
 from . import _index_stream as _stream
 from ._arrays import as_tensor, kind_of, to_kind
 from ._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
                         check_rank)
 
-FORMAT = "rasfast.ThemeIndex"
-VERSION = 1
-MANIFEST = "manifest.json"
 SCOPES = ("per_shard", "global")
 METRICS = ("l2", "ip")
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# numpy dtype each storage dtype is written as (bfloat16 has none: its bits as uint16)
-_FILE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": np.dtype("<u2")}
-
-
-def _dtype_name(dtype) -> str:
-    if isinstance(dtype, torch.dtype):
-        dtype = str(dtype).replace("torch.", "")
-    elif isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
-        dtype = np.dtype(dtype).name
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype: expected one of {', '.join(_DTYPES)}, got {dtype!r}")
-    return dtype
+_DTYPES = _store.DTYPES
+_dtype_name = _store.dtype_name
 
 
 def _float_matrix(x, name: str) -> torch.Tensor:
@@ -106,6 +88,26 @@ def _shard_ranges(shards, n: int) -> List[Tuple[int, int]]:
     return ranges
 
 
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value, name: str) -> int:
+    """A byte count from an int or a string such as "1GB", "512MiB", "2e9"."""
+    if isinstance(value, str):
+        import re
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(f"{name}: expected bytes as an int or a string like '1GB', got {value!r}")
+        try:
+            value = int(float(m.group(1)) * _UNITS[unit])
+        except ValueError:
+            raise ValueError(f"{name}: expected bytes as an int or a string like '1GB', "
+                             f"got {value!r}") from None
+    return check_int_arg(value, name, 1)
+
+
 def _passage_fields(p) -> Tuple[int, str, str]:
     """(pid, title, text) from a rasfast.data Passage, a dict, a tuple or a plain string."""
     if isinstance(p, str):
@@ -143,6 +145,10 @@ class ThemeIndex:
         self.theme_model = theme_model
         self.theme_model_name = theme_model_name or getattr(theme_model, "name", None)
         self.mmapped = mmapped
+        # (resolved directory, rows saved there, its manifest): where save() appends
+        self._home: Optional[Tuple[pathlib.Path, int, dict]] = None
+        # FileRows arguments of the arrays when they are exactly the saved files (streaming)
+        self._files: Optional[dict] = None
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -288,128 +294,127 @@ class ThemeIndex:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
-        """Writes the index directory (manifest last, so a partial save is not loadable)."""
+        """Writes the index directory (format version 2, see rasfast._index_store).
+
+        Saving into the directory this index was loaded from or last saved to writes only
+        what is new since then (the shards appended by :meth:`add`) and replaces the
+        manifest last; any other directory gets a full write (manifest last, so a partial
+        save is never loadable).
+        """
         d = pathlib.Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / MANIFEST).unlink(missing_ok=True)
-        arrays = {"emb": self.emb}
-        if self.ppd is not None:
-            arrays["ppd"] = self.ppd
-        entries = {}
-        for name, t in arrays.items():
-            dt = _dtype_name(t.dtype)
-            t = t.detach().cpu().contiguous()
-            raw = t.view(torch.int16).numpy().view(np.uint16) if dt == "bfloat16" else t.numpy()
-            np.save(d / f"{name}.npy", raw.astype(_FILE_DTYPES[dt], copy=False))
-            entries[name] = {"file": f"{name}.npy", "dtype": dt, "shape": list(t.shape)}
-        np.save(d / "pids.npy", np.asarray(self.pids, dtype="<i8"))
-        with open(d / "passages.jsonl", "w", encoding="utf-8") as f:
-            for pid, title, text in zip(self.pids.tolist(), self.titles, self.texts):
-                f.write(json.dumps({"pid": pid, "title": title, "text": text}, ensure_ascii=False))
-                f.write("\n")
-        theme_dir = None
-        if self.theme_model is not None and hasattr(self.theme_model, "save"):
-            self.theme_model.save(d / "theme_model")
-            theme_dir = "theme_model"
-        manifest = {
-            "format": FORMAT, "version": VERSION, "num_rows": len(self), "dim": self.dim,
-            "num_themes": self.num_themes, "arrays": entries,
-            "pids": {"file": "pids.npy", "dtype": "int64", "shape": [len(self)]},
-            "passages": {"file": "passages.jsonl", "count": len(self)},
-            "shards": [list(r) for r in self.shards], "normalize_ppd": self.normalize_ppd,
-            "metric": self.metric, "encoder": self.encoder_name,
-            "theme_model": {"name": self.theme_model_name, "dir": theme_dir},
-        }
-        (d / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        previous, start = None, 0
+        if self._home is not None and d.resolve() == self._home[0] and self._home[1] <= len(self):
+            try:
+                on_disk = _store.read_manifest(d)
+            except ValueError:
+                on_disk = None
+            if on_disk is not None and on_disk == self._home[2] and on_disk["version"] == _store.VERSION \
+                    and [list(r) for r in self.shards[:len(on_disk["shards"])]] == on_disk["shards"]:
+                previous, start = on_disk, self._home[1]
+        manifest = _store.write(d, self, start, previous)
+        self._home = (d.resolve(), len(self), manifest)
         return d
 
     @classmethod
     def load(cls, directory, mmap: bool = True, load_theme_model: bool = True) -> "ThemeIndex":
-        """Loads a saved index; ``mmap=True`` memory-maps the arrays (searches then stream).
+        """Loads a saved index (format version 1 or 2); ``mmap=True`` memory-maps the arrays,
+        which the compiled kernels then search in place (at in-memory speed once the files
+        are in the page cache).
 
         Raises ValueError naming the file when a file is missing, truncated or does not
         match the manifest.
         """
         d = pathlib.Path(directory)
-        mpath = d / MANIFEST
-        if not mpath.is_file():
-            raise ValueError(f"{mpath}: missing; {d} is not a saved ThemeIndex")
+        m = _store.read_manifest(d)
+        mpath = d / _store.MANIFEST
         try:
-            m = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{mpath}: not valid JSON ({e})") from e
-        if not isinstance(m, dict) or m.get("format") != FORMAT:
-            raise ValueError(f"{mpath}: not a {FORMAT} manifest")
-        if m.get("version") != VERSION:
-            raise ValueError(f"{mpath}: format version {m.get('version')!r}, this rasfast reads "
-                             f"version {VERSION}")
-        try:
-            n, dim, arrays = int(m["num_rows"]), int(m["dim"]), m["arrays"]
+            n = int(m["num_rows"])
             shards = _shard_ranges([tuple(r) for r in m["shards"]], n)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{mpath}: malformed manifest ({e})") from e
 
-        def read(entry, shape, what):
-            path = d / entry["file"]
-            dt = entry["dtype"]
-            if dt not in _FILE_DTYPES and dt != "int64":
-                raise ValueError(f"{mpath}: unknown dtype {dt!r} for {entry['file']}")
-            if list(entry["shape"]) != list(shape):
-                raise ValueError(f"{mpath}: {entry['file']} shape {entry['shape']} does not match "
-                                 f"{what} {list(shape)}")
-            if not path.is_file():
-                raise ValueError(f"{path}: missing (listed in {MANIFEST})")
-            try:
-                arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-            except Exception as e:  # truncated header/data, not an .npy file
-                raise ValueError(f"{path}: unreadable or truncated ({e})") from e
-            want = np.dtype("<i8") if dt == "int64" else _FILE_DTYPES[dt]
-            if arr.dtype != want or list(arr.shape) != list(shape):
-                raise ValueError(f"{path}: holds {arr.dtype} {list(arr.shape)}, the manifest says "
-                                 f"{dt} (stored as {want}) {list(shape)}")
-            return arr, dt
+        def matrix(name):
+            entry = _store.array_entry(d, m, name)
+            if entry is None:
+                return None
+            return _store.as_torch(_store.read_rows(d, m, entry, 0, n, mmap), entry["dtype"])
 
-        def as_torch(arr, dt):
-            with warnings.catch_warnings():  # read-only memmaps wrap zero-copy with a warning
-                warnings.simplefilter("ignore", UserWarning)
-                if dt == "bfloat16":
-                    return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-                return torch.from_numpy(arr)
-
-        e_entry = arrays.get("emb")
-        if e_entry is None:
-            raise ValueError(f"{mpath}: no 'emb' array listed")
-        emb = as_torch(*read(e_entry, [n, dim], "num_rows x dim"))
-        ppd = None
-        if arrays.get("ppd") is not None:
-            T = m.get("num_themes")
-            ppd = as_torch(*read(arrays["ppd"], [n, T], "num_rows x num_themes"))
-        pids, _ = read(m["pids"], [n], "num_rows")
-        pids = np.array(pids)
-
-        ppath = d / m["passages"]["file"]
-        if not ppath.is_file():
-            raise ValueError(f"{ppath}: missing (listed in {MANIFEST})")
-        titles, texts = [], []
-        with open(ppath, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                try:
-                    rec = json.loads(line)
-                    titles.append(rec["title"])
-                    texts.append(rec["text"])
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise ValueError(f"{ppath}: line {lineno} is not a passage record ({e})") from e
-        if len(titles) != n:
-            raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")
-
+        emb = matrix("emb")
+        ppd = matrix("ppd")
+        pids = np.array(_store.read_rows(d, m, _store.array_entry(d, m, "pids"), 0, n, mmap))
+        titles, texts = _store.read_passages(d, m)
         theme_model = None
         tm = m.get("theme_model") or {}
         if load_theme_model and tm.get("dir"):
             from .theme import load_theme_model as _load_tm
             theme_model = _load_tm(d / tm["dir"])
-        return cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
-                   m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
-                   mmapped=mmap)
+        index = cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
+                    m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
+                    mmapped=mmap)
+        index._home = (d.resolve(), n, m)
+        index._files = {name: _store.file_rows_args(d, m, _store.array_entry(d, m, name))
+                         for name, t in (("emb", emb), ("ppd", ppd)) if t is not None}
+        return index
+
+    # ------------------------------------------------------------------ growing
+    def add(self, emb=None, ppd=None, *, passages: Optional[Sequence[Any]] = None,
+            encoder: Any = None, pids=None, titles: Optional[Sequence[str]] = None,
+            texts: Optional[Sequence[str]] = None, cache: bool = True) -> "ThemeIndex":
+        """Appends rows as a NEW shard (rows [N, N + n)) and returns this index.
+
+        Takes the same row inputs as :meth:`build`: ``emb`` [n, D] (or ``passages`` and an
+        ``encoder``, which must be the one the index was built with when it recorded one),
+        and ``ppd`` [n, T]; when ``ppd`` is omitted it is computed by the index's theme
+        model. Rows are stored in the index's dtypes and normalised like the existing rows.
+        Default pids continue the row numbering (as :meth:`build` numbers rows).
+        :meth:`save` into the index's directory then writes only the new shard.
+
+        On a memory-mapped index the matrices are copied into memory by the append (the
+        saved rows included); save and load again to map them.
+        """
+        if passages is not None and emb is None:
+            if encoder is None:
+                raise ValueError("encoder: needed to embed passages when emb is not given")
+            name = getattr(encoder, "name", None)
+            if self.encoder_name and name and name != self.encoder_name:
+                raise ValueError(f"encoder: the index was built with {self.encoder_name!r}, "
+                                 f"got {name!r}")
+        if emb is not None:
+            e = _float_matrix(emb, "emb")
+            check_dim(e, "emb", 1, self.dim, "D (the index's embedding dim)")
+        if ppd is not None:
+            if self.ppd is None:
+                raise ValueError("ppd: this index is dense-only (built without theme vectors)")
+            p = _float_matrix(ppd, "ppd")
+            check_dim(p, "ppd", 1, self.num_themes, "T (the index's number of themes)")
+        elif self.ppd is not None and self.theme_model is None:
+            raise ValueError("ppd: not given and the index has no theme model to compute it")
+        part = ThemeIndex.build(
+            emb, ppd, passages=passages, encoder=encoder, theme_model=self.theme_model
+            if self.ppd is not None else False, pids=pids, titles=titles, texts=texts,
+            normalize_ppd=self.normalize_ppd, dtype=self.emb.dtype,
+            ppd_dtype=None if self.ppd is None else self.ppd.dtype, metric=self.metric,
+            cache=cache)
+        if part.dim != self.dim:
+            raise ValueError(f"emb: dim 1 must equal D (the index's embedding dim) ({self.dim}), "
+                             f"got {part.dim}")
+        n0, n = len(self), len(part)
+        new_pids = part.pids
+        if pids is None and (passages is None or all(_passage_fields(p)[0] < 0 for p in passages)):
+            new_pids = np.arange(n0, n0 + n, dtype=np.int64)
+        elif passages is not None and pids is None:  # rows without a pid get their row number
+            new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
+                                   enumerate(map(_passage_fields, passages))], dtype=np.int64)
+        self.emb = torch.cat([self.emb.to(part.emb.device), part.emb])
+        if self.ppd is not None:
+            self.ppd = torch.cat([self.ppd, part.ppd])
+        self.pids = np.concatenate([np.asarray(self.pids, dtype=np.int64), new_pids])
+        self.titles += part.titles
+        self.texts += part.texts
+        self.shards = self.shards + [(n0, n0 + n)]
+        self.mmapped = False
+        self._files = None  # the new rows are in memory only until saved and loaded
+        return self
 
     # ------------------------------------------------------------------ search
     def _queries(self, q_emb, q_ppd):
@@ -437,39 +442,8 @@ class ThemeIndex:
             raise ValueError("q_ppd: not given and the index has no theme model to compute it")
         return self.theme_model.query_ppd(q_emb)
 
-    def _chunk_rows(self, chunk_rows, B: int) -> Optional[int]:
-        if chunk_rows is not None:
-            return check_int_arg(chunk_rows, "chunk_rows", 1)
-        if self.mmapped:
-            return _stream.default_chunk_rows(B, max(self.dim, self.num_themes or 1))
-        return None
-
-    def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
-               theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None):
-        """Theme-scoped dense retrieval.
-
-        Args:
-            q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
-                like the corpus rows when the index normalises PPDs.
-            q_emb: [B, D] query embeddings.
-            K: scope size, per shard (``scope="per_shard"``, the paper's behaviour: each shard
-                keeps its K nearest rows and the shards' top-k lists are merged) or over the
-                whole corpus (``scope="global"``: exactly K rows, ties by lower row id).
-                K >= rows means no scoping.
-            k: results per query.
-            theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
-            backend: op backend for in-memory search ("auto" | "cpu" | "cuda" | "triton" |
-                "torch"). Streaming search (CPU) reproduces the "torch" backend bit for bit;
-                compiled backends may differ from it only for rows whose theme distance is
-                within float rounding of the K-th distance.
-            chunk_rows: stream the corpus in chunks of this many rows (default: stream only
-                when memory-mapped).
-
-        Returns:
-            (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
-            padded with -1 / -inf; numpy or torch like ``q_emb``.
-        """
-        kind = kind_of(q_emb)
+    def _search_args(self, q_ppd, q_emb, K, k, scope, theme_weight):
+        """The one validation of a search (DESIGN.md section 8): everything below trusts it."""
         if self.ppd is None:
             raise ValueError("search: this index has no theme vectors (built dense-only); "
                              "use dense_search")
@@ -482,28 +456,64 @@ class ThemeIndex:
         if isinstance(theme_weight, bool) or not isinstance(theme_weight, numbers.Real) \
                 or not 0.0 <= float(theme_weight) <= 1.0:
             raise ValueError(f"theme_weight: expected a number in [0, 1], got {theme_weight!r}")
-        w = float(theme_weight)
+        return qe, qp, K, k, scope, float(theme_weight)
+
+    def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
+               theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None,
+               max_memory=None):
+        """Theme-scoped dense retrieval.
+
+        Args:
+            q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
+                like the corpus rows when the index normalises PPDs.
+            q_emb: [B, D] query embeddings.
+            K: scope size, per shard (``scope="per_shard"``, the paper's behaviour: each shard
+                keeps its K nearest rows and the shards' top-k lists are merged) or over the
+                whole corpus (``scope="global"``: exactly K rows, ties by lower row id).
+                K >= rows means no scoping.
+            k: results per query.
+            theme_weight: w in [0, 1]; score = (1-w)*dense + w*theme (theme = -L2^2 or ip).
+            backend: op backend ("auto" | "cpu" | "cuda" | "triton" | "torch"). A
+                memory-mapped index is searched in place by the same kernels as one in
+                memory (a mapped file is a buffer), with the same results.
+            chunk_rows: search the corpus in blocks of this many rows (cpu kernels; same
+                result as in one piece, see rasfast._index_stream).
+            max_memory: a memory budget (bytes, or a string such as "1GB" / "512MiB") for a
+                corpus larger than memory: the theme and dense rows are streamed from the
+                index's files in blocks with large sequential reads and read-ahead (only the
+                in-scope dense rows, or whole blocks when most are), so the extra memory of
+                the search stays within the budget (plus interpreter overhead). The theme
+                matrix is read once per call when the [B, rows] uint32 keys fit in half the
+                budget, three times otherwise. Same results as in memory.
+
+        Returns:
+            (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
+            padded with -1 / -inf; numpy or torch like ``q_emb``.
+        """
+        kind = kind_of(q_emb)
+        qe, qp, K, k, scope, w = self._search_args(q_ppd, q_emb, K, k, scope, theme_weight)
         ranges = self.shards if scope == "per_shard" else [(0, len(self))]
+        streamed = chunk_rows is not None or max_memory is not None
+        if streamed:
+            chunk_rows = None if chunk_rows is None else check_int_arg(chunk_rows, "chunk_rows", 1)
+            max_memory = None if max_memory is None else parse_bytes(max_memory, "max_memory")
+            if qe.device.type != "cpu" or backend not in ("auto", "cpu"):
+                raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels on "
+                                 "CPU arrays (backend 'auto' or 'cpu')")
         B = qe.shape[0]
-        chunk = self._chunk_rows(chunk_rows, B)
         if B == 0:
             ids = torch.empty((0, k), dtype=torch.int64)
             return to_kind(ids, kind), to_kind(torch.empty((0, k)), kind)
         parts = []
-        if chunk is not None:
-            if qe.device.type != "cpu":
-                raise ValueError("q_emb: streaming search runs on the CPU; pass CPU arrays or "
-                                 "load the index with mmap=False and .to(device)")
-            for a, b in ranges:
-                parts.append(_stream.scoped_search_range(qp, qe, self.ppd, self.emb, a, b, K, k, w,
-                                                         self.metric, chunk))
-        else:
-            from .ops.theme import theme_scoped_search
-            for a, b in ranges:
-                ids, sc = theme_scoped_search(qp, qe, self.ppd[a:b], self.emb[a:b], K, k, w,
-                                              self.metric, backend)
-                ids = torch.where(ids >= 0, ids + a, ids)
-                parts.append((sc.cpu(), ids.cpu()))
+        for a, b in ranges:
+            if streamed:
+                parts.append(self._search_blocks(qp, qe, a, b, K, k, w, chunk_rows, max_memory))
+                continue
+            from .ops.theme import fused_search_validated
+            ids, sc = fused_search_validated(qp.to(qe.device), qe, self.ppd[a:b], self.emb[a:b],
+                                             K, k, w, self.metric, backend)
+            ids = torch.where(ids >= 0, ids + a, ids)
+            parts.append((sc.cpu(), ids.cpu()))
         if len(parts) == 1:
             sc, ids = parts[0]
         else:
@@ -511,20 +521,71 @@ class ThemeIndex:
         dev = qe.device
         return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
 
-    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None):
+    def _block_rows(self, B: int, n: int, chunk_rows: Optional[int], max_memory: Optional[int],
+                    dense_only: bool = False):
+        """(rows per block, keep keys) for a blocked search of n rows within the budget."""
+        keys = _stream.keys_bytes(B, n)
+        keep = max_memory is None or dense_only or keys <= max_memory // 2
+        if chunk_rows is not None:
+            return chunk_rows, keep
+        if max_memory is None:
+            return n, keep
+        row = self.emb.element_size() * self.dim + 3 * B
+        if not dense_only:
+            row += self.ppd.element_size() * self.num_themes + (0 if keep else 4 * B)
+        fixed = (keys if keep and not dense_only else 0) + 3 * B * _stream.DIGITS * 8
+        rows = (max_memory - fixed) // row
+        if rows < 64:
+            raise ValueError(f"max_memory: {max_memory} bytes is too small for B={B} queries "
+                             f"(needs at least {fixed + 64 * row})")
+        return int(min(rows, n)), keep
+
+    def _blocks(self, a: int, b: int, rows: int, from_files: bool, dense_only: bool = False):
+        if from_files and self._files is not None:
+            ppd = None if dense_only else _stream.FileRows(*self._files["ppd"])
+            return _stream.file_blocks(ppd, _stream.FileRows(*self._files["emb"]), a, b, rows)
+        return _stream.tensor_blocks(None if dense_only else self.ppd, self.emb, a, b, rows)
+
+    def _search_blocks(self, qp, qe, a, b, K, k, w, chunk_rows, max_memory):
+        rows, keep = self._block_rows(qe.shape[0], b - a, chunk_rows, max_memory)
+        blocks = self._blocks(a, b, rows, max_memory is not None)
+        ids, sc = _stream.search_blocks(qp, qe, blocks, b - a, len(blocks), K, k, w,
+                                        self.metric == "ip", keep_keys=keep)
+        return sc, ids
+
+    def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None,
+                     max_memory=None):
         """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),
-        ties by lower row id. Runs the theme ops with no scoping (so ``backend`` picks the
-        kernel), over the whole matrix or, when streaming, chunk by chunk with a merge.
+        ties by lower row id. On CPU arrays the fused cpu kernel's scoring pass runs over
+        the (in-memory or mapped) matrix with everything in scope -- in blocks with
+        ``chunk_rows``, streamed from the index's files within ``max_memory`` (see
+        :meth:`search`); other backends run the fused op with no scoping.
         Returns (ids[B, k], scores[B, k]) like :meth:`search`.
         """
         kind = kind_of(q_emb)
         qe, _ = self._queries(q_emb, None)
         k = check_int_arg(k, "k", 1)
-        chunk = self._chunk_rows(chunk_rows, qe.shape[0]) or len(self)
-        if qe.shape[0] == 0:
+        chunk_rows = None if chunk_rows is None else check_int_arg(chunk_rows, "chunk_rows", 1)
+        max_memory = None if max_memory is None else parse_bytes(max_memory, "max_memory")
+        B = qe.shape[0]
+        if B == 0:
             return (to_kind(torch.empty((0, k), dtype=torch.int64), kind),
                     to_kind(torch.empty((0, k)), kind))
-        ids, sc = _stream.dense_search_range(qe, self.emb, 0, len(self), k, chunk, backend)
+        from . import dispatch
+        be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
+        if be == "cpu":
+            rows, _ = self._block_rows(B, len(self), chunk_rows, max_memory, dense_only=True)
+            blocks = self._blocks(0, len(self), rows, max_memory is not None, dense_only=True)
+            ids, sc = _stream.search_blocks(None, qe, blocks, len(self), len(blocks), len(self),
+                                            k, 0.0, False)
+        else:
+            if chunk_rows is not None or max_memory is not None:
+                raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels")
+            from .ops.theme import fused_search_validated
+            n = len(self)
+            zq = torch.zeros((B, 1), dtype=torch.float32, device=qe.device)
+            zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)
+            ids, sc = fused_search_validated(zq, qe, zc, self.emb, n, k, 0.0, "l2", be)
         return to_kind(ids.to(qe.device), kind), to_kind(sc.to(qe.device), kind)
 
     # ------------------------------------------------------------------ results -> passages

@@ -387,8 +387,10 @@ template <DType DP, DType DE>
 void fused_typed(const FusedArgs& a) {
   using SP = typename Storage<DP>::type;
   const int threads = omp_get_max_threads();
-  const int64_t qb = std::min(query_block(a.B, a.N), kMaxMaskQueries);
   const bool sampled = a.N >= kMinSampledN && a.K < a.N;
+  // The sampled path with w == 0 keeps no key matrix, so one scan of the theme matrix can
+  // serve up to 64 queries (a bracket miss then allocates [qb, N] keys for the radix path).
+  const int64_t qb = std::min(sampled && a.w == 0.f ? a.B : query_block(a.B, a.N), kMaxMaskQueries);
   // The key matrix: always for the radix path; for the sampled one only for the theme term.
   std::unique_ptr<KeyMatrix> keys;
   const auto need_keys = [&]() {
@@ -438,6 +440,108 @@ void theme_scoped_search_cpu(py::array q_ppd, py::array ppd, int ppd_code, py::a
   RASFAST_DISPATCH_DTYPE(dp, DP, { RASFAST_DISPATCH_DTYPE(de, DE, { fused_typed<DP, DE>(a); }) })
 }
 
+// ------------------------------------------------------------------------ blocks
+// The search split at its seams, for callers that hold the corpus as several row blocks
+// (a streamed file, the shards of a distributed index): per block, pass 1 keys come from
+// theme_scan_keys; the exact K-th key over all blocks is found from summed 16-bit digit
+// histograms (theme_key_histogram, two rounds) and the tie counts per block
+// (theme_tie_cut); then theme_score_cut runs the fused kernel's pass 2 on the block with
+// that cut. Same keys, same cut, same scoring code: bit-identical to theme_scoped_search.
+constexpr int64_t kDigits = 65536;
+
+void theme_key_histogram_cpu(py::array keys, py::array prefix, int round, py::array hist) {
+  check_buffer(keys, "keys", 2, 4);
+  const int64_t B = keys.shape(0), n = keys.shape(1);
+  check_buffer(prefix, "prefix", 1, 4, {B});
+  check_buffer(hist, "hist", 2, 8, {B, kDigits});
+  require(round == 0 || round == 1, "round must be 0 or 1");
+  const uint32_t* kp = const_ptr<uint32_t>(keys);
+  const uint32_t* pp = const_ptr<uint32_t>(prefix);
+  int64_t* hp = mutable_ptr<int64_t>(hist);
+  py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < B; ++b) {
+    const uint32_t* kb = kp + b * n;
+    int64_t* hb = hp + b * kDigits;
+    if (round == 0) {
+      for (int64_t i = 0; i < n; ++i) ++hb[kb[i] >> 16];
+    } else {
+      const uint32_t want = pp[b];
+      for (int64_t i = 0; i < n; ++i)
+        if ((kb[i] >> 16) == want) ++hb[kb[i] & 0xFFFFu];
+    }
+  }
+}
+
+void theme_tie_cut_cpu(py::array keys, py::array thr, py::array allowed, py::array count,
+                       py::array last_eq) {
+  check_buffer(keys, "keys", 2, 4);
+  const int64_t B = keys.shape(0), n = keys.shape(1);
+  check_buffer(thr, "thr", 1, 4, {B});
+  check_buffer(allowed, "allowed", 1, 8, {B});
+  check_buffer(count, "count", 1, 8, {B});
+  check_buffer(last_eq, "last_eq", 1, 8, {B});
+  const uint32_t* kp = const_ptr<uint32_t>(keys);
+  const uint32_t* tp = const_ptr<uint32_t>(thr);
+  const int64_t* ap = const_ptr<int64_t>(allowed);
+  int64_t* cp = mutable_ptr<int64_t>(count);
+  int64_t* lp = mutable_ptr<int64_t>(last_eq);
+  py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < B; ++b) {
+    const uint32_t* kb = kp + b * n;
+    const uint32_t t = tp[b];
+    int64_t seen = 0, last = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (kb[i] == t && ++seen == ap[b]) last = i;
+    }
+    cp[b] = seen;
+    lp[b] = last;
+  }
+}
+
+void theme_score_cut_cpu(py::array q_emb, py::array emb, int emb_code, py::array keys,
+                         py::array cut_key, py::array cut_last_eq, py::array cut_all, int64_t k,
+                         double w, bool ip, py::array out_ids, py::array out_scores) {
+  const DType de = dtype_from_code(emb_code);
+  check_buffer(q_emb, "q_emb", 2, 4);
+  const int64_t B = q_emb.shape(0), D = q_emb.shape(1);
+  check_buffer(emb, "corpus_emb", 2, dtype_itemsize(de), {-1, D});
+  const int64_t N = emb.shape(0);
+  check_buffer(keys, "keys", 2, 4, {B, N});
+  check_buffer(cut_key, "cut_key", 1, 4, {B});
+  check_buffer(cut_last_eq, "cut_last_eq", 1, 8, {B});
+  check_buffer(cut_all, "cut_all", 1, 1, {B});
+  require(N >= 1 && D >= 1, "corpus_emb: needs N, D >= 1");
+  require(k >= 1, "k must be >= 1");
+  require(w >= 0.0 && w <= 1.0, "theme_weight must be in [0, 1]");
+  check_buffer(out_ids, "out_ids", 2, 8, {B, k});
+  check_buffer(out_scores, "out_scores", 2, 4, {B, k});
+  const uint32_t* kp = const_ptr<uint32_t>(keys);
+  std::vector<ScopeCut> cuts((size_t)B);
+  for (int64_t b = 0; b < B; ++b) {
+    cuts[(size_t)b].key = const_ptr<uint32_t>(cut_key)[b];
+    cuts[(size_t)b].last_eq = const_ptr<int64_t>(cut_last_eq)[b];
+    cuts[(size_t)b].all = const_ptr<uint8_t>(cut_all)[b] != 0;
+  }
+  FusedArgs a{nullptr, nullptr, const_ptr<float>(q_emb), emb.data(), B, N, 0, D, N, k, (float)w,
+              ip, mutable_ptr<int64_t>(out_ids), mutable_ptr<float>(out_scores)};
+  py::gil_scoped_release nogil;
+  const int threads = omp_get_max_threads();
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxMaskQueries) {
+    const int64_t nb = std::min(kMaxMaskQueries, B - b0);
+    const std::vector<ScopeCut> part(cuts.begin() + b0, cuts.begin() + b0 + nb);
+    TopKTable table(threads, nb, std::min(k, N));
+    const uint32_t* kb = kp + b0 * N;
+    bool ok = true;
+    RASFAST_DISPATCH_DTYPE(de, DE, {
+      ok = score_in_scope<DE>(a, b0, kb, MasksFromKeys{kb, N, nb, part}, table);
+    })
+    if (!ok) throw py::value_error(kEmbNonFinite);
+    table.write(b0, nb, k, a.ids, a.scores);
+  }
+}
+
 void bind(py::module_& m) {
   m.def("theme_scope", &theme_scope_cpu, py::arg("q_ppd"), py::arg("corpus_ppd"),
         py::arg("dtype_code"), py::arg("K"), py::arg("ip"), py::arg("out"),
@@ -453,6 +557,18 @@ void bind(py::module_& m) {
   m.def("theme_scan_keys", &theme_scan_keys_cpu, py::arg("q_ppd"), py::arg("corpus_ppd"),
         py::arg("dtype_code"), py::arg("ip"), py::arg("out"),
         "Pass 1 only: ordered uint32 keys [B, N] of squared L2 (or inverted ip keys).");
+  m.def("theme_key_histogram", &theme_key_histogram_cpu, py::arg("keys"), py::arg("prefix"),
+        py::arg("round"), py::arg("hist"),
+        "Adds 16-bit digit counts of keys[B, n] to hist[B, 65536]: round 0 the high digits, "
+        "round 1 the low digits of keys whose high digit is prefix[b].");
+  m.def("theme_tie_cut", &theme_tie_cut_cpu, py::arg("keys"), py::arg("thr"), py::arg("allowed"),
+        py::arg("count"), py::arg("last_eq"),
+        "Per query: count of keys == thr[b], and the index of the allowed[b]-th of them (-1).");
+  m.def("theme_score_cut", &theme_score_cut_cpu, py::arg("q_emb"), py::arg("corpus_emb"),
+        py::arg("emb_dtype_code"), py::arg("keys"), py::arg("cut_key"), py::arg("cut_last_eq"),
+        py::arg("cut_all"), py::arg("k"), py::arg("theme_weight"), py::arg("ip"),
+        py::arg("out_ids"), py::arg("out_scores"),
+        "Pass 2 of the fused search on one row block with given cuts (keys from theme_scan_keys).");
   m.def("theme_simd_level", []() { return std::string(simd().name); },
         "SIMD variant the theme kernels run with on this CPU.");
   m.def("theme_simd_variants", []() {

@@ -308,3 +308,17 @@ def _fused_triton(q, qe, c, e, K, k, w, metric):
 _SCOPE = {"torch": _scope_torch, "cpu": _scope_cpu, "cuda": _scope_cuda, "triton": _scope_triton}
 _DENSE = {"torch": _dense_torch, "cpu": _dense_cpu, "cuda": _dense_cuda, "triton": _dense_triton}
 _FUSED = {"torch": _fused_torch, "cpu": _fused_cpu, "cuda": _fused_cuda, "triton": _fused_triton}
+
+
+# ----------------------------------------------------------------------------- validated callers
+def fused_search_validated(q_ppd: torch.Tensor, q_emb: torch.Tensor, corpus_ppd: torch.Tensor,
+                           corpus_emb: torch.Tensor, K: int, k: int, theme_weight: float,
+                           metric: str, backend: str):
+    """:func:`theme_scoped_search` for a caller that validated everything once at its own
+    public entry point (``ThemeIndex.search``: queries checked there, corpus rows checked
+    when the index was built or added to, and by the cpu kernel as it reads them): no
+    checks and no host syncs here. Tensors in, (ids, scores) tensors out; B >= 1."""
+    be = _bk.resolve(backend, q_emb.device, "theme_scoped_search")
+    return _FUSED[be](q_ppd.float().contiguous(), q_emb.float().contiguous(),
+                      corpus_ppd.contiguous(), corpus_emb.contiguous(),
+                      min(K, corpus_ppd.shape[0]), k, theme_weight, metric)
