@@ -16,9 +16,10 @@ disk it is the ThemeIndex directory plus::
 Loading reads these arrays back as they were written (nothing is re-derived): the loaded
 graph and triple embeddings equal a fresh build bit for bit (tests/test_knowledge_index.py).
 
-:meth:`KnowledgeIndex.add` appends passages: new theme-index rows (``ThemeIndex.add`` when
-the ThemeIndex has it, else an append through the public ThemeIndex API), their triples, and
-the graph over all triples; only the new triples are embedded. Triples from a different
+:meth:`KnowledgeIndex.add` appends passages: a new theme-index shard (``ThemeIndex.add``; the
+next ``save`` into the same directory writes only the new rows of the dense/theme arrays),
+their triples, and the graph over all triples (rebuilt by the C++ builder: old triples keep
+their ids, so it equals a fresh build); only the new triples are embedded. Triples from a different
 extraction (another model or prompt, or corpus triples into an LLM-extracted index) are
 refused.
 """
@@ -56,25 +57,6 @@ def build_graph(triples_per_row: Sequence[list], pids: Sequence[int], max_degree
     flat = list(itertools.chain.from_iterable(triples_per_row))
     tp = np.repeat(np.asarray(pids, dtype=np.int64), counts)
     return TripleGraph.from_triples(flat, tp, max_degree=max_degree)
-
-
-def _append_theme(theme, passages: Sequence[Passage], encoder):
-    """``theme`` with ``passages`` appended as new rows (theme model unchanged)."""
-    if callable(getattr(theme, "add", None)):
-        return theme.add(passages=passages, encoder=encoder)
-    # fallback through the public ThemeIndex API: rebuild over old + new rows as one more shard
-    import torch
-    from ..index import ThemeIndex
-    new = ThemeIndex.build(passages=passages, encoder=encoder, theme_model=theme.theme_model,
-                           normalize_ppd=theme.normalize_ppd, metric=theme.metric,
-                           dtype=theme.emb.dtype)
-    ranges = [list(r) for r in theme.shards] + [[len(theme), len(theme) + len(new)]]
-    return ThemeIndex(torch.cat([theme.ppd.to(new.ppd.dtype), new.ppd]),
-                      torch.cat([theme.emb, new.emb]),
-                      np.concatenate([np.asarray(theme.pids), new.pids]),
-                      theme.titles + new.titles, theme.texts + new.texts,
-                      [tuple(r) for r in ranges], theme.normalize_ppd, theme.metric,
-                      theme.encoder_name, theme.theme_model, theme.theme_model_name)
 
 
 class KnowledgeIndex:
@@ -178,7 +160,7 @@ class KnowledgeIndex:
         if not passages:
             return self
         n_old = self.graph.num_triples
-        self.theme = _append_theme(self.theme, passages, encoder)
+        self.theme = self.theme.add(passages=passages, encoder=encoder)   # a new shard
         self.triples = self.triples + [list(t) for t in triples]
         self.source_ids = self.source_ids + (list(source_ids) if source_ids is not None
                                              else [None] * len(passages))
