@@ -181,7 +181,9 @@ def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> in
         steps = [st for r in results for st in r.detail.step_triples]
         rows = kernel_speedups(kindex, encoder, subq, K, args.k, 10,
                                gnn if args.graph_encoder == "gnn" else None, steps)
-        print("\nkernels on the loop's workload, compiled vs the torch reference (same run, best of 3):")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"\nkernels on the loop's workload, compiled vs the torch reference (same run, best of 3; "
+              f"load average {load:.1f} on {os.cpu_count()} cores):")
         for r in rows:
             print(f"  {r['kernel']:<24}[{r['backend']}] {r['ms']:8.2f} ms   torch reference "
                   f"{r['torch_ms']:8.2f} ms   {r['speedup']:6.1f}x   ({r['calls']})")
