@@ -80,6 +80,7 @@ class KnowledgeIndex:
         self.unparsed = sorted(int(p) for p in unparsed)
         self.max_degree = max_degree
         self.path: Optional[pathlib.Path] = None
+        self._by_pid: Optional[Dict[int, List[tuple]]] = None
 
     # ------------------------------------------------------------------ views
     def __len__(self) -> int:
@@ -103,9 +104,12 @@ class KnowledgeIndex:
 
     @property
     def triples_by_pid(self) -> Dict[int, List[tuple]]:
-        """Passage id -> cleaned (s, p, o) triples (malformed raw entries dropped)."""
-        from ..pipeline.parse import clean_triples
-        return {pid: clean_triples(t) for pid, t in zip(self.pids, self.triples)}
+        """Passage id -> cleaned (s, p, o) triples (malformed raw entries dropped); computed
+        once (and again after :meth:`add`)."""
+        if self._by_pid is None:
+            from ..pipeline.parse import clean_triples
+            self._by_pid = {pid: clean_triples(t) for pid, t in zip(self.pids, self.triples)}
+        return self._by_pid
 
     def dataset(self, name: str = "index"):
         """The passages and triples as a QADataset (no questions) for the loop's helpers."""
@@ -170,6 +174,7 @@ class KnowledgeIndex:
         self.graph = g
         g.embeddings = self.triple_emb
         self.unparsed = sorted(set(self.unparsed) | {int(p) for p in unparsed})
+        self._by_pid = None
         return self
 
     # ------------------------------------------------------------------ save / load
