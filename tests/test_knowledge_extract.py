@@ -85,6 +85,11 @@ def test_journal_torn_last_line_is_dropped_and_resumed(tmp_path):
     rep = _build(tmp_path, llm)
     assert sum(llm.calls.values()) == 12 - 7 and max(llm.calls.values()) == 1
     assert len(KnowledgeIndex.load(rep.path).graph.triples) == 24
+    # a journal killed while writing its header starts afresh
+    j2 = tmp_path / "j2.jsonl"
+    j2.write_text('{"journal": "rasfast.extr')
+    assert Journal(j2, extraction_record("m1")).entries == {}
+    assert json.loads(j2.read_text().splitlines()[0])["extraction"] == extraction_record("m1")
     # a broken line in the middle is an error naming it
     lines = j.read_text().splitlines(True)
     j.write_text("".join(lines[:3]) + "garbage\n" + "".join(lines[3:]))

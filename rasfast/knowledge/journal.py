@@ -57,7 +57,7 @@ class Journal:
         self._written = self._synced = 0       # lines written / known fsync'd by this object
         if self.path.exists():
             self._read()
-        else:
+        if not self.path.exists():   # new, or killed while writing its header (nothing finished)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             header = {"journal": FORMAT, "version": VERSION, "extraction": self.extraction}
             with open(self.path, "w", encoding="utf-8") as f:
@@ -99,8 +99,10 @@ class Journal:
                 except (KeyError, TypeError, ValueError):
                     raise JournalError(f"{self.path}: line {i + 1} has no passage id") from None
             keep_bytes += len(line) + 1
-        if keep_bytes == 0:
-            raise JournalError(f"{self.path}: empty or torn header; delete it to start over")
+        if keep_bytes == 0:      # empty or torn header: no passage finished, start it afresh
+            self.path.unlink()
+            self.dropped_torn_line = False
+            return
         if self.dropped_torn_line:
             with open(self.path, "r+b") as f:   # cut the torn tail so appends start clean
                 f.truncate(keep_bytes)
