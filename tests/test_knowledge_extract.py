@@ -35,6 +35,7 @@ def _reply(i):
 
 class ScriptedLLM:
     """In-process stand-in for an LLM backend: replies by passage, counts requests."""
+    concurrent_requests = True   # like OpenAIChat: one request per passage, in threads
 
     def __init__(self, model="m1", unparsed=(), fail=(), delay=0.0):
         self.model, self.unparsed, self.fail, self.delay = model, set(unparsed), set(fail), delay
@@ -171,6 +172,29 @@ def test_disk_full_in_the_journal_stops_cleanly_and_resumes(tmp_path):
     ki = KnowledgeIndex.load(_build(tmp_path, llm2).path)
     assert set(llm2.calls) == set(range(12)) - set(journaled) and max(llm2.calls.values()) == 1
     assert len(ki) == 12 and ki.graph.num_triples == 24
+
+
+class BatchedLLM(ScriptedLLM):
+    """A local-model stand-in: not called from threads, gets batched prompts."""
+    concurrent_requests = False
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.batches = []
+
+    def generate(self, prompts, max_new_tokens=128, stop=None, temperature=0.0):
+        self.batches.append(len(prompts))
+        return super().generate(prompts, max_new_tokens, stop, temperature)
+
+
+def test_local_models_get_batches_and_resume_too(tmp_path):
+    llm = BatchedLLM(fail={5})
+    with pytest.raises(ExtractionError, match="4 of 12 requests failed"):   # its whole batch of 4
+        _build(tmp_path, llm)
+    assert llm.batches == [4, 4, 4]
+    llm2 = BatchedLLM()
+    ki = KnowledgeIndex.load(_build(tmp_path, llm2).path)
+    assert llm2.batches == [4] and sorted(llm2.calls) == [4, 5, 6, 7] and ki.graph.num_triples == 24
 
 
 def test_bad_arguments(tmp_path):

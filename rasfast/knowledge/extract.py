@@ -1,7 +1,8 @@
 """Resumable, concurrent triple extraction with an LLM (the paper's text-to-triples prompt).
 
 :func:`extract_triples` sends one request per passage not yet in the journal, ``concurrency``
-at a time (each through the backend's own retries, e.g. OpenAIChat's backoff on 429/5xx),
+at a time (each through the backend's own retries, e.g. OpenAIChat's backoff on 429/5xx;
+local models such as HFCausalLM/VLLM get batches of ``concurrency`` prompts instead),
 parses the reply with the loop's tolerant parser and appends the finished passage to the
 journal (fsync'd) the moment it returns. A killed run therefore resumes where it stopped and
 never repeats a finished request; only requests in flight at the kill are sent again.
@@ -106,6 +107,13 @@ class _Progress:
             self.bar.close()
 
 
+def _per_request(llm) -> bool:
+    """Concurrent single-prompt requests for HTTP backends (OpenAIChat, or any backend that
+    sets ``concurrent_requests = True``); batched calls for local models (HF, vLLM)."""
+    from ..llm.openai_chat import OpenAIChat
+    return isinstance(llm, OpenAIChat) or bool(getattr(llm, "concurrent_requests", False))
+
+
 def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int = 8,
                     few_shot: bool = True, max_new_tokens: int = 256,
                     progress: bool = True) -> ExtractionOutcome:
@@ -127,15 +135,10 @@ def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int 
     stop = threading.Event()
     fatal: List[BaseException] = []
 
-    def one(p) -> None:
-        if stop.is_set():
-            return
-        content = f"{p.title}\n{p.text}" if p.title else p.text
-        try:
-            text = llm.generate([triples_messages(content, few_shot)], max_new_tokens, None, 0.0)[0]
-        except Exception as e:   # failed after the backend's retries: not journaled
-            failed[int(p.pid)] = f"{type(e).__name__}: {e}"
-            return
+    def prompt(p):
+        return triples_messages(f"{p.title}\n{p.text}" if p.title else p.text, few_shot)
+
+    def finish(p, text) -> None:
         parsed = parse_triples(text if isinstance(text, str) else "")
         rec = {"pid": int(p.pid), "sha": content_sha(p.title, p.text),
                "status": "ok" if parsed.triples else "unparsed",
@@ -150,18 +153,43 @@ def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int 
             return
         bar.update()
 
+    def one(p) -> None:
+        if stop.is_set():
+            return
+        try:
+            text = llm.generate([prompt(p)], max_new_tokens, None, 0.0)[0]
+        except Exception as e:   # failed after the backend's retries: not journaled
+            failed[int(p.pid)] = f"{type(e).__name__}: {e}"
+            return
+        finish(p, text)
+
     try:
-        with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo)))) as pool:
-            pending = set()
-            it = iter(todo)
-            # keep at most `concurrency` requests queued so a stop leaves nothing half-sent
-            for p in it:
-                pending.add(pool.submit(one, p))
-                if len(pending) >= concurrency:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        if _per_request(llm):
+            with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo)))) as pool:
+                pending = set()
+                # keep at most `concurrency` requests queued so a stop leaves nothing half-sent
+                for p in todo:
+                    pending.add(pool.submit(one, p))
+                    if len(pending) >= concurrency:
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        if stop.is_set():
+                            break
+                wait(pending)
+        else:   # a local model: one batched generate call per `concurrency` passages
+            for s in range(0, len(todo), concurrency):
+                chunk = todo[s:s + concurrency]
+                try:
+                    texts = llm.generate([prompt(p) for p in chunk], max_new_tokens, None, 0.0)
+                except Exception as e:
+                    for p in chunk:
+                        failed[int(p.pid)] = f"{type(e).__name__}: {e}"
+                    continue
+                for p, text in zip(chunk, texts):
+                    finish(p, text)
                     if stop.is_set():
                         break
-            wait(pending)
+                if stop.is_set():
+                    break
     finally:
         bar.close()
     if fatal:
