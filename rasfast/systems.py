@@ -17,10 +17,12 @@ Registered here:
 - ``kirag`` / ``structrag``: imported lazily from ``rasfast.kirag`` / ``rasfast.structrag``,
   whose ``from_components(retriever, triples_by_pid, encoder, llm=None, **opts)`` build them.
 
-Options shared by ras and gear: ``k`` (passages per retrieval, 5), ``scope_k`` (theme scope
-size K; None = unscoped dense), ``max_iters`` (ras, 5), ``graph_encoder`` (a loop graph
-encoder, e.g. ``rasfast.pipeline.graph_encoding.GNNGraphEncoder``), ``base_k`` (gear: base
-passages seeding the expansion, 10), ``expand`` (gear: kwargs for ``graph_expand``).
+Options shared by all: ``k`` (passages per retrieval, 5; passed to kirag as ``top_k``),
+``scope_k`` (theme scope size K; None = unscoped dense), ``backend`` (theme kernels). ras and
+gear also take ``graph_encoder`` (a loop graph encoder, e.g.
+``rasfast.pipeline.graph_encoding.GNNGraphEncoder``), ``base_k`` (base passages seeding the
+expansion, 10) and ``expand_kwargs`` (for ``rasfast.gear.graph_expand``); ras takes
+``max_iters`` (5) and ``expand=True`` (GEAR's expansion as its retriever).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ Factory = Callable[..., Any]
 _FACTORIES: Dict[str, Factory] = {}
 # systems built elsewhere: name -> module exposing from_components(retriever, triples_by_pid, encoder, llm, **opts)
 _LAZY_MODULES = {"kirag": "rasfast.kirag", "structrag": "rasfast.structrag"}
+# the generic ``k`` (passages per retrieval) under each of those systems' own option name
+_K_OPTION = {"kirag": "top_k", "structrag": "k"}
 
 
 def register_system(name: str, factory: Factory) -> None:
@@ -144,7 +148,9 @@ def _gear(kindex, *, encoder, llm=None, k: int = 5, scope_k=None, base_k: int = 
 
 
 def _components_factory(name: str, module: str) -> Factory:
-    def factory(kindex, *, encoder, llm=None, scope_k=None, backend: str = "auto", **opts):
+    def factory(kindex, *, encoder, llm=None, scope_k=None, backend: str = "auto", k=None, **opts):
+        if k is not None:
+            opts.setdefault(_K_OPTION.get(name, "k"), k)
         try:
             mod = importlib.import_module(module)
         except ImportError as e:

@@ -108,9 +108,10 @@ def test_component_systems_are_built_from_the_index(world, saved, name, monkeypa
     monkeypatch.setitem(sys.modules, f"rasfast.{name}", types.SimpleNamespace(from_components=fake.from_components))
     import rasfast.systems as systems
     monkeypatch.delitem(systems._FACTORIES, name, raising=False)
-    res = build_system(name, ki, encoder=ENC, llm="llm-object", scope_k=50, budget=3).run_batch(["Who?"])
+    res = build_system(name, ki, encoder=ENC, llm="llm-object", scope_k=50, budget=3, k=4).run_batch(["Who?"])
     retriever, tbp, enc, llm, opts = fake.got
-    assert tbp == ki.triples_by_pid and enc is ENC and llm == "llm-object" and opts == {"budget": 3}
+    assert tbp == ki.triples_by_pid and enc is ENC and llm == "llm-object"
+    assert opts == {"budget": 3, ("top_k" if name == "kirag" else "k"): 4}
     assert retriever.K == 50 and len(res[0].passages) == 3
 
 
