@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python
-EXTRAS ?= dev,gpu,graph,llm,faiss,plot
+EXTRAS ?= dev,gpu,graph,llm,faiss,plot,langchain,llamaindex
 STAMP  := $(VENV)/.rasfast-installed
 NATIVE := pyproject.toml CMakeLists.txt $(shell find csrc cmake -type f 2>/dev/null)
 # scikit-build-core's editable install records the package's files when it is installed,

@@ -34,12 +34,16 @@ _LAZY: Dict[str, str] = {
     "GraphLLM": "rasfast.llm.graph_llm",
     # the loop
     "RAS": "rasfast.pipeline",
+    # the knowledge index and the system registry
+    "KnowledgeIndex": "rasfast.knowledge.index",
+    "build_system": "rasfast.systems",
     "Trace": "rasfast.profile",
     "KiRAG": "rasfast.kirag",
 }
 
 _SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear", "models", "encode",
-               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed", "kirag")
+               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed", "kirag",
+               "knowledge", "systems", "integrations")
 
 __all__ = sorted(["backends", "BackendUnavailable", "__version__", *_LAZY])
 

@@ -1,7 +1,8 @@
 """The ``rasfast`` command line.
 
 Subcommands: ``demo`` (what ``make demo`` runs: the full RAS loop over a generated offline
-corpus), ``index build``, ``ask``, ``profile``, ``eval`` (``eval gear`` for GEAR's MuSiQue
+corpus), ``index build`` (rasfast.knowledge), ``ask`` (``--system`` runs a registered system
+from a knowledge index), ``profile``, ``eval`` (``eval gear`` for GEAR's MuSiQue
 evaluation when rasfast.gear is installed) and ``bench select``.
 """
 from __future__ import annotations
@@ -95,56 +96,20 @@ def _progress(it, total, desc, enabled=True):
 
 # -- commands --------------------------------------------------------------------------------
 def _cmd_demo(args) -> int:
-    if getattr(args, "system", "ras") == "structrag":
-        from .structrag.cli import run_demo
-        return run_demo(args)
-    from .pipeline.metrics import golden_match
-    from .pipeline.system import build_ras
-    from .profile import Trace
-
-    t0 = time.perf_counter()
+    """The demo world's knowledge index + RAS with theme scoping, GEAR expansion and the graph
+    encoder (rasfast.knowledge.demo), or StructRAG with --system structrag."""
+    if args.system == "structrag":
+        from .structrag.cli import run_demo as run_structrag_demo
+        return run_structrag_demo(args)
+    from .knowledge.demo import run_demo
+    if args.retriever == "faiss":
+        raise SystemExit("demo: --retriever dense|gear (the demo searches its knowledge index)")
     world = _dataset("demo", args)
     print(f"demo world (seed {args.seed}): {len(world.passages)} passages, "
           f"{sum(len(t) for t in world.triples)} gold triples, {len(world.questions)} questions")
     enc = _encoder(args)
-    t1 = time.perf_counter()
     planner, answerer = _llm_components(args)
-    ras = build_ras(world, encoder=enc, retriever=args.retriever, k=args.k, max_iters=args.max_iters,
-                    graph_encoder=_graph_encoder(args, enc), planner=planner, answerer=answerer)
-    print(f"index: {enc.name} embeddings of {len(world.passages)} passages in "
-          f"{time.perf_counter() - t1:.1f} s (cached on disk after the first run)"
-          + ("; --encoder minilm uses all-MiniLM-L6-v2" if enc.name.startswith("hashing") else ""))
-    print("planner/answerer: " + ("rasfast.llm " + args.llm if planner is not None else
-                                  "model-free heuristic baseline (relation paths in the question graph)"))
-    # a few questions of each hop count
-    qs = [q for q in world.questions if q.type.startswith("2hop")][: (args.questions + 1) // 2] + \
-         [q for q in world.questions if q.type.startswith("3hop")][: args.questions // 2]
-    trace = Trace("rasfast demo")
-    results = ras.run_batch([q.question for q in qs], trace=trace)
-    for q, r in zip(qs, results):
-        _print_result(r, q.answer)
-    correct = sum(golden_match(r.answer or "", q.answers) for q, r in zip(qs, results))
-    who = f"rasfast.llm {args.llm}" if planner is not None else "heuristic baseline planner/answerer"
-    print(f"\n{int(correct)}/{len(qs)} answered correctly ({who})")
-    print(f"\nper-stage latency, batch of {len(qs)} questions:")
-    print(trace.summary())
-    path = trace.to_chrome(args.trace)
-    print(f"\nChrome trace: {path} (open in https://ui.perfetto.dev or chrome://tracing); "
-          f"total {time.perf_counter() - t0:.1f} s")
-    return 0
-
-
-def _cmd_index(args) -> int:
-    from .pipeline.corpus import build_index, read_corpus
-
-    ds = read_corpus(args.corpus)
-    enc = _encoder(args)
-    t0 = time.perf_counter()
-    index = build_index(ds, enc, args.out, num_themes=args.num_themes)
-    print(f"indexed {len(ds.passages)} passages ({enc.name}, dim {index.dim}, "
-          f"{index.num_themes} themes{', with triples' if ds.triples is not None else ''}) in "
-          f"{time.perf_counter() - t0:.1f} s -> {args.out}")
-    return 0
+    return run_demo(args, world, enc, None if planner is None else (planner, answerer))
 
 
 def _ras_for(args):
@@ -173,7 +138,10 @@ def _ras_for(args):
 
 
 def _cmd_ask(args) -> int:
-    if getattr(args, "system", "ras") == "structrag":
+    if args.system and args.index:   # a knowledge index through the system registry
+        from .knowledge.cli import cmd_ask
+        return cmd_ask(args)
+    if args.system == "structrag":   # StructRAG over a dataset's corpus
         from .structrag.cli import run_ask
         return run_ask(args)
     ras, _ = _ras_for(args)
@@ -218,6 +186,9 @@ def _cmd_eval(args) -> int:
     if args.what == "kirag":
         from .kirag.cli import cmd_eval
         return cmd_eval(args, _encoder(args))
+    if args.index:
+        from .knowledge.cli import cmd_eval
+        return cmd_eval(args)
     if args.what == "gear":
         try:
             from .gear import evaluate_musique
@@ -318,24 +289,25 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--system", default="ras", choices=["ras", "structrag"], help="which system the demo runs")
     d.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "rasfast_demo_trace.json"),
                    help="Chrome trace output path (default: in the temp directory)")
-    d.set_defaults(func=_cmd_demo)
+    d.add_argument("--scope-k", type=int, default=None, help="theme scope size K (default: N/4)")
+    d.add_argument("--index-dir", default=None, help="keep the demo's knowledge index here")
+    # the library's own path by default: GEAR expansion as the retriever, the GNN graph encoder
+    d.set_defaults(func=_cmd_demo, retriever="gear", graph_encoder="gnn")
 
     ix = sub.add_parser("index", help="index tools")
     ixs = ix.add_subparsers(dest="index_command", required=True)
-    b = ixs.add_parser("build", help="embed a JSONL/JSON corpus into an index directory")
-    b.add_argument("--corpus", required=True)
-    b.add_argument("--out", required=True)
-    b.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"])
-    b.add_argument("--num-themes", type=int, default=64, help="k-means themes for theme scoping")
-    b.set_defaults(func=_cmd_index)
+    from .knowledge import cli as kcli   # index build (resumable) and index add
+    kcli.add_index_parsers(ixs)
 
     a = sub.add_parser("ask", help="answer questions with the loop")
     a.add_argument("question", nargs="+")
     _loop_args(a)
     a.add_argument("--max-triples", type=int, default=6)
-    a.add_argument("--system", default="ras", choices=["ras", "structrag"], help="which system answers")
     a.add_argument("--trace", default=None, help="write a Chrome trace here")
     a.add_argument("--json", action="store_true", help="also print the results as JSON")
+    a.add_argument("--system", default=None, choices=["ras", "gear", "kirag", "structrag"],
+                   help="with --index: the system that answers from the knowledge index (rasfast.systems); "
+                        "without --index only structrag, over --dataset's corpus")
     a.set_defaults(func=_cmd_ask)
 
     pr = sub.add_parser("profile", help="per-stage latency of the loop over N questions")
@@ -354,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
     e.add_argument("--batch", type=int, default=32)
     e.add_argument("--json", default=None, help="write metrics as JSON here")
+    e.add_argument("--index", default=None, help="a knowledge index of --dataset's corpus")
+    e.add_argument("--system", default="ras", help="with --index: ras|gear|kirag|structrag")
+    e.add_argument("--scope-k", type=int, default=None, help="with --index: theme scope size K")
     e.set_defaults(func=_cmd_eval)
     from .kirag.cli import add_eval_args, add_parser as add_kirag_parser
     add_eval_args(e)

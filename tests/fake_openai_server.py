@@ -197,9 +197,9 @@ def main():
     ap.add_argument("--api-key", default=None)
     args = ap.parse_args()
     API_KEY = args.api_key
-    # a listen backlog for many concurrent clients (socketserver's default of 5 drops SYNs
-    # under a burst of connections, and the client's retransmit then costs a whole second)
-    ThreadingHTTPServer.request_queue_size = 128
+    # a listen backlog like real servers' (socketserver's default of 5 drops the SYNs of a
+    # burst of concurrent clients, which then wait ~1 s for the TCP retransmit)
+    ThreadingHTTPServer.request_queue_size = 256
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)

@@ -84,6 +84,11 @@ def build_index(dataset: QADataset, encoder, directory: os.PathLike, num_themes:
     return index
 
 
+def _knowledge_has_triples(directory) -> bool:
+    km = pathlib.Path(directory) / "knowledge.json"
+    return km.is_file() and json.loads(km.read_text()).get("extraction", {}).get("source") != "none"
+
+
 def load_index(directory: os.PathLike, mmap: bool = False) -> Tuple[object, QADataset]:
     """(ThemeIndex, dataset of its passages with the saved triples or None)."""
     from ..index import ThemeIndex
@@ -92,6 +97,8 @@ def load_index(directory: os.PathLike, mmap: bool = False) -> Tuple[object, QADa
                                                              index.titles, index.texts)]
     triples = None
     tf = pathlib.Path(directory) / TRIPLES_FILE
+    if not tf.is_file() and _knowledge_has_triples(directory):
+        tf = pathlib.Path(directory) / "triples.jsonl"   # a rasfast.knowledge index (same records)
     if tf.is_file():
         by_pid: Dict[int, list] = {}
         for line in tf.read_text(encoding="utf-8").splitlines():

@@ -206,7 +206,8 @@ class GraphExpandedRetriever:
             got = [self._pid_row[int(p)] for p in np.asarray(fused)[:k] if int(p) in self._pid_row]
             rows[b, :len(got)] = got
         # fused rank r scores 1/(1+r): a rank, not a similarity
-        return self.base.to_passages(rows, np.broadcast_to(1.0 / (1 + np.arange(k)), rows.shape))
+        return self.base.to_passages(rows, np.broadcast_to(
+            (1.0 / (1 + np.arange(k))).astype(np.float32), rows.shape))   # float32: ThemeIndex.passages checks
 
 
 __all__ = ["DenseRetriever", "FaissRetriever", "ThemeIndexRetriever", "GraphExpandedRetriever"]

@@ -102,19 +102,11 @@ def run_demo(args) -> int:
 
 
 def run_ask(args) -> int:
-    """``rasfast ask --system structrag "question" ... [--index DIR | --dataset NAME]``."""
+    """``rasfast ask --system structrag "question" ... [--dataset NAME]`` (with ``--index DIR``
+    the knowledge index's system registry answers instead: rasfast.knowledge.cli)."""
     import json
     from ..cli import _dataset, _encoder
-    if getattr(args, "index", None):
-        from ..pipeline.corpus import load_index
-        from ..pipeline.retrievers import ThemeIndexRetriever
-        from .system import from_components
-        index, ds = load_index(args.index)
-        enc = _encoder(args)
-        ret = ThemeIndexRetriever(index, enc, K=args.scope_k)
-        sr = from_components(ret, triples_by_pid(ds), ret.encoder, _llm(args), k=args.k)
-    else:
-        sr = build_for_dataset(_dataset(args.dataset, args), args, _encoder(args))
+    sr = build_for_dataset(_dataset(args.dataset, args), args, _encoder(args))
     results = sr.run_batch(args.question)
     for r in results:
         print_result(r)
