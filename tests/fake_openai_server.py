@@ -43,6 +43,9 @@ def _matches(rule, text, last_user):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: every reply has a Content-Length
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle holds the body back
+    # until the client's delayed ACK (~40 ms per reply on a kept-alive connection)
+    disable_nagle_algorithm = True
     counted = -1  # the script epoch in which this connection last carried a chat request
 
     def log_message(self, *args):  # keep test output clean
