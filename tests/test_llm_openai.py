@@ -20,8 +20,9 @@ def server():
 @pytest.fixture
 def client(server, monkeypatch):
     monkeypatch.setenv("RASFAST_TEST_KEY", "sekret")
-    return OpenAIChat("fake-model", base_url=server.url, api_key_env="RASFAST_TEST_KEY", timeout=2.0,
-                      max_retries=3, backoff=0.01, max_backoff=0.5, concurrency=8)
+    with OpenAIChat("fake-model", base_url=server.url, api_key_env="RASFAST_TEST_KEY", timeout=2.0,
+                    max_retries=3, backoff=0.01, max_backoff=0.5, concurrency=8) as c:
+        yield c
 
 
 def test_scripted_reply_and_request_format(server, client):
@@ -113,6 +114,18 @@ def test_client_errors_fail_fast(server):
     c = OpenAIChat("m", base_url=server.root + "/nope", api_key="sekret", max_retries=5)
     with pytest.raises(LLMRequestError, match="404"):
         c.generate(["q"])
+
+
+def test_http_proxy_from_the_environment_is_used(server, monkeypatch):
+    # the scripted server stands in for the proxy: it receives the absolute-form request
+    # line a plain-HTTP proxy gets, which it does not route (404 naming the target URL)
+    monkeypatch.setenv("http_proxy", server.root)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    c = OpenAIChat("m", base_url="http://llm.invalid:8000/v1", api_key="sekret", max_retries=0)
+    with pytest.raises(LLMRequestError, match="404") as ei:
+        c.generate(["q"])
+    assert "http://llm.invalid:8000/v1/chat/completions" in ei.value.body
 
 
 def test_connection_refused_is_retried_then_reported():

@@ -273,6 +273,18 @@ class OpenAIChat:
         for conn in idle:
             conn.close()
 
+    def __enter__(self) -> "OpenAIChat":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # a dropped client does not leave its pooled sockets open
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def _post(self, body: bytes):
         """(status, headers, body bytes) of one POST on a pooled connection. A reused
         connection that the server closed before answering is replaced once, at once: that
