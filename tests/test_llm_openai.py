@@ -258,7 +258,7 @@ def test_connections_are_reused(server, client, concurrency):
 def test_server_closed_connection_is_replaced(server, monkeypatch, notice_eof):
     import rasfast.llm.openai_chat as oc
     if not notice_eof:  # the stale socket looks alive: the request itself hits the closed socket
-        monkeypatch.setattr(oc.select, "select", lambda r, w, x, t: ([], [], []))
+        monkeypatch.setattr(oc, "_readable_now", lambda sock: False)
     server.script([{"contains": "bye", "reply": "closing", "close": True}, {"contains": "", "echo": True}])
     c = OpenAIChat("m", base_url=server.url, api_key="sekret", timeout=2.0, max_retries=0, concurrency=1)
     assert c.generate(["hello"]) == ["hello"]

@@ -95,6 +95,20 @@ def _retry_after_seconds(value: Optional[str]) -> Optional[float]:
         return None
 
 
+def _readable_now(sock) -> bool:
+    """Whether an idle kept-alive socket has something to read: EOF (the server closed it) or
+    stray bytes -- either way it cannot carry the next request. poll, not select: select
+    fails for descriptors >= 1024."""
+    try:
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(p.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class OpenAIChat:
     """Batched client for ``POST {base_url}/chat/completions``.
 
@@ -251,12 +265,8 @@ class OpenAIChat:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return self._new_connection()
-            sock = conn.sock
-            try:  # an idle socket that is readable has seen EOF (or stray bytes): unusable
-                if sock is not None and not select.select([sock], [], [], 0)[0]:
-                    return conn
-            except (OSError, ValueError):
-                pass
+            if conn.sock is not None and not _readable_now(conn.sock):
+                return conn
             conn.close()
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
