@@ -9,11 +9,15 @@ port and prints ``PORT <n>`` on stdout. Endpoints:
   last user message (first match wins); a rule replies with ``reply`` (or echoes the last
   user message with ``"echo": true``), after its ``fault`` has fired ``times`` times (default:
   always); a rule with a fault and no reply falls through to later rules once its faults are
-  used up. Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"truncated"|"slow"|"drop",
+  used up. ``"close": true`` on a rule makes the server hang up right after sending its reply
+  (no ``Connection: close`` header: a kept-alive client finds out on its next request).
+  Faults: ``{"kind": "500"|"503"|"429"|"400"|"malformed"|"truncated"|"slow"|"drop",
   "times": n, "retry_after": seconds, "delay": seconds}``. ``stop`` strings cut the reply
   the way real servers do. Without a matching rule the ``default`` reply is sent.
 - ``POST /_rules`` ``{"rules": [...], "default": str}``: replace the script, reset counters.
-- ``GET /_stats``: request count, per-rule hit counts, the last requests' bodies.
+- ``GET /_stats``: request count, per-rule hit counts, the last requests' bodies, and
+  ``connections``: how many TCP connections carried chat requests (the server speaks
+  HTTP/1.1 keep-alive, so a client that reuses connections opens fewer than it sends).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"rules": [], "default": "OK", "hits": [], "requests": 0, "log": []}
+STATE = {"rules": [], "default": "OK", "hits": [], "requests": 0, "log": [], "connections": 0, "epoch": 0}
 LOCK = threading.Lock()
 API_KEY = None
 
@@ -38,6 +42,12 @@ def _matches(rule, text, last_user):
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: every reply has a Content-Length
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle holds the body back
+    # until the client's delayed ACK (~40 ms per reply on a kept-alive connection)
+    disable_nagle_algorithm = True
+    counted = -1  # the script epoch in which this connection last carried a chat request
+
     def log_message(self, *args):  # keep test output clean
         pass
 
@@ -58,7 +68,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_stats":
             with LOCK:
                 self._json(200, {"requests": STATE["requests"], "hits": list(STATE["hits"]),
-                                 "log": STATE["log"][-5000:]})
+                                 "log": STATE["log"][-5000:], "connections": STATE["connections"]})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -73,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["hits"] = [0] * len(STATE["rules"])
                 STATE["requests"] = 0
                 STATE["log"] = []
+                STATE["connections"] = 0
+                STATE["epoch"] += 1
             return self._json(200, {"ok": True})
         if self.path != "/v1/chat/completions":
             return self._json(404, {"error": {"message": f"no route {self.path}"}})
@@ -90,6 +102,9 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["requests"] += 1
             STATE["log"].append(body)
+            if self.counted != STATE["epoch"]:
+                self.counted = STATE["epoch"]
+                STATE["connections"] += 1
             rule, fault = None, None
             for i, r in enumerate(STATE["rules"]):
                 if not _matches(r, text, last_user):
@@ -137,6 +152,8 @@ class Handler(BaseHTTPRequestHandler):
         for s in body.get("stop") or []:
             if s in reply:
                 reply = reply[:reply.index(s)]
+        if rule is not None and rule.get("close"):
+            self.close_connection = True  # after this reply, without telling the client
         self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                          "model": model,
                          "choices": [{"index": 0, "finish_reason": "stop",

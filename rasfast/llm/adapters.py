@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..pipeline.parse import parse_triples
 from ..pipeline.types import LoopState, RetrievedPassage, Triple
+from .base import PartialBatchError
 from .prompts import answerer_messages, planner_messages, step_segments, triples_messages
 from .training_data import GraphLLMSample
 
@@ -22,6 +23,20 @@ from .training_data import GraphLLMSample
 def _check_llm(llm) -> None:
     if not callable(getattr(llm, "generate", None)):
         raise TypeError(f"llm: expected an LLM backend with generate(prompts, ...), got {type(llm).__name__}")
+
+
+def _generate_each(llm, prompts: List[Any], max_new_tokens: int, temperature: float,
+                   fn: Callable[[str], Any], items: Sequence[Any]) -> List[Any]:
+    """``fn`` of each reply. When only some prompts failed (:class:`PartialBatchError`), the
+    error is re-described for the caller's ``items`` so the RAS loop keeps the successes
+    instead of re-sending every prompt."""
+    try:
+        texts = llm.generate(prompts, max_new_tokens, None, temperature)
+    except PartialBatchError as e:
+        if e.is_for(prompts):
+            raise e.remapped(fn, items) from e
+        raise
+    return [fn(t) for t in texts]
 
 
 def _first_line(text: str) -> str:
@@ -41,7 +56,7 @@ class LLMPlanner:
 
     def plan(self, states: Sequence[LoopState]) -> List[str]:
         prompts = [planner_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
-        return [_first_line(t) for t in self.llm.generate(prompts, self.max_new_tokens, None, self.temperature)]
+        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
 
 
 class LLMAnswerer:
@@ -53,7 +68,7 @@ class LLMAnswerer:
 
     def answer(self, states: Sequence[LoopState]) -> List[str]:
         prompts = [answerer_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
-        return [_first_line(t) for t in self.llm.generate(prompts, self.max_new_tokens, None, self.temperature)]
+        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
 
 
 class GraphInputs:
@@ -165,10 +180,23 @@ class LLMTripleExtractor:
                 todo[key] = p
         if todo:
             keys = list(todo)
-            texts = self.llm.generate([triples_messages(todo[k].content, self.few_shot) for k in keys],
-                                      self.max_new_tokens, None, 0.0)
             self.calls += len(keys)
-            fresh = {k: self.parse(t) for k, t in zip(keys, texts)}
+            try:
+                fresh = dict(zip(keys, _generate_each(
+                    self.llm, [triples_messages(todo[k].content, self.few_shot) for k in keys],
+                    self.max_new_tokens, 0.0, self.parse, keys)))
+            except PartialBatchError as e:
+                if not e.is_for(keys):
+                    raise
+                # keep (and memoise) the passages that did extract; only the failed ones fail
+                fresh = dict(zip(keys, e.results))
+                failed = {k: r for k, r in fresh.items() if isinstance(r, BaseException)}
+                if self.memo is not None:
+                    self.memo.update((k, r) for k, r in fresh.items() if k not in failed)
+                store = self.memo if self.memo is not None else fresh
+                key = (lambda p: p.pid) if self.memo is not None else id
+                raise PartialBatchError(str(e), [failed[key(p)] if key(p) in failed else list(store[key(p)])
+                                                 for p in passages], passages) from e
         else:
             fresh = {}
         if self.memo is not None:

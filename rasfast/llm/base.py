@@ -29,6 +29,34 @@ class LLM(Protocol):
         ...
 
 
+class PartialBatchError(RuntimeError):
+    """A batch call where some items failed and the others succeeded.
+
+    ``results`` is aligned with ``inputs`` (the exact objects the call was made with): the
+    item's result, or the exception of a failed item. A batch caller that sees this error
+    for the very inputs it passed (:func:`rasfast.pipeline.call_isolated` checks identity)
+    keeps the successes and isolates only the failures, instead of re-sending every item."""
+
+    def __init__(self, message: str, results: Sequence[Any], inputs: Sequence[Any]):
+        super().__init__(message)
+        self.results, self.inputs = list(results), list(inputs)
+
+    @property
+    def errors(self) -> Dict[int, BaseException]:
+        """{position: exception} of the failed items."""
+        return {i: r for i, r in enumerate(self.results) if isinstance(r, BaseException)}
+
+    def is_for(self, items: Sequence[Any]) -> bool:
+        """Whether this error describes a call made with exactly ``items`` (identity)."""
+        return len(self.inputs) == len(items) and all(a is b for a, b in zip(self.inputs, items))
+
+    def remapped(self, fn, inputs: Sequence[Any]) -> "PartialBatchError":
+        """The same failures for a caller one level up: ``fn`` applied to every successful
+        result, the batch now described by that caller's own ``inputs``."""
+        return PartialBatchError(str(self), [r if isinstance(r, BaseException) else fn(r)
+                                             for r in self.results], inputs)
+
+
 def cut_at_stop(text: str, stop: Optional[Sequence[str]]) -> str:
     """``text`` up to (excluding) the earliest occurrence of any stop string."""
     if not stop:

@@ -1,12 +1,18 @@
 """``OpenAIChat``: any OpenAI-compatible chat-completions server (vLLM ``serve``, llama.cpp
 ``server``, TGI, hosted APIs) as a batched :class:`~rasfast.llm.base.LLM`.
 
-Standard library only (urllib + a thread pool). Every request has a socket timeout; 429,
+Standard library only (http.client + a thread pool). Connections are kept alive and reused
+(a small pool of at most ``concurrency`` idle connections per client); a pooled connection
+the server has closed is replaced transparently. Every request has a socket timeout; 429,
 5xx, connection errors, timeouts and unparseable replies are retried with exponential
 backoff (a server's ``Retry-After`` is honoured, capped at ``max_backoff``); other errors
 (400, 401, 404, ...) fail at once. A failure raises :class:`LLMRequestError` carrying the
 status, the URL, the attempt count and an excerpt of the body, so nothing hangs and nothing
-is swallowed.
+is swallowed. When only some prompts of a batch fail, the error raised is an
+:class:`LLMBatchError` that also carries the successful replies (``results``), so a caller
+that isolates failures (:func:`rasfast.pipeline.call_isolated`) never re-sends a prompt that
+already succeeded; ``generate(..., return_exceptions=True)`` returns the errors in their
+slots instead.
 """
 from __future__ import annotations
 
@@ -15,16 +21,17 @@ import http.client
 import json
 import os
 import random
+import select
 import socket
 import threading
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ._timing import StageTimer
-from .base import Prompt, as_messages, check_generate_args, cut_at_stop
+from .base import PartialBatchError, Prompt, as_messages, check_generate_args, cut_at_stop
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 524})
 
@@ -42,6 +49,23 @@ class LLMRequestError(RuntimeError):
         where = f" (prompt {self.index})" if self.index is not None else ""
         return (f"{self.reason}{where}: url={self.url} status={self.status} attempts={self.attempts}"
                 + (f" body={self.body!r}" if self.body else ""))
+
+
+class LLMBatchError(LLMRequestError, PartialBatchError):
+    """Some prompts of a batch failed for good. Reads as the first failure (``index``,
+    ``status``, ... as :class:`LLMRequestError`); ``results`` holds every prompt's reply or
+    its :class:`LLMRequestError`, ``inputs`` the prompts (see :class:`PartialBatchError`)."""
+
+    def __init__(self, first: LLMRequestError, results: Sequence[Any], inputs: Sequence[Any]):
+        PartialBatchError.__init__(self, first.reason, results, inputs)
+        self.reason = first.reason
+        self.status, self.url, self.attempts, self.body, self.index = (first.status, first.url, first.attempts,
+                                                                       first.body, first.index)
+
+    def __str__(self) -> str:
+        more = len(self.errors) - 1
+        return LLMRequestError.__str__(self) + (f" [+{more} more failed prompt(s) of "
+                                                f"{len(self.results)}]" if more > 0 else "")
 
 
 class _Retryable(Exception):
@@ -71,6 +95,20 @@ def _retry_after_seconds(value: Optional[str]) -> Optional[float]:
         return None
 
 
+def _readable_now(sock) -> bool:
+    """Whether an idle kept-alive socket has something to read: EOF (the server closed it) or
+    stray bytes -- either way it cannot carry the next request. poll, not select: select
+    fails for descriptors >= 1024."""
+    try:
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(p.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class OpenAIChat:
     """Batched client for ``POST {base_url}/chat/completions``.
 
@@ -86,12 +124,15 @@ class OpenAIChat:
         concurrency: parallel requests per batch.
         system: optional system message prepended to text prompts.
         extra_body: extra JSON fields for every request (e.g. ``{"top_p": 0.9}``).
+        keep_alive: reuse HTTP connections across requests (at most ``concurrency`` idle
+            ones kept); False opens a new connection per request.
     """
 
     def __init__(self, model: str, base_url: Optional[str] = None, api_key_env: str = "OPENAI_API_KEY",
                  api_key: Optional[str] = None, timeout: float = 60.0, max_retries: int = 4,
                  backoff: float = 0.5, max_backoff: float = 30.0, concurrency: int = 8,
-                 system: Optional[str] = None, extra_body: Optional[Mapping[str, Any]] = None):
+                 system: Optional[str] = None, extra_body: Optional[Mapping[str, Any]] = None,
+                 keep_alive: bool = True):
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a non-empty model name, got {model!r}")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -116,7 +157,17 @@ class OpenAIChat:
         self.concurrency = concurrency
         self.system = system
         self.extra_body = dict(extra_body or {})
+        self.keep_alive = bool(keep_alive)
         self._lock = threading.Lock()
+        self._idle: List[http.client.HTTPConnection] = []  # kept-alive connections, LIFO
+        parts = urllib.parse.urlsplit(self.url)
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "", parts.port
+        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        # honour an http(s)_proxy from the environment as urllib did (CONNECT tunnel for https)
+        proxy = urllib.request.getproxies().get(parts.scheme)
+        self._proxy = (urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+                       if proxy and not urllib.request.proxy_bypass(parts.netloc) else None)
         self.stats = {"requests": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self.timer = StageTimer(sync_cuda=False)  # "llm.request" spans (category "model")
 
@@ -125,11 +176,14 @@ class OpenAIChat:
 
     # -- public ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 128,
-                 stop: Optional[Sequence[str]] = None, temperature: float = 0.0) -> List[str]:
+                 stop: Optional[Sequence[str]] = None, temperature: float = 0.0,
+                 return_exceptions: bool = False) -> List[Any]:
         """One completion per prompt (in input order), requests sent concurrently.
 
-        Raises :class:`LLMRequestError` for the first prompt (in input order) that failed,
-        after every request of the batch has finished."""
+        After every request of the batch has finished: with ``return_exceptions=False`` raises
+        :class:`LLMBatchError` (an :class:`LLMRequestError` naming the first failed prompt in
+        input order, carrying every reply) if any prompt failed; with ``True`` returns the
+        :class:`LLMRequestError` in the failed prompt's slot instead."""
         stop = check_generate_args(prompts, max_new_tokens, stop, temperature)
         bodies = [self._body(as_messages(p, self.system), max_new_tokens, stop, temperature) for p in prompts]
         if not bodies:
@@ -150,9 +204,10 @@ class OpenAIChat:
             else:
                 with ThreadPoolExecutor(max_workers=min(self.concurrency, len(bodies))) as pool:
                     list(pool.map(run, range(len(bodies))))
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        if not return_exceptions:
+            first = next((r for r in results if isinstance(r, BaseException)), None)
+            if first is not None:
+                raise LLMBatchError(first, results, prompts)
         return results
 
     # -- internals ------------------------------------------------------------------------
@@ -191,24 +246,93 @@ class OpenAIChat:
         raise LLMRequestError(f"chat request failed after retries: {last}", status=last.status,
                               url=self.url, attempts=self.max_retries + 1, body=last.body)
 
+    # -- connections ----------------------------------------------------------------------
+    def _new_connection(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        if self._proxy is None:
+            return cls(self._host, self._port, timeout=self.timeout)
+        if self._https:
+            conn = cls(self._proxy.hostname, self._proxy.port, timeout=self.timeout)
+            conn.set_tunnel(self._host, self._port)
+            return conn
+        return http.client.HTTPConnection(self._proxy.hostname, self._proxy.port, timeout=self.timeout)
+
+    def _acquire(self) -> http.client.HTTPConnection:
+        """An idle kept-alive connection (one the server has not closed meanwhile), else a
+        new, not yet connected one."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._new_connection()
+            if conn.sock is not None and not _readable_now(conn.sock):
+                return conn
+            conn.close()
+
+    def _release(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if self.keep_alive and conn.sock is not None and len(self._idle) < self.concurrency:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the kept-alive connections (new requests open new ones)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def __enter__(self) -> "OpenAIChat":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # a dropped client does not leave its pooled sockets open
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _post(self, body: bytes):
+        """(status, headers, body bytes) of one POST on a pooled connection. A reused
+        connection that the server closed before answering is replaced once, at once: that
+        is keep-alive housekeeping, not a failed attempt."""
+        path = self.url if (self._proxy is not None and not self._https) else self._path
+        for fresh_try in (False, True):
+            conn = self._new_connection() if fresh_try else self._acquire()
+            reused = conn.sock is not None
+            try:
+                conn.request("POST", path, body=body, headers=self._headers())
+                resp = conn.getresponse()
+                raw = resp.read()  # IncompleteRead on a truncated body: retried by the caller
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                    ConnectionAbortedError):
+                conn.close()
+                if reused and not fresh_try:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            self._release(conn)
+            return resp.status, resp.headers, raw
+        raise AssertionError("unreachable")
+
     def _once(self, body: bytes) -> str:
         with self._lock:
             self.stats["requests"] += 1
-        req = urllib.request.Request(self.url, data=body, headers=self._headers(), method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()  # IncompleteRead on a truncated body: retried below
-        except urllib.error.HTTPError as e:
-            raw = e.read() if e.fp is not None else b""
-            if e.code in RETRY_STATUS:
-                raise _Retryable(f"HTTP {e.code}", e.code, _excerpt(raw),
-                                 _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None))
-            raise LLMRequestError(f"chat request rejected with HTTP {e.code}", status=e.code,
-                                  url=self.url, body=_excerpt(raw)) from None
-        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, OSError,
-                http.client.HTTPException) as e:
-            reason = getattr(e, "reason", e)
-            raise _Retryable(f"connection error: {type(reason).__name__}: {reason}") from None
+            status, headers, raw = self._post(body)
+        except (ConnectionError, socket.timeout, TimeoutError, OSError, http.client.HTTPException) as e:
+            raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+        if not 200 <= status < 300:
+            if status in RETRY_STATUS:
+                raise _Retryable(f"HTTP {status}", status, _excerpt(raw),
+                                 _retry_after_seconds(headers.get("Retry-After") if headers else None))
+            raise LLMRequestError(f"chat request rejected with HTTP {status}", status=status,
+                                  url=self.url, body=_excerpt(raw))
         try:
             data = json.loads(raw)
             choice = data["choices"][0]

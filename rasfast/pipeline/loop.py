@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..llm.base import PartialBatchError
 from ..profile import Trace, span
 from .parse import NoRetrieval, PlanAction, SubQuery, Sufficient, parse_plan
 from .qgraph import QuestionGraph
@@ -96,6 +97,11 @@ def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[
                   concurrency: int = 1) -> Tuple[List[Any], Dict[int, BaseException]]:
     """``fn(items)``; if it raises (or returns the wrong count), ``fn([item])`` per item.
 
+    If ``fn`` raises a :class:`~rasfast.llm.base.PartialBatchError` whose ``inputs`` are
+    these very items (same objects, same order), its per-item results are final: the
+    successes are kept and the failed items get their own exception, nothing is re-sent
+    (an LLM client has already applied its retry policy to each prompt).
+
     ``concurrency`` > 1 runs the per-item retries on that many threads (for I/O-bound
     components such as HTTP LLM clients, so isolating one bad request does not serialise
     the whole batch). Returns (results with None at failed positions, {position: exception}).
@@ -107,9 +113,15 @@ def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[
         if len(out) != len(items):
             raise BatchCallError(f"returned {len(out)} results for {len(items)} inputs")
         return out, {}
-    except Exception as batch_exc:
-        if len(items) == 1:
-            return [None], {0: batch_exc}
+    except PartialBatchError as partial:
+        if partial.is_for(items):
+            errs = partial.errors
+            return [None if j in errs else r for j, r in enumerate(partial.results)], errs
+        batch_exc: Exception = partial
+    except Exception as e:
+        batch_exc = e
+    if len(items) == 1:
+        return [None], {0: batch_exc}
     results: List[Any] = [None] * len(items)
     errors: Dict[int, BaseException] = {}
 
