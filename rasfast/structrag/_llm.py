@@ -1,10 +1,11 @@
 """One LLM stage call for a whole batch, with per-prompt failure isolation.
 
 All prompts go to the backend in ONE ``generate`` call (OpenAIChat sends them concurrently,
-HF/vLLM batch them). If that call fails, the pipeline's :func:`call_isolated` retries each
-prompt alone -- on the client's own concurrency, so one bad request costs one more round
-trip, not a sequential pass over the batch -- and only the prompts that still fail get an
-exception in their slot.
+HF/vLLM batch them). When some prompts fail for good, OpenAIChat raises a
+``PartialBatchError`` carrying every reply, and the pipeline's :func:`call_isolated` keeps the
+successes and gives only the failed prompts an exception in their slot (nothing is sent
+twice). A backend whose failure carries no partial results is retried one prompt at a time,
+on the client's own concurrency, and only the prompts that still fail get an exception.
 """
 from __future__ import annotations
 
