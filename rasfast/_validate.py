@@ -129,3 +129,16 @@ def check_choice(value, name: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+def check_questions(questions, name: str = "questions") -> list:
+    """A list of question strings from any sequence of str; a single str is a TypeError
+    (``run_batch("q")`` would otherwise answer each character)."""
+    if isinstance(questions, (str, bytes)):
+        raise TypeError(f"{name}: expected a sequence of strings, got a single "
+                        f"{type(questions).__name__} (use run())")
+    questions = list(questions)
+    for i, q in enumerate(questions):
+        if not isinstance(q, str):
+            raise TypeError(f"{name}[{i}]: expected str, got {type(q).__name__}")
+    return questions

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .._validate import check_int_arg
+from .._validate import check_int_arg, check_questions
 from ..ops.segment import segment_max_rank, segment_topk_scores
 from ..profile import Trace, span
 from ..pipeline.types import RetrievedPassage, Triple
@@ -114,8 +114,7 @@ class KiRAG:
         return self.run_batch([question], trace=trace)[0]
 
     def run_batch(self, questions: Sequence[str], trace: Optional[Trace] = None) -> List[KiRAGResult]:
-        if isinstance(questions, str) or not all(isinstance(q, str) for q in questions):
-            raise TypeError("questions: expected a list of strings")
+        questions = check_questions(questions)
         trace = trace if trace is not None else Trace("kirag")
         states = [_State(q) for q in questions]
         with trace.activate(), trace.span("kirag", category="loop", batch=len(states)):

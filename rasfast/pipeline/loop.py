@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..llm.base import PartialBatchError
+from .._validate import check_questions
 from ..profile import Trace, span
 from .parse import NoRetrieval, PlanAction, SubQuery, Sufficient, parse_plan
 from .qgraph import QuestionGraph
@@ -186,12 +187,7 @@ class RAS:
 
     def run_batch(self, questions: Sequence[str], trace: Optional[Trace] = None) -> List[RASResult]:
         """Answers many questions; they advance together, each stage batched per round."""
-        if isinstance(questions, str):
-            raise TypeError("questions: expected a sequence of strings, got a single str (use run())")
-        questions = list(questions)
-        for i, q in enumerate(questions):
-            if not isinstance(q, str):
-                raise TypeError(f"questions[{i}]: expected str, got {type(q).__name__}")
+        questions = check_questions(questions)
         trace = trace if trace is not None else Trace()
         n = len(questions)
         states = [LoopState(q, graph=QuestionGraph()) for q in questions]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .._validate import check_questions
 from ..pipeline.loop import ErrorRecord, call_isolated
 from ..pipeline.types import RetrievedPassage, Triple
 from ..profile import Trace, span
@@ -96,12 +97,7 @@ class StructRAG:
                   trace: Optional[Trace] = None) -> List[StructRAGResult]:
         """Answers many questions together; ``documents`` is None (retrieve all) or one
         document list (or None: retrieve) per question."""
-        if isinstance(questions, str):
-            raise TypeError("questions: expected a sequence of strings, got a single str (use run())")
-        questions = list(questions)
-        for i, q in enumerate(questions):
-            if not isinstance(q, str):
-                raise TypeError(f"questions[{i}]: expected str, got {type(q).__name__}")
+        questions = check_questions(questions)
         n = len(questions)
         if documents is not None and (isinstance(documents, (str, bytes)) or len(documents) != n):
             raise ValueError(f"documents: expected one document list per question ({n}), got "
