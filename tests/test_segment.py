@@ -108,6 +108,44 @@ def test_topk_by_row_and_per_query_paths_agree_bit_for_bit():
     assert torch.equal(by_row[0], per_query[0]) and torch.equal(by_row[1], per_query[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_topk_by_row_remainders_agree_bit_for_bit(dtype):
+    # the by-row path scores a row's references 4 at a time plus a 1-3 remainder kernel;
+    # rows referenced 1..9 times, D crossing the 8/16-wide chunks, continuous values
+    rng = np.random.default_rng(11)
+    for D in (1, 8, 9, 16, 23, 40):
+        T = 60
+        refs = np.repeat(np.arange(T), rng.integers(1, 10, size=T))
+        rng.shuffle(refs)
+        B = 12
+        cuts = np.sort(rng.integers(0, len(refs) + 1, size=B - 1))
+        ptr = torch.from_numpy(np.concatenate([[0], cuts, [len(refs)]]).astype(np.int64))
+        ids = torch.from_numpy(refs.astype(np.int64))
+        q, table = torch.randn(B, D), torch.randn(T, D).to(dtype)
+        for n in (1, 7, 50):
+            by_row = segment_topk_scores(q, table, ptr, n, cand_ids=ids, backend="cpu")
+            per_query = segment_topk_scores(q, table[ids], ptr, n, backend="cpu")
+            assert torch.equal(by_row[0], per_query[0]) and torch.equal(by_row[1], per_query[1])
+            want = ref.segment_topk_scores(q, table, ptr, n, ids)
+            torch.testing.assert_close(by_row[1], want[1], atol=1e-4, rtol=1e-5)
+
+
+def test_topk_selection_ties_at_the_threshold():
+    # the n-th best score is shared by more candidates than fit: the lowest positions win
+    scores = [0.0, 2.0, 1.0, 1.0, 3.0, 1.0, 1.0, 0.5, 1.0]
+    table = torch.tensor(scores)[:, None]
+    q = torch.ones(2, 1)
+    ptr = torch.tensor([0, 9, 18])
+    for n, want in ((1, [4]), (3, [4, 1, 2]), (4, [4, 1, 2, 3]), (6, [4, 1, 2, 3, 5, 6]),
+                    (9, [4, 1, 2, 3, 5, 6, 8, 7, 0])):
+        ids = torch.arange(9).repeat(2)
+        got_ids, got_sc = segment_topk_scores(q, table, ptr, n, cand_ids=ids, backend="cpu")
+        assert got_ids[0].tolist() == want and (got_ids[1] - 9).tolist() == want, n
+        assert got_sc[0].tolist() == [scores[i] for i in want]
+    flat = segment_topk_scores(q, torch.ones(40, 1), torch.tensor([0, 20, 40]), 5, backend="cpu")
+    assert flat[0].tolist() == [[0, 1, 2, 3, 4], [20, 21, 22, 23, 24]]
+
+
 def test_topk_continuous_values_and_numpy_kind():
     rng = np.random.default_rng(3)
     q = rng.standard_normal((8, 384)).astype(np.float32)

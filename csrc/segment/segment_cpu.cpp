@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -129,29 +130,37 @@ RASFAST_AVX2 void dots4_same_q_avx2(const float* const* qs, RowPtr<S> const* row
   }
 }
 
-template <DType S>
-RASFAST_AVX2 void dots4_same_row_avx2(const float* const* qs, RowPtr<S> const* rows, int64_t D,
-                                      float* out) {
-  RowPtr<S> row = rows[0];
-  __m256 a[4][2];
-  for (int r = 0; r < 4; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+// NQ (1..4) queries against one row: the by-row path scores a row's last 1-3 references
+// without padding them to four (rows are referenced ~5 times, so padding wasted ~35%).
+template <DType S, int NQ>
+RASFAST_AVX2 void dots_same_row_avx2(const float* const* qs, RowPtr<S> row, int64_t D,
+                                     float* out) {
+  __m256 a[NQ][2];
+  for (int r = 0; r < NQ; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 16 <= D; d += 16) {
     __m256 e0 = load8<S>(row + d), e1 = load8<S>(row + d + 8);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < NQ; ++r) {
       a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d), e0, a[r][0]);
       a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d + 8), e1, a[r][1]);
     }
   }
   for (; d + 8 <= D; d += 8) {
     __m256 e0 = load8<S>(row + d);
-    for (int r = 0; r < 4; ++r) a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d), e0, a[r][0]);
+    for (int r = 0; r < NQ; ++r)
+      a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs[r] + d), e0, a[r][0]);
   }
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < NQ; ++r) {
     float s = hsum8(_mm256_add_ps(a[r][0], a[r][1]));
     for (int64_t t = d; t < D; ++t) s += qs[r][t] * Storage<S>::load(row, t);
     out[r] = s;
   }
+}
+
+template <DType S>
+RASFAST_AVX2 void dots4_same_row_avx2(const float* const* qs, RowPtr<S> const* rows, int64_t D,
+                                      float* out) {
+  dots_same_row_avx2<S, 4>(qs, rows[0], D, out);
 }
 
 inline bool has_avx2() {
@@ -181,16 +190,32 @@ inline bool parallel_worth_it(int64_t flops) { return flops >= ((int64_t)1 << 22
 
 // ---------------------------------------------------------------------------- selection
 // Writes the best n of (scores[i], base + i) by (score desc, position asc), padded.
+// Long segments: the n-th largest score thr is found on a plain float copy (no index
+// indirection), then one scan keeps every score > thr (fewer than n) and the
+// lowest-position scores == thr; only those <= n are sorted.
 void select_top(const float* scores, int64_t len, int64_t base, int64_t n,
-                std::vector<int64_t>& order, int64_t* out_ids, float* out_scores) {
-  order.resize(len);
-  for (int64_t i = 0; i < len; ++i) order[i] = i;
+                std::vector<int64_t>& order, std::vector<float>& tmp, int64_t* out_ids,
+                float* out_scores) {
   auto better = [scores](int64_t a, int64_t b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
   };
-  int64_t m = std::min(n, len);
-  if (m < len) std::nth_element(order.begin(), order.begin() + m, order.end(), better);
-  std::sort(order.begin(), order.begin() + m, better);
+  const int64_t m = std::min(n, len);
+  order.clear();
+  if (m < len) {
+    tmp.assign(scores, scores + len);
+    std::nth_element(tmp.begin(), tmp.begin() + (m - 1), tmp.end(), std::greater<float>());
+    const float thr = tmp[m - 1];
+    int64_t above = 0;
+    for (int64_t i = 0; i < len; ++i) above += scores[i] > thr;
+    int64_t ties = m - above;  // >= 1: thr itself is among the best m
+    for (int64_t i = 0; i < len; ++i) {
+      if (scores[i] > thr) order.push_back(i);
+      else if (scores[i] == thr && ties > 0) { order.push_back(i); --ties; }
+    }
+  } else {
+    for (int64_t i = 0; i < len; ++i) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), better);
   for (int64_t j = 0; j < m; ++j) {
     out_ids[j] = base + order[j];
     out_scores[j] = scores[order[j]];
@@ -230,30 +255,72 @@ void scores_per_query(const float* q, int64_t B, int64_t D, RowPtr<S> emb, const
   }
 }
 
+// Scores k (1..4) queries against one row with the same per-pair arithmetic as dots4.
+template <DType S>
+using DotsRowFn = void (*)(const float* const*, RowPtr<S>, int64_t, float*, int);
+
+template <DType S>
+void dots_row_scalar(const float* const* qs, RowPtr<S> row, int64_t D, float* out, int k) {
+  const float* q4[4] = {qs[0], qs[std::min(1, k - 1)], qs[std::min(2, k - 1)],
+                        qs[std::min(3, k - 1)]};
+  RowPtr<S> rows[4] = {row, row, row, row};
+  float o[4];
+  dots4_scalar<S>(q4, rows, D, o);
+  for (int i = 0; i < k; ++i) out[i] = o[i];
+}
+
+#ifdef RASFAST_SEGMENT_X86
+template <DType S>
+RASFAST_AVX2 void dots_row_avx2(const float* const* qs, RowPtr<S> row, int64_t D, float* out,
+                                int k) {
+  switch (k) {
+    case 4: dots_same_row_avx2<S, 4>(qs, row, D, out); break;
+    case 3: dots_same_row_avx2<S, 3>(qs, row, D, out); break;
+    case 2: dots_same_row_avx2<S, 2>(qs, row, D, out); break;
+    default: dots_same_row_avx2<S, 1>(qs, row, D, out); break;
+  }
+}
+#endif
+
+template <DType S>
+DotsRowFn<S> pick_dots_row() {
+#ifdef RASFAST_SEGMENT_X86
+  if (has_avx2()) return dots_row_avx2<S>;
+#endif
+  return dots_row_scalar<S>;
+}
+
+// One bucketed reference: candidate position j and its query b, packed together so the
+// scoring loop reads the query without a second random lookup.
+struct Ref {
+  int64_t pos;
+  int64_t query;
+};
+
 template <DType S>
 void scores_by_row(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T,
-                   const int64_t* ids, const int64_t* ptr, float* sc, Dots4Fn<S> dots4) {
+                   const int64_t* ids, const int64_t* ptr, float* sc, DotsRowFn<S> dots) {
   const int64_t M = ptr[B];
-  std::vector<int32_t> seg(M);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t j = ptr[b]; j < ptr[b + 1]; ++j) seg[j] = (int32_t)b;
   std::vector<int64_t> start(T + 1, 0);
   for (int64_t j = 0; j < M; ++j) ++start[ids[j] + 1];
   for (int64_t r = 0; r < T; ++r) start[r + 1] += start[r];
-  std::vector<int64_t> order(M), cursor(start.begin(), start.end() - 1);
-  for (int64_t j = 0; j < M; ++j) order[cursor[ids[j]]++] = j;
+  std::vector<Ref> refs(M);
+  {
+    std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = ptr[b]; j < ptr[b + 1]; ++j) refs[cursor[ids[j]]++] = Ref{j, b};
+  }
 #pragma omp parallel for schedule(dynamic, 64) if (parallel_worth_it(M * D))
   for (int64_t r = 0; r < T; ++r) {
     const int64_t a = start[r], e = start[r + 1];
-    if (a == e) continue;
     RowPtr<S> row = emb + r * D;
-    RowPtr<S> rows[4] = {row, row, row, row};
     for (int64_t k = a; k < e; k += 4) {
+      const int cnt = (int)std::min<int64_t>(4, e - k);
       const float* qs[4];
       float out[4];
-      for (int i = 0; i < 4; ++i) qs[i] = q + (int64_t)seg[order[std::min(k + i, e - 1)]] * D;
-      dots4(qs, rows, D, out);
-      for (int i = 0; i < 4 && k + i < e; ++i) sc[order[k + i]] = out[i];
+      for (int i = 0; i < cnt; ++i) qs[i] = q + refs[k + i].query * D;
+      dots(qs, row, D, out, cnt);
+      for (int i = 0; i < cnt; ++i) sc[refs[k + i].pos] = out[i];
     }
   }
 }
@@ -265,13 +332,14 @@ int64_t topk_impl(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T
   const int64_t M = ptr[B];
   std::vector<float> sc(M);
   if (ids && T <= 2 * M)
-    scores_by_row<S>(q, B, D, emb, T, ids, ptr, sc.data(), pick_dots4<S>(2));
+    scores_by_row<S>(q, B, D, emb, T, ids, ptr, sc.data(), pick_dots_row<S>());
   else
     scores_per_query<S>(q, B, D, emb, ids, ptr, sc.data(), pick_dots4<S>(1));
   std::atomic<int64_t> bad{std::numeric_limits<int64_t>::max()};
 #pragma omp parallel if (parallel_worth_it(M * 32))
   {
     std::vector<int64_t> order;
+    std::vector<float> tmp;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t b = 0; b < B; ++b) {
       const int64_t s = ptr[b], len = ptr[b + 1] - s;
@@ -283,7 +351,8 @@ int64_t topk_impl(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T
           while (s + j < cur && !bad.compare_exchange_weak(cur, s + j)) {}
         }
       }
-      if (finite) select_top(sc.data() + s, len, s, n, order, out_ids + b * n, out_scores + b * n);
+      if (finite)
+        select_top(sc.data() + s, len, s, n, order, tmp, out_ids + b * n, out_scores + b * n);
     }
   }
   int64_t where = bad.load();
