@@ -130,6 +130,18 @@ def test_topk_by_row_remainders_agree_bit_for_bit(dtype):
             torch.testing.assert_close(by_row[1], want[1], atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("table", [3, 997, 20000])
+def test_topk_by_row_parallel_chunks(table):
+    # big enough (M * D >= 2**22) for the threaded path, which splits the table's rows into
+    # chunks: rows on chunk edges, fewer rows than chunks, and a table scored per query
+    rng = np.random.default_rng(13)
+    args, ids = topk_problem(rng, 60, 384, 600, table=table, dtype=torch.bfloat16)
+    assert int(args["cand_ptr"][-1]) * 384 >= 2 ** 22
+    for n in (1, 20):
+        want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], n, ids)
+        assert_same(segment_topk_scores(**args, n=n, backend="cpu"), want)
+
+
 def test_topk_selection_ties_at_the_threshold():
     # the n-th best score is shared by more candidates than fit: the lowest positions win
     scores = [0.0, 2.0, 1.0, 1.0, 3.0, 1.0, 1.0, 0.5, 1.0]

@@ -102,8 +102,8 @@ RASFAST_AVX2 void dots4_avx2(const float* const* qs, RowPtr<S> const* rows, int6
   }
 }
 
-// The same arithmetic for four rows against one query (q chunks loaded once) and for four
-// queries against one row (row chunks loaded and converted once): identical FMA sequences per
+// The same arithmetic for four rows against one query (q chunks loaded once) and for 1-4
+// queries against one row (row chunks loaded and converted once, below): identical FMA sequences per
 // pair as dots4_avx2, so results stay bit-identical across paths; fewer loads per FMA.
 template <DType S>
 RASFAST_AVX2 void dots4_same_q_avx2(const float* const* qs, RowPtr<S> const* rows, int64_t D,
@@ -157,12 +157,6 @@ RASFAST_AVX2 void dots_same_row_avx2(const float* const* qs, RowPtr<S> row, int6
   }
 }
 
-template <DType S>
-RASFAST_AVX2 void dots4_same_row_avx2(const float* const* qs, RowPtr<S> const* rows, int64_t D,
-                                      float* out) {
-  dots_same_row_avx2<S, 4>(qs, rows[0], D, out);
-}
-
 inline bool has_avx2() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
@@ -173,12 +167,12 @@ inline bool has_avx2() {
 template <DType S>
 using Dots4Fn = void (*)(const float* const*, RowPtr<S> const*, int64_t, float*);
 
-// kind: 0 = four independent pairs, 1 = one query x four rows, 2 = four queries x one row.
+// kind: 0 = four independent pairs, 1 = one query x four rows.
 template <DType S>
 Dots4Fn<S> pick_dots4(int kind = 0) {
 #ifdef RASFAST_SEGMENT_X86
   if (has_avx2()) {
-    return kind == 1 ? dots4_same_q_avx2<S> : kind == 2 ? dots4_same_row_avx2<S> : dots4_avx2<S>;
+    return kind == 1 ? dots4_same_q_avx2<S> : dots4_avx2<S>;
   }
 #endif
   return dots4_scalar<S>;
@@ -297,30 +291,48 @@ struct Ref {
   int64_t query;
 };
 
+// The table's rows are split into contiguous chunks (a few per thread, dynamic: a thread
+// descheduled on a busy machine only delays its own chunk). Each chunk buckets its own
+// references by scanning cand_ids (a sequential read) -- a counting sort over the chunk's
+// rows whose counters and buckets stay in cache -- then scores its rows in order.
 template <DType S>
 void scores_by_row(const float* q, int64_t B, int64_t D, RowPtr<S> emb, int64_t T,
                    const int64_t* ids, const int64_t* ptr, float* sc, DotsRowFn<S> dots) {
   const int64_t M = ptr[B];
-  std::vector<int64_t> start(T + 1, 0);
-  for (int64_t j = 0; j < M; ++j) ++start[ids[j] + 1];
-  for (int64_t r = 0; r < T; ++r) start[r + 1] += start[r];
-  std::vector<Ref> refs(M);
+  const bool par = parallel_worth_it(M * D);
+  const int64_t chunks = par ? std::min<int64_t>(T, 4 * (int64_t)omp_get_max_threads()) : 1;
+#pragma omp parallel if (par)
   {
-    std::vector<int64_t> cursor(start.begin(), start.end() - 1);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t j = ptr[b]; j < ptr[b + 1]; ++j) refs[cursor[ids[j]]++] = Ref{j, b};
-  }
-#pragma omp parallel for schedule(dynamic, 64) if (parallel_worth_it(M * D))
-  for (int64_t r = 0; r < T; ++r) {
-    const int64_t a = start[r], e = start[r + 1];
-    RowPtr<S> row = emb + r * D;
-    for (int64_t k = a; k < e; k += 4) {
-      const int cnt = (int)std::min<int64_t>(4, e - k);
-      const float* qs[4];
-      float out[4];
-      for (int i = 0; i < cnt; ++i) qs[i] = q + refs[k + i].query * D;
-      dots(qs, row, D, out, cnt);
-      for (int i = 0; i < cnt; ++i) sc[refs[k + i].pos] = out[i];
+    std::vector<int64_t> start, cursor;
+    std::vector<Ref> refs;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t lo = T * c / chunks, rows = T * (c + 1) / chunks - lo;
+      start.assign(rows + 1, 0);
+      for (int64_t j = 0; j < M; ++j) {
+        const uint64_t r = (uint64_t)(ids[j] - lo);
+        if (r < (uint64_t)rows) ++start[r + 1];
+      }
+      for (int64_t r = 0; r < rows; ++r) start[r + 1] += start[r];
+      refs.resize(start[rows]);
+      cursor.assign(start.begin(), start.end() - 1);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = ptr[b]; j < ptr[b + 1]; ++j) {
+          const uint64_t r = (uint64_t)(ids[j] - lo);
+          if (r < (uint64_t)rows) refs[cursor[r]++] = Ref{j, b};
+        }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t a = start[r], e = start[r + 1];
+        RowPtr<S> row = emb + (lo + r) * D;
+        for (int64_t k = a; k < e; k += 4) {
+          const int cnt = (int)std::min<int64_t>(4, e - k);
+          const float* qs[4];
+          float out[4];
+          for (int i = 0; i < cnt; ++i) qs[i] = q + refs[k + i].query * D;
+          dots(qs, row, D, out, cnt);
+          for (int i = 0; i < cnt; ++i) sc[refs[k + i].pos] = out[i];
+        }
+      }
     }
   }
 }
