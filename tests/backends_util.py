@@ -26,3 +26,37 @@ def gpu_backends():
     if info["triton"]["importable"]:
         out.append("triton")
     return out
+
+
+def assert_topk_close(got, want, atol: float = 1e-5, rtol: float = 1e-5):
+    """Two top-k results ``(ids [B, k], scores [B, k])`` from *different* floating-point
+    implementations agree: scores within ``atol + rtol*|score|``, ids equal at every rank
+    whose score is not within that tolerance of a neighbour's (a near-tie may come out in
+    either order, so there only the set of ids in the tied run must match).
+
+    Never compare two implementations bitwise: torch's AVX-512 and AVX2 kernels, the
+    compiled kernels and the references round the last bit differently.
+    """
+    gi, gs = (torch.as_tensor(x) for x in got)
+    wi, ws = (torch.as_tensor(x) for x in want)
+    assert gi.shape == wi.shape and gs.shape == ws.shape, (gi.shape, wi.shape)
+    gs64, ws64 = gs.double(), ws.double()
+    finite = torch.isfinite(ws64)
+    assert torch.equal(finite, torch.isfinite(gs64)), (gs, ws)
+    tol = atol + rtol * ws64.abs().where(finite, torch.zeros_like(ws64))
+    diff = (gs64 - ws64).abs().where(finite, torch.zeros_like(ws64))
+    assert bool((diff <= tol).all()), f"scores differ beyond tolerance:\n{gs}\n{ws}"
+    for r in range(wi.shape[0]):
+        row, s, t = wi[r].tolist(), ws64[r].tolist(), tol[r].tolist()
+        start = 0
+        while start < len(row):  # runs of ranks whose scores are within tolerance
+            end = start + 1
+            while end < len(row) and (abs(s[end] - s[end - 1]) <= 2 * max(t[end], t[end - 1])
+                                      or not (finite[r, end] or finite[r, end - 1])):
+                end += 1
+            if end - start == 1:
+                assert gi[r, start].item() == row[start], (r, start, gi[r], wi[r])
+            else:
+                assert sorted(gi[r, start:end].tolist()) == sorted(row[start:end]), \
+                    (r, start, end, gi[r], wi[r])
+            start = end
