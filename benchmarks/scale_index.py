@@ -31,7 +31,7 @@ from machine import header_markdown, machine_info  # noqa: E402
 
 from rasfast.index import ThemeIndex  # noqa: E402
 
-FILES = ("ppd.bin", "emb.bin")
+FILES = ("ppd", "emb")  # arrays whose files are read (names from the manifest)
 
 
 def _proc_kib(field: str) -> int:
@@ -194,8 +194,9 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
         print("build", flush=True)
         res["build"] = build(a, d)
-    paths = [str(d / f) for f in FILES]
-    res["file_bytes"] = {f: os.path.getsize(d / f) for f in FILES}
+    arrays = json.loads((d / "manifest.json").read_text())["arrays"]
+    paths = [str(d / arrays[f]["file"]) for f in FILES]
+    res["file_bytes"] = {f: os.path.getsize(p) for f, p in zip(FILES, paths)}
     res["index_bytes"] = sum(res["file_bytes"].values())
     qp, qe = _queries(a.B, a.T, a.D)
     search = lambda ix, **kw: ix.search(qp, qe, a.K, a.k, scope="global", **kw)  # noqa: E731
@@ -274,7 +275,7 @@ def write(a, r):
         "jobs: the machine was busy, absolute times are inflated and noisy).", "",
         f"N = {a.N:,} rows, T = {a.T}, D = {a.D}, bf16 storage, {a.shards} shards grown with "
         f"`add`; B = {a.B} queries, K = {a.K:,} (global scope), k = {a.k}; "
-        f"index files {gb:.2f} GB (ppd.bin + emb.bin). Repetitions per search: {a.reps} "
+        f"index files {gb:.2f} GB (the ppd + emb files). Repetitions per search: {a.reps} "
         "(best shown; all in the JSON).", "",
         "| step | time |", "|---|---:|",
     ]

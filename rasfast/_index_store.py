@@ -1,41 +1,51 @@
-"""On-disk layout of a :class:`rasfast.index.ThemeIndex` (DESIGN.md section 7).
+"""On-disk layout of a :class:`rasfast.index.ThemeIndex` (DESIGN.md sections 7 and 9).
 
-Format version 2 (written by this rasfast) is appendable::
+Format version 3 (written by this rasfast)::
 
-    manifest.json    format, version, row count, dims, dtypes, shard ranges, byte sizes,
-                     normalisation, metric, encoder and theme-model names
-    ppd.bin          [N, T] theme vectors, row-major, little-endian storage dtype
-    emb.bin          [N, D] dense embeddings     (bfloat16 is stored as its uint16 bits)
-    pids.bin         [N] int64 passage ids
-    passages.jsonl   one {"pid", "title", "text"} per row
-    theme_model/     the theme model, when it can be saved (rasfast.theme)
+    manifest.json          the committed generation: format, version, generation, row count,
+                           dims, dtypes, file names, shard ranges, byte sizes, normalisation,
+                           metric, encoder and theme-model names
+    manifest.<g>.json      the manifest of generation g, kept (a KnowledgeIndex names the
+                           generation it belongs to)
+    emb.<g>.bin            [N, D] dense embeddings, row-major little-endian storage dtype
+                           (bfloat16 as its uint16 bits); <g> = the generation that created it
+    ppd.<g>.bin            [N, T] theme vectors
+    pids.<g>.bin           [N] int64 passage ids
+    passages.<g>.jsonl     one {"pid", "title", "text"} per row, records end at b"\n"
+    theme_model.<g>/       the theme model, when it can be saved (rasfast.theme)
+    .lock, append.claim    the writers' lock and the record of uncommitted in-place rows
 
-The arrays are raw row-major files without a header, so new rows (a new shard from
-``ThemeIndex.add``) are appended in place: an incremental save writes only the new rows and
-passages, then replaces the manifest (write to a temporary file + rename, last). The manifest
-records how many rows and passage bytes belong to the index; bytes past them (an append that
-was interrupted before its manifest was written) are ignored on load and cut off by the next
-save, so a crash never leaves a loadable-but-wrong index. Every file maps as one contiguous
-buffer, so a loaded index hands the whole matrix (or any shard's row range) to the compiled
-kernels without a copy.
+The write protocol (rasfast._durable): a save holds the directory lock; a full save writes
+every array to new files named after a new generation, an incremental save (the shards
+``ThemeIndex.add`` appended) writes only the new rows *after* the committed bytes of the
+current files; data is fsync'd, then ``manifest.<g>.json`` and ``manifest.json`` are
+replaced atomically. Bytes a committed manifest covers are never rewritten and no file is
+truncated, so a reader that mapped the index keeps searching it while writers commit, and a
+crash at any instant leaves exactly the old or the new generation. Files of older
+generations stay until :func:`rasfast.index.ThemeIndex.compact` removes them.
 
-Format version 1 (``ppd.npy``, ``emb.npy``, ``pids.npy``) still loads; saving such an index
-writes version 2.
+Every array is one contiguous buffer, so a loaded index hands the whole matrix (or any
+shard's row range) to the compiled kernels without a copy. Versions 1 (``*.npy``) and 2
+(``emb.bin`` ...; the same raw layout without generations) still load; an incremental save
+into a version 2 directory appends to its files, any other save writes version 3.
 """
 from __future__ import annotations
 
 import json
-import os
 import pathlib
+import re
+import shutil
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
+from . import _durable
+
 FORMAT = "rasfast.ThemeIndex"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 PASSAGES = "passages.jsonl"
 THEME_DIR = "theme_model"
@@ -75,35 +85,52 @@ def as_torch(arr: np.ndarray, dt: str) -> torch.Tensor:
         return torch.from_numpy(arr)
 
 
+def check_text(value: str, what: str) -> str:
+    """Passage text must survive the round trip through UTF-8: every string does except one
+    holding a lone surrogate (U+D800-U+DFFF, e.g. from a badly decoded file), which UTF-8
+    cannot encode; it is refused here, when the passage enters the index, not at save."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what}: contains {value[e.start:e.end]!r} (a lone surrogate) at "
+                         f"character {e.start}, which cannot be stored as UTF-8; decode the "
+                         f"source text correctly or replace it") from None
+    return value
+
+
 def _passage_line(pid: int, title: str, text: str) -> bytes:
+    # ensure_ascii=False keeps U+2028/U+2029/U+0085 raw: they are not b"\n", and the reader
+    # splits on b"\n" only (never str.splitlines, which would break such a record in two)
     rec = {"pid": int(pid), "title": title, "text": text}
     return (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _write_manifest(d: pathlib.Path, manifest: Dict[str, Any]) -> None:
-    tmp = d / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2))
-    os.replace(tmp, d / MANIFEST)
+def generation_of(m: Optional[Dict[str, Any]]) -> int:
+    """The generation a manifest commits (0: none, or a version 1/2 index)."""
+    return 0 if m is None else int(m.get("generation", 0))
 
 
-def _append_file(path: pathlib.Path, keep_bytes: int, chunks) -> int:
-    """Cuts ``path`` to ``keep_bytes`` (drops an interrupted append), appends ``chunks``
-    (bytes-like), fsyncs; returns the new size."""
-    with open(path, "r+b" if path.exists() else "w+b") as f:
-        f.truncate(keep_bytes)
-        f.seek(keep_bytes)
-        for c in chunks:
-            f.write(c)
-        f.flush()
-        os.fsync(f.fileno())
-        return f.tell()
+def manifest_name(generation: int) -> str:
+    return f"manifest.{generation}.json"
 
 
-def append_rows(path: pathlib.Path, rows: torch.Tensor, keep: int) -> None:
-    """Keeps the first ``keep`` rows of a matrix file and writes ``rows`` after them."""
-    dt = dtype_name(rows.dtype)
-    chunks = [memoryview(raw_rows(rows).reshape(-1)).cast("B")] if rows.numel() else []
-    _append_file(path, keep * int(rows.shape[1]) * FILE_DTYPES[dt].itemsize, chunks)
+def next_generation(d: pathlib.Path) -> int:
+    """A generation number never committed in ``d``: above the current manifest's and every
+    numbered manifest's (a KnowledgeIndex may reference a numbered one that is not current)."""
+    g = 0
+    try:
+        g = generation_of(read_manifest(d))
+    except ValueError:
+        pass
+    for p in d.glob("manifest.*.json"):
+        parts = p.name.split(".")
+        if len(parts) == 3 and parts[1].isdigit():
+            g = max(g, int(parts[1]))
+    return g + 1
+
+
+def _matrix_chunks(t: torch.Tensor):
+    return [memoryview(raw_rows(t).reshape(-1)).cast("B")] if t.numel() else []
 
 
 def map_rows(path: pathlib.Path, dt: str, rows: int, width: int) -> torch.Tensor:
@@ -112,63 +139,110 @@ def map_rows(path: pathlib.Path, dt: str, rows: int, width: int) -> torch.Tensor
     return as_torch(arr, dt)
 
 
-def write(d: pathlib.Path, index, start_row: int, previous: Optional[Dict[str, Any]],
-          matrix_rows_on_disk: int = 0) -> Dict[str, Any]:
-    """Writes rows [start_row, N) of ``index`` into ``d`` and then its manifest.
+def append_rows(path: pathlib.Path, rows: torch.Tensor, after: int) -> None:
+    """Writes ``rows`` after the first ``after`` rows of a matrix file (never truncating)."""
+    row_bytes = int(rows.shape[1]) * FILE_DTYPES[dtype_name(rows.dtype)].itemsize
+    _durable.pwrite_at(path, after * row_bytes, _matrix_chunks(rows))
 
-    ``previous`` is the manifest already in ``d`` describing rows [0, start_row) (None for a
-    full write, start_row == 0). ``matrix_rows_on_disk`` (>= start_row) rows of the ppd/emb
-    files are already written (appended by ``ThemeIndex.add`` on a mapped index, not yet
-    committed by a manifest) and are kept. Returns the new manifest.
+
+def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, Any]] = None,
+          start_row: int = 0, matrix_rows_on_disk: int = 0, publish: bool = True) -> Dict[str, Any]:
+    """Writes ``index`` into ``d`` as generation ``generation`` and commits it; the caller
+    holds ``d``'s DirLock (see rasfast._durable for the protocol).
+
+    ``previous`` is the committed manifest of ``d`` when rows [0, start_row) are already
+    there: only rows [start_row, N) are written, after the committed bytes of the same files
+    (``matrix_rows_on_disk`` >= start_row matrix rows were appended there by an in-place
+    ``ThemeIndex.add`` of this handle and are kept). Without ``previous`` every array goes to
+    a new file named after the generation, so nothing another reader or index may have
+    mapped is touched. The commit writes ``manifest.<generation>.json`` (kept, so a
+    KnowledgeIndex can name the generation it belongs to) and then, with ``publish``,
+    replaces ``manifest.json``. Returns the new manifest.
     """
     d.mkdir(parents=True, exist_ok=True)
-    n = len(index)
-    if previous is None:
-        (d / MANIFEST).unlink(missing_ok=True)  # no loadable index while files are rewritten
-        for name in _V1_FILES:
-            (d / name).unlink(missing_ok=True)
+    n, g = len(index), int(generation)
     arrays = {"emb": index.emb}
     if index.ppd is not None:
         arrays["ppd"] = index.ppd
     entries = {}
     for name, t in arrays.items():
         dt = dtype_name(t.dtype)
-        width = int(t.shape[1])
-        first = max(start_row, matrix_rows_on_disk) if previous is not None else 0
-        append_rows(d / f"{name}.bin", t[first:n], first)
-        entries[name] = {"file": f"{name}.bin", "dtype": dt, "shape": [n, width]}
+        if previous is not None:
+            fname = previous["arrays"][name]["file"]
+            first = max(start_row, matrix_rows_on_disk)
+            append_rows(d / fname, t[first:n], first)
+        else:
+            fname = f"{name}.{g}.bin"
+            _durable.write_new_file(d / fname, _matrix_chunks(t[:n]))
+        entries[name] = {"file": fname, "dtype": dt, "shape": [n, int(t.shape[1])]}
     pids = np.ascontiguousarray(np.asarray(index.pids[start_row:n], dtype="<i8"))
-    _append_file(d / "pids.bin", start_row * 8, [pids.tobytes()])
-    entries["pids"] = {"file": "pids.bin", "dtype": "int64", "shape": [n]}
-    keep = int(previous["passages"]["bytes"]) if previous is not None else 0
     lines = (_passage_line(p, t, x) for p, t, x in zip(index.pids[start_row:n].tolist(),
                                                        index.titles[start_row:n],
                                                        index.texts[start_row:n]))
-    pbytes = _append_file(d / PASSAGES, keep, lines)
-    theme_dir = previous["theme_model"].get("dir") if previous is not None else None
+    if previous is not None:
+        pids_file = previous["arrays"]["pids"]["file"] if "pids" in previous["arrays"] \
+            else previous["pids"]["file"]
+        _durable.pwrite_at(d / pids_file, start_row * 8, [pids.tobytes()])
+        pfile = previous["passages"]["file"]
+        pbytes = _durable.pwrite_at(d / pfile, int(previous["passages"]["bytes"]), lines)
+        theme_dir = previous["theme_model"].get("dir")
+    else:
+        pids_file, pfile = f"pids.{g}.bin", f"passages.{g}.jsonl"
+        _durable.write_new_file(d / pids_file, [pids.tobytes()])
+        pbytes = _durable.write_new_file(d / pfile, lines)
+        theme_dir = None
+    entries["pids"] = {"file": pids_file, "dtype": "int64", "shape": [n]}
     if theme_dir is None and index.theme_model is not None and hasattr(index.theme_model, "save"):
-        index.theme_model.save(d / THEME_DIR)
-        theme_dir = THEME_DIR
+        theme_dir = f"{THEME_DIR}.{g}"
+        if (d / theme_dir).exists():  # the leftover of an interrupted save of this generation
+            shutil.rmtree(d / theme_dir)
+        index.theme_model.save(d / theme_dir)
+    _durable.fsync_dir(d)
     manifest = {
-        "format": FORMAT, "version": VERSION, "num_rows": n, "dim": index.dim,
+        "format": FORMAT, "version": VERSION, "generation": g, "num_rows": n, "dim": index.dim,
         "num_themes": index.num_themes, "arrays": entries,
-        "passages": {"file": PASSAGES, "count": n, "bytes": pbytes},
+        "passages": {"file": pfile, "count": n, "bytes": pbytes},
         "shards": [list(r) for r in index.shards], "normalize_ppd": index.normalize_ppd,
         "metric": index.metric, "encoder": index.encoder_name,
         "theme_model": {"name": index.theme_model_name, "dir": theme_dir},
     }
-    _write_manifest(d, manifest)
+    _durable.atomic_write_json(d / manifest_name(g), manifest, indent=2)
+    if publish:
+        _durable.atomic_write_json(d / MANIFEST, manifest, indent=2)
     return manifest
 
 
+_STORE_FILE = re.compile(r"^(?:(?:emb|ppd|pids)(?:\.\d+)?\.(?:bin|npy)|passages(?:\.\d+)?\.jsonl"
+                         r"|theme_model(?:\.\d+)?|manifest\.\d+\.json|\..+\.tmp)$")
+
+
+def is_store_file(name: str) -> bool:
+    """Whether ``name`` is a ThemeIndex file or folder (of any generation or version)."""
+    return bool(_STORE_FILE.match(name))
+
+
+def referenced_files(m: Dict[str, Any]) -> List[str]:
+    """Names (relative to the directory) of the files and folders manifest ``m`` uses."""
+    out = [e["file"] for e in m.get("arrays", {}).values()]
+    if m.get("version") == 1 and m.get("pids"):
+        out.append(m["pids"]["file"])
+    out.append((m.get("passages") or {}).get("file", PASSAGES))
+    tdir = (m.get("theme_model") or {}).get("dir")
+    if tdir:
+        out.append(tdir)
+    return out
+
+
 # ----------------------------------------------------------------------------- reading
-def read_manifest(d: pathlib.Path) -> Dict[str, Any]:
-    mpath = d / MANIFEST
+def read_manifest(d: pathlib.Path, generation: Optional[int] = None) -> Dict[str, Any]:
+    """The committed manifest of ``d`` (``manifest.json``), or the one of an older
+    ``generation`` (``manifest.<generation>.json``, kept for a KnowledgeIndex)."""
+    mpath = d / (MANIFEST if generation is None else manifest_name(generation))
     if not mpath.is_file():
         raise ValueError(f"{mpath}: missing; {d} is not a saved ThemeIndex")
     try:
-        m = json.loads(mpath.read_text())
-    except json.JSONDecodeError as e:
+        m = json.loads(mpath.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{mpath}: not valid JSON ({e})") from e
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ValueError(f"{mpath}: not a {FORMAT} manifest")
@@ -249,13 +323,20 @@ def read_passages(d: pathlib.Path, m: Dict[str, Any]) -> Tuple[List[str], List[s
     with open(ppath, "rb") as f:
         data = f.read(int(p["bytes"])) if "bytes" in p else f.read()
     titles, texts = [], []
-    for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):  # records end at b"\n" only (see _passage_line)
         try:
-            rec = json.loads(line)
-            titles.append(rec["title"])
-            texts.append(rec["text"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{ppath}: line {lineno} is not a passage record ({e})") from e
+            rec = json.loads(line.decode("utf-8"))
+            title, text = rec["title"], rec["text"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{ppath}: line {lineno} is not a passage record "
+                             f"({type(e).__name__}: {e})") from None
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise ValueError(f"{ppath}: line {lineno}: title and text must be strings")
+        titles.append(title)
+        texts.append(text)
     n = int(m["num_rows"])
     if len(titles) != n:
         raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")

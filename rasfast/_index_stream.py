@@ -22,6 +22,7 @@ once per batch of queries) and recomputed per round otherwise (read three times)
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -108,17 +109,34 @@ def huge_page_array(n: int, dtype) -> np.ndarray:
 
 class FileRows:
     """Rows of a row-major matrix in a file, read with large sequential ``preadv`` calls
-    into a reused buffer (bounded memory: the page cache is not part of the process), with
-    ``posix_fadvise`` read-ahead of the next block."""
+    into reused buffers (bounded memory: the page cache is not part of the process), with
+    ``posix_fadvise`` read-ahead of the next block.
+
+    One FileRows (one open file) serves any number of concurrent searches: ``preadv`` at an
+    offset is thread-safe, and each search reads into its own pair of buffers, checked out
+    of a pool by :meth:`session` for the length of the search and returned after, so
+    buffers are reused across searches but never shared by two at once.
+    """
 
     def __init__(self, path: str, offset: int, width: int, file_dtype: np.dtype, code: int):
         self.path, self.offset, self.width = path, int(offset), int(width)
         self.dtype, self.code = np.dtype(file_dtype), code
         self.row_bytes = self.width * self.dtype.itemsize
         self.fd = os.open(path, os.O_RDONLY)
-        self._bufs = [np.empty(0, dtype=self.dtype), np.empty(0, dtype=self.dtype)]
+        self._pool: List[List[np.ndarray]] = []
+        self._pool_lock = threading.Lock()
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+
+    def session(self) -> "ReadSession":
+        with self._pool_lock:
+            bufs = self._pool.pop() if self._pool else [np.empty(0, self.dtype), np.empty(0, self.dtype)]
+        return ReadSession(self, bufs)
+
+    def _give_back(self, bufs: List[np.ndarray]) -> None:
+        with self._pool_lock:
+            if len(self._pool) < 4:  # a few idle pairs: concurrency beyond that allocates
+                self._pool.append(bufs)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -133,11 +151,6 @@ class FileRows:
             os.posix_fadvise(self.fd, self.offset + start * self.row_bytes,
                              (stop - start) * self.row_bytes, os.POSIX_FADV_WILLNEED)
 
-    def _buffer(self, rows: int, slot: int) -> np.ndarray:
-        if self._bufs[slot].size < rows * self.width:
-            self._bufs[slot] = huge_page_array(rows * self.width, self.dtype)
-        return self._bufs[slot][:rows * self.width].reshape(rows, self.width)
-
     def _pread(self, out: np.ndarray, start: int) -> None:
         view = memoryview(out.reshape(-1).view(np.uint8))
         pos, off = 0, self.offset + start * self.row_bytes
@@ -147,13 +160,37 @@ class FileRows:
                 raise ValueError(f"{self.path}: truncated (short read at byte {off + pos})")
             pos += got
 
+
+
+class ReadSession:
+    """One search's reads of a :class:`FileRows`: two buffers of its own (``slot`` 0 and
+    1: one is filled while the other is searched). ``close()`` returns them to the pool."""
+
+    def __init__(self, rows: FileRows, bufs: List[np.ndarray]):
+        self.rows, self._bufs = rows, bufs
+        self.code = rows.code
+
+    def close(self) -> None:
+        if self._bufs is not None:
+            self.rows._give_back(self._bufs)
+            self._bufs = None
+
+    def will_need(self, start: int, stop: int) -> None:
+        self.rows.will_need(start, stop)
+
+    def _buffer(self, rows: int, slot: int) -> np.ndarray:
+        width = self.rows.width
+        if self._bufs[slot].size < rows * width:
+            self._bufs[slot] = huge_page_array(rows * width, self.rows.dtype)
+        return self._bufs[slot][:rows * width].reshape(rows, width)
+
     def read(self, start: int, stop: int, need: Optional[np.ndarray] = None,
              slot: int = 0) -> np.ndarray:
-        """Rows [start, stop) into reused buffer ``slot``; with ``need``, only runs of needed
-        rows (the others are left stale: callers never read them)."""
+        """Rows [start, stop) into this session's buffer ``slot``; with ``need``, only runs
+        of needed rows (the others are left stale: callers never read them)."""
         out = self._buffer(stop - start, slot)
         if need is None or need.mean() > _WHOLE_BLOCK:
-            self._pread(out, start)
+            self.rows._pread(out, start)
             return out
         rows = np.flatnonzero(need)
         if rows.size == 0:
@@ -162,11 +199,11 @@ class FileRows:
         firsts = np.concatenate([[rows[0]], rows[gaps + 1]])
         lasts = np.concatenate([rows[gaps], [rows[-1]]])
         for a, b in zip(firsts.tolist(), lasts.tolist()):
-            self._pread(out[a:b + 1], start + a)
+            self.rows._pread(out[a:b + 1], start + a)
         return out
 
 
-def file_blocks(ppd: Optional[FileRows], emb: FileRows, start: int, stop: int, rows: int,
+def file_blocks(ppd: Optional[ReadSession], emb: ReadSession, start: int, stop: int, rows: int,
                 first_index: int = 0) -> List[Block]:
     """Blocks read from files (two buffers each, see Block); each read also advises the
     kernel to fetch the block after it."""

@@ -23,13 +23,18 @@ Search (row ids, not passage ids, are returned; ``passages(ids)`` maps them)::
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import numbers
 import pathlib
+import threading
+import uuid
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from . import _durable
 from . import _index_store as _store
 from . import _index_stream as _stream
 from ._arrays import as_tensor, kind_of, to_kind
@@ -37,6 +42,13 @@ from ._validate import (check_choice, check_dim, check_finite, check_float, chec
                         check_rank)
 
 SCOPES = ("per_shard", "global")
+
+
+class IndexConflictError(ValueError):
+    """A save into a directory that another handle or process committed to after this
+    handle loaded (or last saved) it; nothing was written."""
+
+
 METRICS = ("l2", "ip")
 
 _DTYPES = _store.DTYPES
@@ -151,6 +163,19 @@ class ThemeIndex:
         self._home: Optional[Tuple[pathlib.Path, int, dict]] = None
         # FileRows arguments of the arrays when they are exactly the saved files (streaming)
         self._files: Optional[dict] = None
+        self._readers: dict = {}  # open FileRows of _files, shared by every streamed search
+        self._matrix_rows_on_disk = 0
+        # Thread safety (README "Thread safety"): add/save/compact hold _write_lock; add
+        # publishes its new arrays, lists and shards together under _state_lock, and every
+        # search works on a _view() copied under that lock, so it sees before or after.
+        self._write_lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._token = uuid.uuid4().hex  # names this handle's uncommitted in-place rows
+
+    def _view(self) -> "ThemeIndex":
+        """A consistent snapshot of the index (shares the arrays; a later add is not seen)."""
+        with self._state_lock:
+            return copy.copy(self)
 
     # ------------------------------------------------------------------ properties
     def __len__(self) -> int:
@@ -283,6 +308,10 @@ class ThemeIndex:
         for name, seq in (("titles", titles), ("texts", texts)):
             if len(seq) != n:
                 raise ValueError(f"{name}: expected {n} entries (one per row), got {len(seq)}")
+            for i, v in enumerate(seq):
+                if not isinstance(v, str):
+                    raise TypeError(f"{name}[{i}]: expected a str, got {type(v).__name__}")
+                _store.check_text(v, f"{name}[{i}] (passage {int(pid_arr[i])})")
 
         return cls(p, e.to(emb_dtype).contiguous(), pid_arr, titles, texts,
                    _shard_ranges(shards, n), normalize_ppd=normalize_ppd, metric=metric,
@@ -302,45 +331,106 @@ class ThemeIndex:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
-        """Writes the index directory (format version 2, see rasfast._index_store).
+        """Writes the index into ``directory`` and commits it atomically (format version 3;
+        the protocol is in rasfast._index_store and the README's "Durability").
 
-        Saving into the directory this index was loaded from or last saved to writes only
-        what is new since then (the shards appended by :meth:`add`) and replaces the
-        manifest last; any other directory gets a full write (manifest last, so a partial
-        save is never loadable).
+        Into the directory this handle was loaded from or last saved to, only what is new
+        since then (the shards appended by :meth:`add`) is written, after the committed
+        bytes. If another handle or process committed to that directory in between, the save
+        raises :class:`IndexConflictError` and changes nothing: load the directory again
+        and repeat the change. Any other directory gets a full write into files of a new
+        generation; the index it held (if any) stays intact until the new manifest commits.
+        Readers of the directory keep working throughout, and a crash at any point leaves
+        the old or the new index.
         """
         d = pathlib.Path(directory)
-        previous, start = None, 0
-        if self._home is not None and d.resolve() == self._home[0] and self._home[1] <= len(self):
-            try:
-                on_disk = _store.read_manifest(d)
-            except ValueError:
-                on_disk = None
-            if on_disk is not None and on_disk == self._home[2] and on_disk["version"] == _store.VERSION \
-                    and [list(r) for r in self.shards[:len(on_disk["shards"])]] == on_disk["shards"]:
-                previous, start = on_disk, self._home[1]
-        on_disk = getattr(self, "_matrix_rows_on_disk", start) if previous is not None else 0
-        manifest = _store.write(d, self, start, previous, on_disk)
-        self._home = (d.resolve(), len(self), manifest)
-        self._matrix_rows_on_disk = len(self)
-        if self._files is not None:  # a mapped index now streams from (and grows) this copy
-            self._files = {name: _store.file_rows_args(d, manifest, manifest["arrays"][name])
-                           for name in self._files}
-            self.__dict__.pop("_readers", None)
+        with self._write_lock, _durable.DirLock(d):
+            manifest = self._commit(d, publish=True)
         return d
 
+    def _commit(self, d: pathlib.Path, publish: bool = True) -> dict:
+        """The save, with the handle's and the directory's write locks held."""
+        try:
+            current = _store.read_manifest(d) if (d / _store.MANIFEST).exists() else None
+        except ValueError:
+            current = None  # nothing loadable there: a full write loses nothing
+        mine = self._home is not None and d.resolve() == self._home[0]
+        if mine and current is not None and current != self._home[2]:
+            raise IndexConflictError(
+                f"{d}: changed by another writer since this handle loaded or saved it "
+                f"(generation {_store.generation_of(current)} committed there, this handle "
+                f"holds generation {_store.generation_of(self._home[2])}); nothing was "
+                f"written. Load {d} again and repeat the change, or save elsewhere")
+        claim = _durable.AppendClaim(d)
+        previous, start, on_disk = None, 0, 0
+        if mine and current is not None and current.get("version") in (2, 3) \
+                and self._home[1] <= len(self) \
+                and [list(r) for r in self.shards[:len(current["shards"])]] == current["shards"] \
+                and not claim.blocks(self._token, _store.generation_of(current)):
+            previous, start = current, self._home[1]
+            on_disk = self._matrix_rows_on_disk if self._claimed(d) else start
+        generation = _store.next_generation(d)
+        manifest = _store.write(d, self, generation, previous, start, on_disk, publish)
+        claim.release(self._token)
+        files = None
+        if self._files is not None:  # a mapped index now streams from (and grows) this copy
+            files = {name: _store.file_rows_args(d, manifest, manifest["arrays"][name])
+                     for name in self._files}
+        with self._state_lock:
+            self._home = (d.resolve(), len(self), manifest)
+            self._matrix_rows_on_disk = len(self)
+            if files is not None:
+                self._files, self._readers = files, {}
+        return manifest
+
+    def _claimed(self, d: pathlib.Path) -> bool:
+        rec = _durable.AppendClaim(d).read()
+        return rec is not None and rec.get("token") == self._token
+
+    @staticmethod
+    def compact(directory, keep: Sequence[str] = ()) -> List[str]:
+        """Removes the files of ``directory`` that its committed generation does not use
+        (older generations, leftovers of interrupted saves, version 1/2 files replaced by a
+        full save) and returns their names. Run it only when no reader still uses an older
+        generation: a process that loaded the index before the last commit may read those
+        files later (streamed search opens them on first use). ``keep`` names more entries
+        to keep (a KnowledgeIndex keeps its own files this way)."""
+        d = pathlib.Path(directory)
+        with _durable.DirLock(d):
+            m = _store.read_manifest(d)
+            keep = set(keep) | set(_store.referenced_files(m)) | {
+                _store.MANIFEST, _store.manifest_name(_store.generation_of(m)),
+                _durable.LOCK_FILE, _durable.CLAIM_FILE}
+            removed = []
+            for p in sorted(d.iterdir()):
+                if p.name in keep or not _store.is_store_file(p.name):
+                    continue
+                if p.is_dir():
+                    import shutil
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p.name)
+            if removed:
+                _durable.fsync_dir(d)
+        return removed
+
     @classmethod
-    def load(cls, directory, mmap: bool = True, load_theme_model: bool = True) -> "ThemeIndex":
+    def load(cls, directory, mmap: bool = True, load_theme_model: bool = True,
+             generation: Optional[int] = None) -> "ThemeIndex":
         """Loads a saved index (format version 1 or 2); ``mmap=True`` memory-maps the arrays,
         which the compiled kernels then search in place (at in-memory speed once the files
         are in the page cache).
+
+        ``generation`` loads an older committed generation (``manifest.<g>.json``) instead
+        of the current one; a KnowledgeIndex loads the generation it was committed with.
 
         Raises ValueError naming the file when a file is missing, truncated or does not
         match the manifest.
         """
         d = pathlib.Path(directory)
-        m = _store.read_manifest(d)
-        mpath = d / _store.MANIFEST
+        m = _store.read_manifest(d, generation)
+        mpath = d / (_store.MANIFEST if generation is None else _store.manifest_name(generation))
         try:
             n = int(m["num_rows"])
             shards = _shard_ranges([tuple(r) for r in m["shards"]], n)
@@ -366,6 +456,7 @@ class ThemeIndex:
                     m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
                     mmapped=mmap)
         index._home = (d.resolve(), n, m)
+        index._matrix_rows_on_disk = n
         index._files = {name: _store.file_rows_args(d, m, _store.array_entry(d, m, name))
                          for name, t in (("emb", emb), ("ppd", ppd)) if t is not None}
         return index
@@ -412,44 +503,66 @@ class ThemeIndex:
         if part.dim != self.dim:
             raise ValueError(f"emb: dim 1 must equal D (the index's embedding dim) ({self.dim}), "
                              f"got {part.dim}")
-        n0, n = len(self), len(part)
-        new_pids = part.pids
-        if pids is None and (passages is None or all(_passage_fields(p)[0] < 0 for p in passages)):
-            new_pids = np.arange(n0, n0 + n, dtype=np.int64)
-        elif passages is not None and pids is None:  # rows without a pid get their row number
-            new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
-                                   enumerate(map(_passage_fields, passages))], dtype=np.int64)
-        if self._appends_in_place():
-            # A mapped index from a version-2 directory: write the new rows after the
-            # committed ones (uncommitted until save() writes the manifest; a load in between
-            # ignores them) and map the longer files: nothing is copied into memory.
-            home = self._home[0]
-            for name, old, new in (("emb", self.emb, part.emb), ("ppd", self.ppd, part.ppd)):
-                if old is None:
-                    continue
-                path = home / f"{name}.bin"
-                _store.append_rows(path, new, n0)
-                mapped = _store.map_rows(path, _dtype_name(old.dtype), n0 + n, old.shape[1])
-                setattr(self, name, mapped)
-            self._matrix_rows_on_disk = n0 + n
-        else:
-            self.emb = torch.cat([self.emb.to(part.emb.device), part.emb])
-            if self.ppd is not None:
-                self.ppd = torch.cat([self.ppd, part.ppd])
-            self.mmapped = False
-            self._files = None  # the new rows are in memory only until saved and loaded
-        self.pids = np.concatenate([np.asarray(self.pids, dtype=np.int64), new_pids])
-        self.titles += part.titles
-        self.texts += part.texts
-        self.shards = self.shards + [(n0, n0 + n)]
+        with self._write_lock:  # two adds from two threads get consecutive row ranges
+            n0, n = len(self), len(part)
+            new_pids = part.pids
+            if pids is None and (passages is None
+                                 or all(_passage_fields(p)[0] < 0 for p in passages)):
+                new_pids = np.arange(n0, n0 + n, dtype=np.int64)
+            elif passages is not None and pids is None:  # rows without a pid: their row number
+                new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
+                                       enumerate(map(_passage_fields, passages))], dtype=np.int64)
+            self._publish_add(part, new_pids)
         return self
+
+    def _publish_add(self, part: "ThemeIndex", new_pids: np.ndarray) -> None:
+        n0, n = len(self), len(part)
+        emb, ppd, mmapped, files = None, None, self.mmapped, self._files
+        on_disk = self._matrix_rows_on_disk
+        if self._appends_in_place():
+            # A mapped index: write the new rows after the committed ones (uncommitted until
+            # save() writes the manifest; loads in between ignore them) and map the longer
+            # files, so nothing is copied into memory. Only under the directory lock, only
+            # while the directory is still at this handle's generation, and only where no
+            # live other handle has uncommitted rows there (its append.claim): otherwise the
+            # rows go to memory (the fallback below) and save() sorts it out.
+            home = self._home[0]
+            with _durable.DirLock(home):
+                try:
+                    current = _store.read_manifest(home)
+                except ValueError:
+                    current = None
+                claim = _durable.AppendClaim(home)
+                gen = _store.generation_of(current)
+                if current == self._home[2] and not claim.blocks(self._token, gen):
+                    claim.take(self._token, gen)
+                    mapped = {}
+                    for name, old, new in (("emb", self.emb, part.emb), ("ppd", self.ppd, part.ppd)):
+                        if old is None:
+                            continue
+                        path = home / current["arrays"][name]["file"]
+                        _store.append_rows(path, new, n0)
+                        mapped[name] = _store.map_rows(path, _dtype_name(old.dtype), n0 + n,
+                                                       old.shape[1])
+                    emb, ppd, on_disk = mapped["emb"], mapped.get("ppd"), n0 + n
+        if emb is None:
+            emb = torch.cat([self.emb.to(part.emb.device), part.emb])
+            ppd = None if self.ppd is None else torch.cat([self.ppd, part.ppd])
+            mmapped, files = False, None  # the new rows are in memory only until saved and loaded
+        pids = np.concatenate([np.asarray(self.pids, dtype=np.int64), new_pids])
+        titles, texts = self.titles + part.titles, self.texts + part.texts  # new lists: views
+        shards = self.shards + [(n0, n0 + n)]                            # keep the old ones
+        with self._state_lock:
+            self.emb, self.ppd, self.mmapped = emb, ppd, mmapped
+            if files is None:
+                self._files, self._readers = None, {}
+            self._matrix_rows_on_disk = on_disk
+            self.pids, self.titles, self.texts, self.shards = pids, titles, texts, shards
 
     def _appends_in_place(self) -> bool:
         if not (self.mmapped and self._files is not None and self._home is not None):
             return False
-        home, rows, manifest = self._home
-        on_disk = getattr(self, "_matrix_rows_on_disk", rows)
-        return manifest.get("version") == _store.VERSION and on_disk == len(self)
+        return self._home[2].get("version") in (2, 3) and self._matrix_rows_on_disk == len(self)
 
     # ------------------------------------------------------------------ search
     def _queries(self, q_emb, q_ppd):
@@ -496,7 +609,8 @@ class ThemeIndex:
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None,
                max_memory=None):
-        """Theme-scoped dense retrieval.
+        """Theme-scoped dense retrieval; safe from any number of threads (it searches a
+        snapshot: a concurrent :meth:`add` is seen entirely or not at all).
 
         Args:
             q_ppd: [B, T] query theme vectors (None: ``self.query_ppd(q_emb)``); normalised
@@ -525,6 +639,10 @@ class ThemeIndex:
             (ids[B, k] int64 row ids, scores[B, k] float32) sorted by (score desc, id asc),
             padded with -1 / -inf; numpy or torch like ``q_emb``.
         """
+        return self._view()._search(q_ppd, q_emb, K, k, scope, theme_weight, backend,
+                                    chunk_rows, max_memory)
+
+    def _search(self, q_ppd, q_emb, K, k, scope, theme_weight, backend, chunk_rows, max_memory):
         kind = kind_of(q_emb)
         qe, qp, K, k, scope, w = self._search_args(q_ppd, q_emb, K, k, scope, theme_weight)
         ranges = self.shards if scope == "per_shard" else [(0, len(self))]
@@ -577,22 +695,39 @@ class ThemeIndex:
                              f"(needs at least {fixed + 64 * row})")
         return int(min(rows, n)), keep
 
+    @contextlib.contextmanager
     def _blocks(self, a: int, b: int, rows: int, from_files: bool, dense_only: bool = False):
-        if from_files and self._files is not None:
-            # readers (open files + read buffers) are kept for the next streamed search
-            readers = self.__dict__.setdefault("_readers", {})
+        """The blocks of rows [a, b) for one search: views of the (mapped) tensors, or reads
+        of the saved files through read sessions of their own (closed when the search ends)."""
+        if not (from_files and self._files is not None):
+            yield _stream.tensor_blocks(None if dense_only else self.ppd, self.emb, a, b, rows)
+            return
+        sessions = {}
+        try:
             for name in ("emb",) if dense_only else ("emb", "ppd"):
-                if name not in readers:
-                    readers[name] = _stream.FileRows(*self._files[name])
-            ppd = None if dense_only else readers["ppd"]
-            return _stream.file_blocks(ppd, readers["emb"], a, b, rows)
-        return _stream.tensor_blocks(None if dense_only else self.ppd, self.emb, a, b, rows)
+                sessions[name] = self._reader(name).session()
+            yield _stream.file_blocks(sessions.get("ppd"), sessions["emb"], a, b, rows)
+        finally:
+            for sess in sessions.values():
+                sess.close()
+
+    def _reader(self, name: str) -> "_stream.FileRows":
+        """The open FileRows of array ``name``, kept for the next streamed search (shared by
+        this handle's snapshots; opened once under the state lock)."""
+        readers = self._readers
+        r = readers.get(name)
+        if r is None:
+            with self._state_lock:
+                r = readers.get(name)
+                if r is None:
+                    r = readers[name] = _stream.FileRows(*self._files[name])
+        return r
 
     def _search_blocks(self, qp, qe, a, b, K, k, w, chunk_rows, max_memory):
         rows, keep = self._block_rows(qe.shape[0], b - a, chunk_rows, max_memory)
-        blocks = self._blocks(a, b, rows, max_memory is not None)
-        ids, sc = _stream.search_blocks(qp, qe, blocks, b - a, len(blocks), K, k, w,
-                                        self.metric == "ip", keep_keys=keep)
+        with self._blocks(a, b, rows, max_memory is not None) as blocks:
+            ids, sc = _stream.search_blocks(qp, qe, blocks, b - a, len(blocks), K, k, w,
+                                            self.metric == "ip", keep_keys=keep)
         return sc, ids
 
     def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None,
@@ -602,8 +737,11 @@ class ThemeIndex:
         the (in-memory or mapped) matrix with everything in scope -- in blocks with
         ``chunk_rows``, streamed from the index's files within ``max_memory`` (see
         :meth:`search`); other backends run the fused op with no scoping.
-        Returns (ids[B, k], scores[B, k]) like :meth:`search`.
+        Returns (ids[B, k], scores[B, k]) like :meth:`search`. Thread-safe like :meth:`search`.
         """
+        return self._view()._dense_search(q_emb, k, backend, chunk_rows, max_memory)
+
+    def _dense_search(self, q_emb, k, backend, chunk_rows, max_memory):
         kind = kind_of(q_emb)
         qe, _ = self._queries(q_emb, None)
         k = check_int_arg(k, "k", 1)
@@ -617,9 +755,10 @@ class ThemeIndex:
         be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
         if be == "cpu":
             rows, _ = self._block_rows(B, len(self), chunk_rows, max_memory, dense_only=True)
-            blocks = self._blocks(0, len(self), rows, max_memory is not None, dense_only=True)
-            ids, sc = _stream.search_blocks(None, qe, blocks, len(self), len(blocks), len(self),
-                                            k, 0.0, False)
+            with self._blocks(0, len(self), rows, max_memory is not None,
+                              dense_only=True) as blocks:
+                ids, sc = _stream.search_blocks(None, qe, blocks, len(self), len(blocks),
+                                                len(self), k, 0.0, False)
         else:
             if chunk_rows is not None or max_memory is not None:
                 raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels")
@@ -635,6 +774,8 @@ class ThemeIndex:
         """Maps search results to lists of rasfast.pipeline RetrievedPassage (pid, title,
         text, score) per query, dropping -1 padding."""
         from .pipeline.types import RetrievedPassage
+        if isinstance(self, ThemeIndex):
+            self = self._view()  # noqa: PLW0642 - one consistent snapshot of the lists
         ids = np.asarray(to_kind(as_tensor(ids, "ids").cpu(), "numpy"))
         sc = None if scores is None else np.asarray(to_kind(as_tensor(scores, "scores").cpu(), "numpy"))
         if ids.ndim != 2:
@@ -649,4 +790,4 @@ class ThemeIndex:
         return out
 
 
-__all__ = ["ThemeIndex"]
+__all__ = ["ThemeIndex", "IndexConflictError"]

@@ -13,6 +13,7 @@ from rasfast.index import ThemeIndex
 from rasfast.theme import KMeansThemeModel
 from backends_util import assert_topk_close
 from conftest import gpu
+from index_files import index_file
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -160,11 +161,11 @@ def test_save_load_round_trip(tmp_path, dtype, mmap):
                            ppd_dtype=torch.float16)
     idx.save(tmp_path / "ix")
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert m["version"] == 2 and m["num_rows"] == 64 and m["dim"] == 10 and m["num_themes"] == 7
+    assert m["version"] == 3 and m["num_rows"] == 64 and m["dim"] == 10 and m["num_themes"] == 7
     assert m["arrays"]["emb"]["dtype"] == str(dtype).replace("torch.", "")
     assert m["arrays"]["ppd"]["dtype"] == "float16" and m["shards"] == [[0, 30], [30, 64]]
     if dtype == torch.bfloat16:
-        assert (tmp_path / "ix" / "emb.bin").stat().st_size == 64 * 10 * 2
+        assert index_file(tmp_path / "ix", "emb").stat().st_size == 64 * 10 * 2
     got = ThemeIndex.load(tmp_path / "ix", mmap=mmap)
     assert got.emb.dtype == dtype and torch.equal(got.emb, idx.emb)
     assert got.ppd.dtype == torch.float16 and torch.equal(got.ppd, idx.ppd)
@@ -223,15 +224,15 @@ def _edit_manifest(d, fn):
 
 @pytest.mark.parametrize("mmap", [True, False])
 def test_truncated_array_is_refused(saved, mmap):
-    p = saved / "emb.bin"
+    p = index_file(saved, "emb")
     p.write_bytes(p.read_bytes()[:-100])
-    with pytest.raises(ValueError, match="emb.bin: truncated"):
+    with pytest.raises(ValueError, match=r"emb\.1\.bin: truncated"):
         ThemeIndex.load(saved, mmap=mmap)
 
 
 def test_missing_files_are_refused(saved):
-    (saved / "ppd.bin").unlink()
-    with pytest.raises(ValueError, match="ppd.bin: missing"):
+    index_file(saved, "ppd").unlink()
+    with pytest.raises(ValueError, match=r"ppd\.1\.bin: missing"):
         ThemeIndex.load(saved)
     (saved / "manifest.json").unlink()
     with pytest.raises(ValueError, match="manifest.json: missing"):
@@ -259,9 +260,10 @@ def test_manifest_mismatches_are_refused(saved, tmp_path):
     # passages file out of step with the arrays
     d = tmp_path / "passages"
     shutil.copytree(saved, d)
-    lines = (d / "passages.jsonl").read_text().splitlines()
-    (d / "passages.jsonl").write_text("\n".join(lines[:-1]) + "\n")
-    with pytest.raises(ValueError, match="passages.jsonl: 39 passages"):
+    pfile = index_file(d, "passages")
+    lines = pfile.read_text().splitlines()
+    pfile.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(ValueError, match=r"passages\.1\.jsonl: 39 passages"):
         ThemeIndex.load(d)
     (d / "manifest.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):

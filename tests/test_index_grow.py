@@ -9,6 +9,8 @@ from rasfast.encode import HashingEncoder
 from rasfast.index import ThemeIndex
 from rasfast.theme import KMeansThemeModel
 
+from index_files import index_file
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -34,10 +36,12 @@ def test_add_save_load_equals_from_scratch_build(tmp_path, dtype, mmap):
     grown.save(tmp_path / "ix")
     ix = ThemeIndex.load(tmp_path / "ix", mmap=mmap)
     for a, b in zip(cuts[1:-1], cuts[2:]):  # two appended shards, each saved incrementally
-        before = {f: (tmp_path / "ix" / f).stat().st_mtime_ns for f in ("theme_model",)}
+        tdir = index_file(tmp_path / "ix", "theme_model")
+        before = tdir.stat().st_mtime_ns
         assert ix.add(emb[a:b], passages=passages[a:b]) is ix
         ix.save(tmp_path / "ix")
-        assert (tmp_path / "ix" / "theme_model").stat().st_mtime_ns == before["theme_model"]
+        assert index_file(tmp_path / "ix", "theme_model") == tdir  # written once, kept
+        assert tdir.stat().st_mtime_ns == before
         ix = ThemeIndex.load(tmp_path / "ix", mmap=mmap)
     # the from-scratch build gets the same theme model's PPDs for every row, shard by shard
     ppd = torch.cat([torch.as_tensor(model.ppd(emb[a:b])) for a, b in zip(cuts, cuts[1:])])
@@ -48,7 +52,7 @@ def test_add_save_load_equals_from_scratch_build(tmp_path, dtype, mmap):
     assert ix.pids.tolist() == scratch.pids.tolist() and ix.texts == scratch.texts
     assert ix.titles == scratch.titles and ix.mmapped == mmap
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert m["version"] == 2 and m["num_rows"] == 230 and m["shards"][-1] == [150, 230]
+    assert m["version"] == 3 and m["num_rows"] == 230 and m["shards"][-1] == [150, 230]
     qe = torch.randn(5, 12, generator=torch.Generator().manual_seed(2))
     for scope in ("per_shard", "global"):
         for K, k, w in [(40, 7, 0.0), (13, 5, 0.3), (1000, 4, 0.0)]:
@@ -61,7 +65,7 @@ def test_incremental_save_writes_only_new_rows(tmp_path):
     emb, passages = _rows(100, 8, seed=3)
     ix = ThemeIndex.build(emb[:70], passages=passages[:70], num_themes=5)
     ix.save(tmp_path / "ix")
-    emb_file = tmp_path / "ix" / "emb.bin"
+    emb_file = index_file(tmp_path / "ix", "emb")
     old = emb_file.read_bytes()
     # scribble over the saved rows' bytes on disk: an incremental save must not rewrite them
     marker = bytes([7]) * 64
@@ -74,7 +78,7 @@ def test_incremental_save_writes_only_new_rows(tmp_path):
     assert len(new) == 100 * 8 * 4
     # saving elsewhere is a full write
     ix.save(tmp_path / "copy")
-    assert (tmp_path / "copy" / "emb.bin").read_bytes()[:64] == old[:64]
+    assert index_file(tmp_path / "copy", "emb").read_bytes()[:64] == old[:64]
 
 
 def test_interrupted_append_is_ignored_and_cut(tmp_path):
@@ -82,8 +86,8 @@ def test_interrupted_append_is_ignored_and_cut(tmp_path):
     ix = ThemeIndex.build(emb[:30], passages=passages[:30], num_themes=4)
     ix.save(tmp_path / "ix")
     # an append that died before writing its manifest: extra bytes past the manifest's rows
-    for f in ("emb.bin", "ppd.bin", "pids.bin", "passages.jsonl"):
-        with open(tmp_path / "ix" / f, "ab") as fh:
+    for f in ("emb", "ppd", "pids", "passages"):
+        with open(index_file(tmp_path / "ix", f), "ab") as fh:
             fh.write(b"\x01garbage\n" * 5)
     got = ThemeIndex.load(tmp_path / "ix")
     assert len(got) == 30 and torch.equal(got.emb, ix.emb) and got.texts == ix.texts
@@ -92,7 +96,7 @@ def test_interrupted_append_is_ignored_and_cut(tmp_path):
     again = ThemeIndex.load(tmp_path / "ix")
     assert len(again) == 50 and again.texts[30:] == [p["text"] for p in passages[30:]]
     assert torch.equal(again.emb[30:], emb[30:])
-    assert (tmp_path / "ix" / "emb.bin").stat().st_size == 50 * 6 * 4
+    assert index_file(tmp_path / "ix", "emb").stat().st_size == 50 * 6 * 4
 
 
 def test_add_from_passages_with_encoder_and_default_pids(tmp_path):
@@ -162,10 +166,13 @@ def test_version_1_indexes_still_load(tmp_path):
         assert torch.equal(got.emb, ix.emb) and torch.equal(got.ppd, ix.ppd)
         assert got.texts == ix.texts and got.shards == ix.shards
     got.add(emb[:5], passages=passages[:5])
-    got.save(d)  # a version-1 directory is rewritten as version 2
-    assert json.loads((d / "manifest.json").read_text())["version"] == 2
-    assert not (d / "emb.npy").exists()
+    got.save(d)  # a version-1 directory gets a full version-3 generation beside its files
+    assert json.loads((d / "manifest.json").read_text())["version"] == 3
+    assert (d / "emb.npy").exists()  # kept: a reader may still use them
     assert len(ThemeIndex.load(d)) == 45
+    removed = ThemeIndex.compact(d)
+    assert set(removed) == {"emb.npy", "ppd.npy", "pids.npy", "passages.jsonl", "theme_model"}
+    assert not (d / "emb.npy").exists() and len(ThemeIndex.load(d)) == 45
 
 
 def test_add_to_a_mapped_index_stays_mapped_and_commits_on_save(tmp_path):

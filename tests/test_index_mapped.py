@@ -13,6 +13,8 @@ import torch
 
 from rasfast.index import ThemeIndex, parse_bytes
 
+from index_files import index_file
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -153,7 +155,7 @@ def test_streaming_peak_rss_stays_within_budget(tmp_path):
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     growth = (r["peak_kib"] - r["base_kib"]) * 1024
-    files = sum(os.path.getsize(tmp_path / "ix" / f) for f in ("ppd.bin", "emb.bin"))
+    files = sum(os.path.getsize(index_file(tmp_path / "ix", f)) for f in ("ppd", "emb"))
     assert files > 10 * budget
     # budget + a constant far below the file size (mapping the files would add ~96 MB)
     print(f"peak RSS growth {growth / 2**20:.1f} MiB, budget {budget / 2**20:.0f} MiB, files {files / 2**20:.0f} MiB")
