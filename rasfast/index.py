@@ -348,14 +348,22 @@ class ThemeIndex:
             manifest = self._commit(d, publish=True)
         return d
 
-    def _commit(self, d: pathlib.Path, publish: bool = True) -> dict:
-        """The save, with the handle's and the directory's write locks held."""
+    def _commit(self, d: pathlib.Path, publish: bool = True,
+                expect: Optional[int] = None) -> dict:
+        """The save, with the handle's and the directory's write locks held.
+
+        ``expect``: the generation the caller knows to be the directory's real state (a
+        KnowledgeIndex: the one its knowledge.json names). A newer theme generation there is
+        then the orphan of a save that died before its knowledge.json commit: this save
+        supersedes it with a full write (never appending after bytes it may have used)."""
         try:
             current = _store.read_manifest(d) if (d / _store.MANIFEST).exists() else None
         except ValueError:
             current = None  # nothing loadable there: a full write loses nothing
         mine = self._home is not None and d.resolve() == self._home[0]
-        if mine and current is not None and current != self._home[2]:
+        orphan = (mine and current is not None and current != self._home[2]
+                  and expect is not None and _store.generation_of(self._home[2]) == expect)
+        if mine and current is not None and current != self._home[2] and not orphan:
             raise IndexConflictError(
                 f"{d}: changed by another writer since this handle loaded or saved it "
                 f"(generation {_store.generation_of(current)} committed there, this handle "
@@ -363,7 +371,8 @@ class ThemeIndex:
                 f"written. Load {d} again and repeat the change, or save elsewhere")
         claim = _durable.AppendClaim(d)
         previous, start, on_disk = None, 0, 0
-        if mine and current is not None and current.get("version") in (2, 3) \
+        if mine and current is not None and current == self._home[2] \
+                and current.get("version") in (2, 3) \
                 and self._home[1] <= len(self) \
                 and [list(r) for r in self.shards[:len(current["shards"])]] == current["shards"] \
                 and not claim.blocks(self._token, _store.generation_of(current)):

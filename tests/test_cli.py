@@ -55,6 +55,9 @@ def test_index_keeps_triples_and_scopes(tmp_path, capsys):
     out = capsys.readouterr().out
     res = json.loads(out[out.index("[\n"):])
     assert res[0]["answer"] == "Place1" and ["Entity4", "located in", "Place1"] in res[0]["triples"][0]
+    # a knowledge index's commit is knowledge.json (it names its theme generation's
+    # numbered manifest); without it and manifest.json nothing loads
+    (tmp_path / "ix" / "knowledge.json").unlink()
     (tmp_path / "ix" / "manifest.json").unlink()
     with pytest.raises(ValueError, match="manifest"):
         main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing"])

@@ -137,19 +137,20 @@ def test_bad_corpus_leaves_an_existing_index_untouched_and_a_failed_rebuild_unlo
 def test_load_names_truncated_or_inconsistent_files(tmp_path):
     build_knowledge_index(_write_jsonl(tmp_path / "c.jsonl", _rows(8)), tmp_path / "ix", ENC,
                           num_themes=2, progress=False)
-    emb = tmp_path / "ix" / "triple_emb.npy"
+    files = json.loads((tmp_path / "ix" / "knowledge.json").read_text())["files"]
+    emb = tmp_path / "ix" / files["triple_emb"]
     raw = emb.read_bytes()
     emb.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(ValueError, match="triple_emb.npy"):
+    with pytest.raises(ValueError, match=r"triple_emb\.1\.npy"):
         KnowledgeIndex.load(tmp_path / "ix")
     emb.write_bytes(raw)
-    tri = tmp_path / "ix" / "triples.jsonl"
+    tri = tmp_path / "ix" / files["triples"]
     lines = tri.read_text().splitlines(True)
     tri.write_text("".join(lines[:-1]))
-    with pytest.raises(ValueError, match="triples.jsonl"):
+    with pytest.raises(ValueError, match=r"triples\.1\.jsonl"):
         KnowledgeIndex.load(tmp_path / "ix")
     tri.write_text("".join(lines))
-    (tmp_path / "ix" / "graph" / "indices.npy").unlink()
+    (tmp_path / "ix" / files["graph"] / "indices.npy").unlink()
     with pytest.raises(ValueError, match="indices.npy: missing"):
         KnowledgeIndex.load(tmp_path / "ix")
 

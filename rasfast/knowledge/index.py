@@ -5,13 +5,22 @@ plus the knowledge side: the raw triples of every passage (with the corpus recor
 id), the :class:`rasfast.TripleGraph` CSR built over them, and the triple embeddings. On
 disk it is the ThemeIndex directory plus::
 
-    knowledge.json      format, counts, encoder, extraction record (model + prompt), graph
-                        options; written LAST, so a directory without it never loads
-    triples.jsonl       {"pid", "source_id", "triples": [[s, p, o], ...]} per passage, row order
-    graph/*.npy         indptr, indices, head, tail, passage_ids, source_index, entity_degree
-    graph/entities.json entity strings (index = entity id)
-    triple_emb.npy      float32 [num_triples, D]
-    journal.jsonl       the extraction journal (only for LLM-extracted indexes; see journal.py)
+    knowledge.json        format, counts, encoder, extraction record (model + prompt), graph
+                          options, the ThemeIndex generation it belongs to and its own file
+                          names; replaced atomically LAST: it is the commit of a save
+    triples.<g>.jsonl     {"pid", "source_id", "triples": [[s, p, o], ...]} per passage, row order
+    graph.<g>/*.npy       indptr, indices, head, tail, passage_ids, source_index, entity_degree
+    graph.<g>/entities.json  entity strings (index = entity id)
+    triple_emb.<g>.npy    float32 [num_triples, D]
+    journal.jsonl         the extraction journal (only for LLM-extracted indexes; journal.py)
+
+<g> is the generation of the ThemeIndex commit the save made (rasfast._index_store): a save
+commits the ThemeIndex first (``manifest.json`` and ``manifest.<g>.json``), writes the
+knowledge files under new names, and commits ``knowledge.json`` last. A crash before that
+leaves ``knowledge.json`` naming the previous generation, which loads exactly as before
+(``ThemeIndex.load(dir, generation=...)``); files are never rewritten in place, so readers
+keep working while a writer saves. Version 1 directories (``triples.jsonl``, ``graph/``,
+``triple_emb.npy``, no generation) still load; the first save upgrades them.
 
 Loading reads these arrays back as they were written (nothing is re-derived): the loaded
 graph and triple embeddings equal a fresh build bit for bit (tests/test_knowledge_index.py).
@@ -27,7 +36,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import pathlib
+import re
+import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -35,7 +47,8 @@ import numpy as np
 from ..data.qa import Passage
 
 FORMAT = "rasfast.KnowledgeIndex"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "knowledge.json"
 TRIPLES = "triples.jsonl"
 TRIPLE_EMB = "triple_emb.npy"
@@ -179,34 +192,84 @@ class KnowledgeIndex:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
-        """Writes the directory; ``knowledge.json`` last, so a partial save never loads."""
+        """Commits the index into ``directory`` (see the module docstring): the theme index
+        first, then the knowledge files under new names, ``knowledge.json`` last. Raises
+        :class:`rasfast.index.IndexConflictError` (writing nothing) when another handle
+        committed to the directory after this one loaded it."""
+        from .. import _durable
+        from .. import _index_store as _store
+        from ..index import IndexConflictError
         d = pathlib.Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / MANIFEST).unlink(missing_ok=True)
-        self.theme.save(d)
-        with open(d / TRIPLES, "w", encoding="utf-8") as f:
-            for pid, sid, t in zip(self.pids, self.source_ids, self.triples):
-                f.write(json.dumps({"pid": pid, "source_id": sid, "triples": t}, ensure_ascii=False))
-                f.write("\n")
-        gd = d / GRAPH_DIR
-        gd.mkdir(exist_ok=True)
-        g = self.graph
-        for name in GRAPH_ARRAYS:
-            np.save(gd / f"{name}.npy", np.ascontiguousarray(getattr(g, name), dtype="<i8"))
-        (gd / "entities.json").write_text(json.dumps(list(g.entities), ensure_ascii=False))
-        np.save(d / TRIPLE_EMB, np.ascontiguousarray(self.triple_emb, dtype="<f4"))
-        manifest = {
-            "format": FORMAT, "version": VERSION, "num_passages": len(self),
-            "num_triples": g.num_triples, "num_entities": g.num_entities, "nnz": g.num_edges,
-            "num_input_triples": sum(len(t) for t in self.triples), "dim": self.dim,
-            "encoder": self.encoder_name, "extraction": self.extraction,
-            "unparsed": self.unparsed,
-            "graph": {"normalize": g.normalize, "max_degree": self.max_degree,
-                      "n_skipped": g.n_skipped, "n_hubs": g.n_hubs},
-        }
-        (d / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
+        with self.theme._write_lock, _durable.DirLock(d):
+            disk = _read_manifest_or_none(d)
+            expect = None
+            if disk is not None and self.path is not None and d.resolve() == pathlib.Path(self.path).resolve():
+                disk_gen = _theme_generation(d, disk)
+                mine = _store.generation_of(self.theme._home[2]) if self.theme._home else None
+                if disk_gen != mine:
+                    raise IndexConflictError(
+                        f"{d / MANIFEST}: changed by another writer since this handle loaded it "
+                        f"(theme generation {disk_gen} committed there, this handle holds "
+                        f"{mine}); nothing was written. Load it again and repeat the change")
+                if disk.get("theme_generation") is None:
+                    _upgrade_v1(d, disk, disk_gen)
+                expect = disk_gen
+            tm = self.theme._commit(d, publish=True, expect=expect)
+            g = _store.generation_of(tm)
+            files = {"triples": f"triples.{g}.jsonl", "graph": f"graph.{g}",
+                     "triple_emb": f"triple_emb.{g}.npy"}
+            _durable.write_new_file(d / files["triples"], (
+                (json.dumps({"pid": pid, "source_id": sid, "triples": t}, ensure_ascii=False)
+                 + "\n").encode("utf-8")
+                for pid, sid, t in zip(self.pids, self.source_ids, self.triples)))
+            gd = d / files["graph"]
+            gd.mkdir(exist_ok=True)
+            g_ = self.graph
+            for name in GRAPH_ARRAYS:
+                _write_npy(gd / f"{name}.npy", np.ascontiguousarray(getattr(g_, name), dtype="<i8"))
+            _durable.write_new_file(gd / "entities.json",
+                                    [json.dumps(list(g_.entities), ensure_ascii=False).encode("utf-8")])
+            _durable.fsync_dir(gd)
+            _write_npy(d / files["triple_emb"], np.ascontiguousarray(self.triple_emb, dtype="<f4"))
+            _durable.fsync_dir(d)
+            manifest = {
+                "format": FORMAT, "version": VERSION, "theme_generation": g, "files": files,
+                "num_passages": len(self), "num_triples": g_.num_triples,
+                "num_entities": g_.num_entities, "nnz": g_.num_edges,
+                "num_input_triples": sum(len(t) for t in self.triples), "dim": self.dim,
+                "encoder": self.encoder_name, "extraction": self.extraction,
+                "unparsed": self.unparsed,
+                "graph": {"normalize": g_.normalize, "max_degree": self.max_degree,
+                          "n_skipped": g_.n_skipped, "n_hubs": g_.n_hubs},
+            }
+            _durable.atomic_write_json(d / MANIFEST, manifest)
         self.path = d
         return d
+
+    @staticmethod
+    def compact(directory) -> List[str]:
+        """Removes what the committed generation does not use (older theme generations,
+        older knowledge files, leftovers of interrupted saves); see ThemeIndex.compact for
+        when it is safe. Returns the removed names."""
+        from ..index import ThemeIndex
+        d = pathlib.Path(directory)
+        m = _read_manifest_or_none(d)
+        if m is None:
+            raise ValueError(f"{d / MANIFEST}: missing; {d} is not a knowledge index")
+        files = _files(m)
+        keep = set(files.values())
+        g = m.get("theme_generation")
+        removed = []
+        if g is not None:
+            from .. import _index_store as _store
+            keep |= set(_store.referenced_files(_store.read_manifest(d, g))) | {_store.manifest_name(g)}
+        removed = ThemeIndex.compact(d, keep=sorted(keep))
+        pattern = re.compile(r"^(?:triples(?:\.\d+)?\.jsonl|graph(?:\.\d+)?|triple_emb(?:\.\d+)?\.npy)$")
+        for p in sorted(d.iterdir()):
+            if pattern.match(p.name) and p.name not in keep:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                removed.append(p.name)
+        return removed
 
     @classmethod
     def load(cls, directory, mmap: bool = False) -> "KnowledgeIndex":
@@ -224,14 +287,17 @@ class KnowledgeIndex:
             m = json.loads(mpath.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ValueError(f"{mpath}: not valid JSON ({e})") from None
-        if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("version") != VERSION:
-            raise ValueError(f"{mpath}: not a {FORMAT} v{VERSION} manifest")
-        theme = ThemeIndex.load(d, mmap=mmap)
+        if not isinstance(m, dict) or m.get("format") != FORMAT \
+                or m.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"{mpath}: not a {FORMAT} manifest of version "
+                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
+        files = _files(m)
+        theme = ThemeIndex.load(d, mmap=mmap, generation=m.get("theme_generation"))
         n = int(m["num_passages"])
         if len(theme) != n:
             raise ValueError(f"{d}: the theme index has {len(theme)} rows, {MANIFEST} says {n}")
         triples, sids, pids = [], [], []
-        tpath = d / TRIPLES
+        tpath = d / files["triples"]
         if not tpath.is_file():
             raise ValueError(f"{tpath}: missing (listed in {MANIFEST})")
         with open(tpath, encoding="utf-8") as f:
@@ -252,8 +318,9 @@ class KnowledgeIndex:
                   "entity_degree": (int(m["num_entities"]),)}
         arrays = {}
         for name in GRAPH_ARRAYS:
-            arrays[name] = _read_npy(d / GRAPH_DIR / f"{name}.npy", np.dtype("<i8"), shapes[name], mmap)
-        epath = d / GRAPH_DIR / "entities.json"
+            arrays[name] = _read_npy(d / files["graph"] / f"{name}.npy", np.dtype("<i8"),
+                                     shapes[name], mmap)
+        epath = d / files["graph"] / "entities.json"
         try:
             entities = json.loads(epath.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
@@ -266,10 +333,51 @@ class KnowledgeIndex:
         gm = m["graph"]
         g = TripleGraph(**arrays, entities=entities, source=source, n_skipped=gm["n_skipped"],
                         n_hubs=gm["n_hubs"], normalize=gm["normalize"], max_degree=gm["max_degree"])
-        emb = _read_npy(d / TRIPLE_EMB, np.dtype("<f4"), (nt, int(m["dim"])), mmap)
+        emb = _read_npy(d / files["triple_emb"], np.dtype("<f4"), (nt, int(m["dim"])), mmap)
         ki = cls(theme, triples, sids, g, emb, m["extraction"], m.get("unparsed", ()), gm["max_degree"])
         ki.path = d
         return ki
+
+
+def _files(m: Dict[str, Any]) -> Dict[str, str]:
+    """The knowledge files a manifest names (version 1: the fixed names)."""
+    return m.get("files") or {"triples": TRIPLES, "graph": GRAPH_DIR, "triple_emb": TRIPLE_EMB}
+
+
+def _read_manifest_or_none(d: pathlib.Path) -> Optional[Dict[str, Any]]:
+    try:
+        m = json.loads((d / MANIFEST).read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") == FORMAT else None
+
+
+def _theme_generation(d: pathlib.Path, m: Dict[str, Any]) -> int:
+    """The ThemeIndex generation knowledge manifest ``m`` belongs to (version 1: the
+    current one, which is the only one a version 1 directory has)."""
+    from .. import _index_store as _store
+    g = m.get("theme_generation")
+    return int(g) if g is not None else _store.generation_of(_store.read_manifest(d))
+
+
+def _upgrade_v1(d: pathlib.Path, m: Dict[str, Any], g: int) -> None:
+    """Before the first save into a version 1 directory: keep its theme manifest under its
+    generation's name and record that generation in knowledge.json (same content), so a
+    crash during the save still loads the old index."""
+    from .. import _durable
+    from .. import _index_store as _store
+    numbered = d / _store.manifest_name(g)
+    if not numbered.exists():
+        _durable.atomic_write((numbered), (d / _store.MANIFEST).read_bytes())
+    _durable.atomic_write_json(d / MANIFEST, dict(m, theme_generation=g, files=_files(m)))
+
+
+def _write_npy(path: pathlib.Path, arr: np.ndarray) -> None:
+    """np.save into a new file, fsync'd (the file is not referenced by any commit yet)."""
+    with open(path, "wb") as f:
+        np.save(f, arr, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _read_npy(path: pathlib.Path, dtype, shape, mmap: bool) -> np.ndarray:

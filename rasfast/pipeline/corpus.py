@@ -84,24 +84,26 @@ def build_index(dataset: QADataset, encoder, directory: os.PathLike, num_themes:
     return index
 
 
-def _knowledge_has_triples(directory) -> bool:
-    km = pathlib.Path(directory) / "knowledge.json"
-    return km.is_file() and json.loads(km.read_text()).get("extraction", {}).get("source") != "none"
-
-
 def load_index(directory: os.PathLike, mmap: bool = False) -> Tuple[object, QADataset]:
-    """(ThemeIndex, dataset of its passages with the saved triples or None)."""
+    """(ThemeIndex, dataset of its passages with the saved triples or None). A knowledge
+    index (rasfast.knowledge) is loaded through KnowledgeIndex, so the passages and triples
+    come from the same committed generation."""
     from ..index import ThemeIndex
-    index = ThemeIndex.load(directory, mmap=mmap)
+    from ..knowledge.index import KnowledgeIndex, is_knowledge_index
+    triples = None
+    if is_knowledge_index(directory):
+        ki = KnowledgeIndex.load(directory, mmap=mmap)
+        index = ki.theme
+        if ki.extraction.get("source") != "none":
+            triples = [[list(t) for t in row] for row in ki.triples]
+    else:
+        index = ThemeIndex.load(directory, mmap=mmap)
     passages = [Passage(int(pid), t, x) for pid, t, x in zip(np.asarray(index.pids).tolist(),
                                                              index.titles, index.texts)]
-    triples = None
     tf = pathlib.Path(directory) / TRIPLES_FILE
-    if not tf.is_file() and _knowledge_has_triples(directory):
-        tf = pathlib.Path(directory) / "triples.jsonl"   # a rasfast.knowledge index (same records)
-    if tf.is_file():
+    if triples is None and tf.is_file():
         by_pid: Dict[int, list] = {}
-        for line in tf.read_text(encoding="utf-8").splitlines():
+        for line in tf.read_text(encoding="utf-8").split("\n"):  # not splitlines: U+2028
             if line.strip():
                 r = json.loads(line)
                 by_pid[int(r["pid"])] = r["triples"]

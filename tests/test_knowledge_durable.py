@@ -1,0 +1,167 @@
+"""A knowledge index survives crashes, stale handles and its version-1 layout (issue 18):
+``rasfast index add`` killed at any step of its save leaves exactly the old or the new
+index, and running it again finishes the add."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rasfast.encode import HashingEncoder
+from rasfast.index import IndexConflictError
+from rasfast.knowledge import KnowledgeIndex, build_knowledge_index
+from rasfast.knowledge.build import add_to_knowledge_index
+
+ENC = HashingEncoder(64)
+
+
+def _corpus(path, n, start=0):
+    rows = [{"title": f"P{i}", "text": f"P{i} lives in Town{i % 4} \u2028 near Lake{i % 3}.",
+             "triples": [[f"P{i}", "lives in", f"Town{i % 4}"], [f"Town{i % 4}", "near", f"Lake{i % 3}"]]}
+            for i in range(start, start + n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _same(a: KnowledgeIndex, b: KnowledgeIndex) -> bool:
+    ta, tb = a.theme, b.theme
+    if not (len(ta) == len(tb) and ta.shards == tb.shards and ta.texts == tb.texts
+            and np.array_equal(ta.emb.numpy(), tb.emb.numpy())
+            and np.array_equal(ta.ppd.numpy(), tb.ppd.numpy())):
+        return False
+    if a.triples != b.triples or a.pids != b.pids:
+        return False
+    for f in ("indptr", "indices", "head", "tail"):
+        if not np.array_equal(np.asarray(getattr(a.graph, f)), np.asarray(getattr(b.graph, f))):
+            return False
+    return np.array_equal(np.asarray(a.triple_emb), np.asarray(b.triple_emb))
+
+
+def test_stale_knowledge_handle_is_refused(tmp_path):
+    build_knowledge_index(_corpus(tmp_path / "c.jsonl", 10), tmp_path / "ix", ENC, num_themes=2,
+                          progress=False)
+    a = KnowledgeIndex.load(tmp_path / "ix")
+    add_to_knowledge_index(tmp_path / "ix", _corpus(tmp_path / "more.jsonl", 4), ENC,
+                           progress=False)
+    want = KnowledgeIndex.load(tmp_path / "ix")
+    with pytest.raises(IndexConflictError, match="changed by another writer"):
+        a.save(tmp_path / "ix")
+    assert _same(KnowledgeIndex.load(tmp_path / "ix"), want) and len(want) == 14
+
+
+def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
+    d = tmp_path / "ix"
+    build_knowledge_index(_corpus(tmp_path / "c.jsonl", 9), d, ENC, num_themes=2, progress=False)
+    want = KnowledgeIndex.load(d)
+    # rewrite it as rasfast 0.1 left it: fixed names, no generation in knowledge.json
+    m = json.loads((d / "knowledge.json").read_text())
+    for key, legacy in (("triples", "triples.jsonl"), ("graph", "graph"), ("triple_emb", "triple_emb.npy")):
+        os.rename(d / m["files"][key], d / legacy)
+    del m["files"], m["theme_generation"]
+    m["version"] = 1
+    (d / "knowledge.json").write_text(json.dumps(m))
+    (d / "manifest.1.json").unlink()
+    assert _same(KnowledgeIndex.load(d), want)
+    add_to_knowledge_index(d, _corpus(tmp_path / "more.jsonl", 3), ENC, progress=False)
+    got = KnowledgeIndex.load(d)
+    assert len(got) == 12 and json.loads((d / "knowledge.json").read_text())["version"] == 2
+    assert got.triples[:9] == want.triples
+    removed = KnowledgeIndex.compact(d)
+    assert {"triples.jsonl", "graph", "triple_emb.npy"} <= set(removed)
+    assert _same(KnowledgeIndex.load(d), got)
+
+
+DRIVER = textwrap.dedent("""
+    import json, os, signal, sys
+    from rasfast import _durable
+    import rasfast.knowledge.index as kindex
+    from rasfast.encode import HashingEncoder
+    from rasfast.knowledge.build import add_to_knowledge_index
+
+    corpus, jobs = sys.argv[1], json.loads(sys.argv[2])
+    count, kill_at = [0], [0]
+
+    def point():
+        count[0] += 1
+        if count[0] == kill_at[0]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def wrap(mod, name):
+        f = getattr(mod, name)
+        def w(*a, **k):
+            point()
+            r = f(*a, **k)
+            point()
+            return r
+        setattr(mod, name, w)
+
+    for name in ("write_new_file", "pwrite_at", "atomic_write", "fsync_dir"):
+        wrap(_durable, name)
+    wrap(kindex, "_write_npy")
+    wrap(os, "replace")
+    status = {}
+    for k, d in jobs:
+        pid = os.fork()
+        if pid == 0:
+            kill_at[0] = k
+            add_to_knowledge_index(d, corpus, HashingEncoder(64), progress=False)
+            if k == 0:
+                with open(os.path.join(d, "..", "points"), "w") as f:
+                    f.write(str(count[0]))
+            os._exit(0)
+        _, st = os.waitpid(pid, 0)
+        status[str(k)] = -os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
+    print(json.dumps(status))
+""")
+
+
+def _drive(corpus, jobs):
+    res = subprocess.run([sys.executable, "-c", DRIVER, str(corpus),
+                          json.dumps([[k, str(d)] for k, d in jobs])],
+                         capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {int(k): v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mmap_layout", ["fresh", "grown"])
+def test_index_add_killed_at_every_step_resumes(tmp_path, mmap_layout):
+    tpl = tmp_path / "template"
+    build_knowledge_index(_corpus(tmp_path / "c.jsonl", 12), tpl, ENC, num_themes=2, progress=False)
+    if mmap_layout == "grown":  # a directory that already went through an add
+        add_to_knowledge_index(tpl, _corpus(tmp_path / "c2.jsonl", 3, start=50), ENC, progress=False)
+    more = _corpus(tmp_path / "more.jsonl", 5, start=100)
+    old = KnowledgeIndex.load(tpl)
+    probe, warm = tmp_path / "probe", tmp_path / "warm"
+    shutil.copytree(tpl, probe)
+    shutil.copytree(tpl, warm)
+    # the first run also fills the embedding cache (more writes): count the second one
+    assert _drive(more, [(0, warm)]) == {0: 0}
+    assert _drive(more, [(0, probe)]) == {0: 0}
+    new = KnowledgeIndex.load(probe)
+    assert len(new) == len(old) + 5
+    points = int((tmp_path / "points").read_text())
+    assert points >= 8
+    dirs = {k: tmp_path / f"k{k}" for k in range(1, points + 1)}
+    for d in dirs.values():
+        shutil.copytree(tpl, d)
+    status = _drive(more, list(dirs.items()))
+    outcomes = {"old": 0, "new": 0}
+    for k, d in dirs.items():
+        assert status[k] == -signal.SIGKILL, (k, status[k])
+        got = KnowledgeIndex.load(d)
+        if _same(got, old):
+            outcomes["old"] += 1
+            add_to_knowledge_index(d, more, ENC, progress=False)  # the same command again
+            got = KnowledgeIndex.load(d)
+        else:
+            outcomes["new"] += 1
+        assert _same(got, new), f"kill point {k}: neither old nor new, or the resume differs"
+        shutil.rmtree(d)
+    assert outcomes["old"] > 0, outcomes
