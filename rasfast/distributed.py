@@ -35,7 +35,10 @@ Launch one process per rank, e.g. on two hosts with two ranks each::
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import pathlib
+import threading
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
@@ -135,6 +138,10 @@ class DistributedThemeIndex:
         self.encoder_name = manifest.get("encoder")
         self.pids, self.titles, self.texts = pids, titles, texts
         self.theme_model = theme_model
+        self._manifest = manifest
+        # a process group runs one collective at a time: concurrent searches from several
+        # threads of a rank take turns (the ranks must still call search in the same order)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.num_rows
@@ -177,7 +184,28 @@ class DistributedThemeIndex:
 
         index = comm.run(read)
         comm.check()  # every rank loaded
+        index._check_same_manifest(d)
         return index
+
+    def _check_same_manifest(self, d: pathlib.Path) -> None:
+        """Every rank must hold the same committed index: a rank with a stale copy (say,
+        without the newest shard) would otherwise return stale results (per_shard) or feed
+        mismatched histograms to the collectives (global). One all_gather of a manifest
+        fingerprint before the first search; a mismatch raises on every rank."""
+        comm = self._comm
+        fp = hashlib.sha256(json.dumps(self._manifest, sort_keys=True).encode("utf-8")).digest()
+        mine = torch.tensor(list(fp), dtype=torch.uint8)
+        meta = torch.tensor([_store.generation_of(self._manifest), self.num_rows,
+                             len(self.shards)], dtype=torch.int64)
+        prints, metas = comm.gather(mine), comm.gather(meta)
+        differ = [r for r in range(comm.world) if not torch.equal(prints[r], prints[0])]
+        if differ:
+            desc = ", ".join(f"rank {r}: generation {int(m[0])}, {int(m[1])} rows, {int(m[2])} "
+                             f"shards" for r, m in enumerate(metas))
+            raise ValueError(f"DistributedThemeIndex.load({str(d)!r}): the ranks loaded different "
+                             f"indexes (rank(s) {differ} differ from rank 0; {desc}). Every rank "
+                             f"must see the same committed index: copy the newest one to each "
+                             f"host, or use a shared directory")
 
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0):
@@ -194,12 +222,14 @@ class DistributedThemeIndex:
                     to_kind(torch.empty((0, k), device=dev), kind))
         comm = self._comm
         ip = self.metric == "ip"
-        if scope == "per_shard":
-            sc, ids = comm.run(lambda: self._per_shard(qp, qe, K, k, w))
-        else:
-            ids, sc = comm.run(lambda: _stream.search_blocks(
-                qp, qe, self._blocks(), self.num_rows, len(self.shards), K, k, w, ip, comm=comm))
-        all_sc, all_ids = comm.gather(sc), comm.gather(ids)
+        with self._lock:
+            if scope == "per_shard":
+                sc, ids = comm.run(lambda: self._per_shard(qp, qe, K, k, w))
+            else:
+                ids, sc = comm.run(lambda: _stream.search_blocks(
+                    qp, qe, self._blocks(), self.num_rows, len(self.shards), K, k, w, ip,
+                    comm=comm))
+            all_sc, all_ids = comm.gather(sc), comm.gather(ids)
         ids, sc = _stream.merge_results(list(zip(all_sc, all_ids)), k)
         return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
 

@@ -1,7 +1,7 @@
 """One rank of the distributed-index tests (launched by tests/test_distributed.py).
 
 Usage: python distributed_worker.py RANK WORLD PORT CASES_JSON OUT_JSON. Runs every case
-(index directory, queries file, scope, K, k, w) and writes, per case, the result or the
+(index directory, or one per rank; queries file, scope, K, k, w) and writes, per case, the result or the
 error this rank raised.
 """
 import datetime
@@ -22,9 +22,10 @@ def main():
     loaded, out = {}, []
     for c in cases:
         try:
-            if c["dir"] not in loaded:
-                loaded[c["dir"]] = DistributedThemeIndex.load(c["dir"])
-            ix = loaded[c["dir"]]
+            d = c["dir"][int(rank)] if isinstance(c["dir"], list) else c["dir"]  # per-rank copies
+            if d not in loaded:
+                loaded[d] = DistributedThemeIndex.load(d)
+            ix = loaded[d]
             q = np.load(c["queries"])
             ids, sc = ix.search(q["qp"], q["qe"], c["K"], c["k"], scope=c["scope"],
                                 theme_weight=c["w"])

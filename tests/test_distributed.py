@@ -95,6 +95,27 @@ def test_distributed_equals_single_process(saved, tmp_path, world):
             assert f"rank(s) [{owner}] failed" in err, err
 
 
+def test_ranks_holding_different_copies_fail_on_every_rank(tmp_path):
+    g = torch.Generator().manual_seed(3)
+    emb, ppd = torch.randn(900, 5, generator=g), torch.rand(900, 6, generator=g)
+    ThemeIndex.build(emb[:700], ppd[:700], shards=3).save(tmp_path / "ix")
+    import shutil
+    shutil.copytree(tmp_path / "ix", tmp_path / "stale")  # rank 1's copy misses the new shard
+    grown = ThemeIndex.load(tmp_path / "ix")
+    grown.add(emb[700:], ppd[700:])
+    grown.save(tmp_path / "ix")
+    q = tmp_path / "q.npz"
+    np.savez(q, qp=torch.rand(2, 6, generator=g).numpy(), qe=torch.randn(2, 5, generator=g).numpy())
+    dirs = [str(tmp_path / "ix"), str(tmp_path / "stale")]
+    cases = [dict(dir=dirs, queries=str(q), scope=s, K=50, k=5, w=0.0) for s in ("per_shard", "global")]
+    results = _launch(2, cases, tmp_path)
+    for r in range(2):
+        for got in results[r]:
+            err = got.get("error", "")
+            assert "ValueError" in err and "ranks loaded different indexes" in err, (r, got)
+            assert "rank(s) [1] differ" in err and "4 shards" in err and "3 shards" in err, err
+
+
 def test_load_needs_a_process_group(saved):
     from rasfast.distributed import DistributedThemeIndex
     with pytest.raises(RuntimeError, match="init_process_group"):
