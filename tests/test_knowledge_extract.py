@@ -306,3 +306,45 @@ def test_cli_index_add_extracts_new_passages_with_the_same_model(tmp_path, capsy
         assert np.array_equal(getattr(got.graph, f), getattr(whole.graph, f))
     assert got.triple_emb.tobytes() == whole.triple_emb.tobytes()
     assert len(got.theme.shards) == 2     # the added passages are a new shard
+
+
+def _closed_port():
+    import socket
+    with socket.socket() as s:   # bound then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_stops_the_build_within_seconds(tmp_path):
+    from rasfast.llm.openai_chat import OpenAIChat
+    llm = OpenAIChat("m", base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="x")
+    corpus = _corpus(tmp_path, n=40)
+    t0 = time.perf_counter()
+    with pytest.raises(ExtractionError, match=r"extraction stopped: LLM server unreachable "
+                                              r"\(3 consecutive .*run the same command again"):
+        build_knowledge_index(corpus, tmp_path / "ix", ENC, llm=llm, extract=True,
+                              concurrency=4, num_themes=2, progress=False)
+    took = time.perf_counter() - t0
+    assert took < 8, took   # five retries per passage with backoff took minutes
+    assert llm.stats["requests"] <= 12, llm.stats   # not 40 passages x 5 attempts
+
+
+def test_unreachable_counts_only_connection_refusals(tmp_path):
+    from rasfast.llm.openai_chat import (LLMRequestError, LLMUnreachableError, OpenAIChat,
+                                         server_unreachable)
+    port = _closed_port()
+    llm = OpenAIChat("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="x", backoff=0.01,
+                     max_retries=5, unreachable_after=2)
+    with pytest.raises(LLMRequestError, match="unreachable .2 consecutive") as ei:
+        llm.generate(["a"])
+    assert server_unreachable(ei.value)
+    assert llm.stats["requests"] == 2      # stopped retrying after the second refusal
+    with pytest.raises(LLMRequestError) as ei:
+        llm.generate(["b"])
+    assert server_unreachable(ei.value) and isinstance(ei.value.errors[0], LLMUnreachableError)
+    assert llm.stats["requests"] == 3      # a later request still tries once
+    # an HTTP error from a reachable server is not "unreachable"
+    assert not server_unreachable(LLMRequestError("rejected", status=400))
+    with pytest.raises(ValueError, match="unreachable_after"):
+        OpenAIChat("m", base_url="http://127.0.0.1:1/v1", unreachable_after=0)
+    assert issubclass(LLMUnreachableError, LLMRequestError)

@@ -28,6 +28,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..llm.base import PartialBatchError
+from ..llm.openai_chat import server_unreachable
 from ..llm.prompts import TRIPLES_INSTRUCTION, _TRIPLE_SHOT, triples_messages
 from ..pipeline.parse import parse_triples
 from .journal import Journal, JournalError, content_sha
@@ -107,6 +109,11 @@ class _Progress:
             self.bar.close()
 
 
+def _reason(e: BaseException) -> str:
+    first = next(iter(e.errors.values())) if isinstance(e, PartialBatchError) and e.errors else e
+    return getattr(first, "reason", None) or str(first)
+
+
 def _per_request(llm) -> bool:
     """Concurrent single-prompt requests for HTTP backends (OpenAIChat, or any backend that
     sets ``concurrent_requests = True``); batched calls for local models (HF, vLLM)."""
@@ -159,6 +166,10 @@ def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int 
         try:
             text = llm.generate([prompt(p)], max_new_tokens, None, 0.0)[0]
         except Exception as e:   # failed after the backend's retries: not journaled
+            if server_unreachable(e):  # stop the whole build: no request can succeed now
+                fatal.append(e)
+                stop.set()
+                return
             failed[int(p.pid)] = f"{type(e).__name__}: {e}"
             return
         finish(p, text)
@@ -181,6 +192,9 @@ def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int 
                 try:
                     texts = llm.generate([prompt(p) for p in chunk], max_new_tokens, None, 0.0)
                 except Exception as e:
+                    if server_unreachable(e):
+                        fatal.append(e)
+                        break
                     for p in chunk:
                         failed[int(p.pid)] = f"{type(e).__name__}: {e}"
                     continue
@@ -193,6 +207,11 @@ def extract_triples(passages: Sequence, llm, journal: Journal, concurrency: int 
     finally:
         bar.close()
     if fatal:
+        if server_unreachable(fatal[0]):
+            raise ExtractionError(
+                f"triple extraction stopped: {_reason(fatal[0])}. Nothing more was sent; "
+                f"{len(journal.entries)} finished passages are journaled: start the server and "
+                f"run the same command again to resume", dict(failed)) from None
         raise fatal[0]
     triples = {pid: rec["triples"] for pid, rec in journal.entries.items()}
     unparsed = sorted(pid for pid, rec in journal.entries.items() if rec.get("status") == "unparsed")

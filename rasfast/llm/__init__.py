@@ -27,6 +27,7 @@ _LAZY = {
     "cut_at_stop": "rasfast.llm.base",
     "OpenAIChat": "rasfast.llm.openai_chat",
     "LLMRequestError": "rasfast.llm.openai_chat",
+    "LLMUnreachableError": "rasfast.llm.openai_chat",
     "HFCausalLM": "rasfast.llm.hf",
     "VLLM": "rasfast.llm.vllm_backend",
     "GraphLLM": "rasfast.llm.graph_llm",

@@ -17,6 +17,7 @@ slots instead.
 from __future__ import annotations
 
 import email.utils
+import errno
 import http.client
 import json
 import os
@@ -51,6 +52,21 @@ class LLMRequestError(RuntimeError):
                 + (f" body={self.body!r}" if self.body else ""))
 
 
+class LLMUnreachableError(LLMRequestError):
+    """The server could not be reached (connection refused, unknown host, no route) on
+    ``unreachable_after`` consecutive attempts: the client stops retrying and fails requests
+    fast, trying each new request once, until one gets through."""
+
+
+def server_unreachable(e: BaseException) -> bool:
+    """Whether a generate() failure means the server cannot be reached at all (every failed
+    prompt an :class:`LLMUnreachableError`): callers stop instead of sending more."""
+    if isinstance(e, LLMUnreachableError):
+        return True
+    errors = getattr(e, "errors", None) if isinstance(e, PartialBatchError) else None
+    return bool(errors) and all(isinstance(x, LLMUnreachableError) for x in errors.values())
+
+
 class LLMBatchError(LLMRequestError, PartialBatchError):
     """Some prompts of a batch failed for good. Reads as the first failure (``index``,
     ``status``, ... as :class:`LLMRequestError`); ``results`` holds every prompt's reply or
@@ -70,9 +86,19 @@ class LLMBatchError(LLMRequestError, PartialBatchError):
 
 class _Retryable(Exception):
     def __init__(self, message: str, status: Optional[int] = None, body: str = "",
-                 retry_after: Optional[float] = None):
+                 retry_after: Optional[float] = None, unreachable: bool = False):
         super().__init__(message)
         self.status, self.body, self.retry_after = status, body, retry_after
+        self.unreachable = unreachable
+
+
+def _is_unreachable(e: BaseException) -> bool:
+    """Nothing listens there (or the host does not resolve / route): retrying the same
+    address within seconds will not help. A read timeout is not this (a busy server)."""
+    if isinstance(e, (ConnectionRefusedError, socket.gaierror)):
+        return True
+    return isinstance(e, OSError) and e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH,
+                                                  errno.EADDRNOTAVAIL)
 
 
 def _excerpt(raw: bytes, n: int = 300) -> str:
@@ -126,13 +152,17 @@ class OpenAIChat:
         extra_body: extra JSON fields for every request (e.g. ``{"top_p": 0.9}``).
         keep_alive: reuse HTTP connections across requests (at most ``concurrency`` idle
             ones kept); False opens a new connection per request.
+        unreachable_after: after this many consecutive attempts (over all requests) that
+            could not reach the server, requests fail at once with
+            :class:`LLMUnreachableError` instead of backing off and retrying; each later
+            request still tries once, and a success resets the count.
     """
 
     def __init__(self, model: str, base_url: Optional[str] = None, api_key_env: str = "OPENAI_API_KEY",
                  api_key: Optional[str] = None, timeout: float = 60.0, max_retries: int = 4,
                  backoff: float = 0.5, max_backoff: float = 30.0, concurrency: int = 8,
                  system: Optional[str] = None, extra_body: Optional[Mapping[str, Any]] = None,
-                 keep_alive: bool = True):
+                 keep_alive: bool = True, unreachable_after: int = 3):
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a non-empty model name, got {model!r}")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -147,6 +177,11 @@ class OpenAIChat:
         if not (isinstance(backoff, (int, float)) and backoff >= 0 and isinstance(max_backoff, (int, float))
                 and max_backoff >= 0):
             raise ValueError(f"backoff/max_backoff: expected numbers >= 0, got {backoff!r}, {max_backoff!r}")
+        if isinstance(unreachable_after, bool) or not isinstance(unreachable_after, int) \
+                or unreachable_after < 1:
+            raise ValueError(f"unreachable_after: expected an int >= 1, got {unreachable_after!r}")
+        self.unreachable_after = unreachable_after
+        self._unreachable = 0  # consecutive attempts that could not reach the server
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
@@ -233,18 +268,33 @@ class OpenAIChat:
 
     def _complete(self, body: bytes) -> str:
         last: Optional[_Retryable] = None
+        attempts = 0
         for attempt in range(self.max_retries + 1):
             if attempt:
+                if last is not None and last.unreachable and self._unreachable >= self.unreachable_after:
+                    break  # nothing listens there: fail fast instead of backing off
                 with self._lock:
                     self.stats["retries"] += 1
                 time.sleep(self._delay(attempt - 1, last.retry_after if last else None))
+            attempts += 1
             try:
-                return self._once(body)
+                text = self._once(body)
             except _Retryable as e:
                 last = e
+                with self._lock:
+                    self._unreachable = self._unreachable + 1 if e.unreachable else 0
+                continue
+            with self._lock:
+                self._unreachable = 0
+            return text
         assert last is not None
+        if last.unreachable and self._unreachable >= self.unreachable_after:
+            raise LLMUnreachableError(
+                f"LLM server unreachable ({self._unreachable} consecutive connection attempts "
+                f"failed, last: {last}); is it running at {self.base_url}?", url=self.url,
+                attempts=attempts)
         raise LLMRequestError(f"chat request failed after retries: {last}", status=last.status,
-                              url=self.url, attempts=self.max_retries + 1, body=last.body)
+                              url=self.url, attempts=attempts, body=last.body)
 
     # -- connections ----------------------------------------------------------------------
     def _new_connection(self) -> http.client.HTTPConnection:
@@ -326,7 +376,8 @@ class OpenAIChat:
         try:
             status, headers, raw = self._post(body)
         except (ConnectionError, socket.timeout, TimeoutError, OSError, http.client.HTTPException) as e:
-            raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+            raise _Retryable(f"connection error: {type(e).__name__}: {e}",
+                             unreachable=_is_unreachable(e)) from None
         if not 200 <= status < 300:
             if status in RETRY_STATUS:
                 raise _Retryable(f"HTTP {status}", status, _excerpt(raw),
