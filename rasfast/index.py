@@ -2,11 +2,13 @@
 
 An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
 RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
-into shards (contiguous row ranges). On disk it is a directory (DESIGN.md section 7; the
-layout, format version 2, is described in rasfast._index_store): a manifest, raw row-major
-``ppd.bin`` / ``emb.bin`` / ``pids.bin``, ``passages.jsonl`` and the theme model. The index
-grows by appended shards: ``index.add(...)`` appends rows as a new shard and ``save`` into the
-index's own directory writes only those rows.
+into shards (contiguous row ranges). On disk it is a directory (DESIGN.md sections 7 and 9;
+the layout, format version 3, and the write protocol are in rasfast._index_store): a
+manifest, raw row-major ``emb.<g>.bin`` / ``ppd.<g>.bin`` / ``pids.<g>.bin``,
+``passages.<g>.jsonl`` and the theme model. The index grows by appended shards:
+``index.add(...)`` appends rows as a new shard and ``save`` into the index's own directory
+writes only those rows; every save commits atomically and never rewrites committed bytes.
+Searches are thread-safe; add/save are serialised (README "Thread safety").
 
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays, and the compiled kernels search
 the mapped files in place (a mapped file is a buffer): same code, same results as in memory.
