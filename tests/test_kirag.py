@@ -279,3 +279,80 @@ def test_cli_eval_kirag_zero_shot_with_hashing_encoder(data_dir, capsys, tmp_pat
     assert set(rows) == {"dense", "dense + GEAR NaiveGE", "KiRAG zero-shot aligner"}
     for r in rows.values():
         assert 0.0 <= r["recall@3"] <= r["recall@5"] <= r["recall@10"] <= 1.0
+
+
+# ------------------------------------------------------------------ LLM-path regressions (issue 21)
+class ScriptedLLM:
+    """generate() scripted per prompt kind: ``reader``/``constructor`` map a question
+    substring to a reply, or to an exception to raise for that prompt (as OpenAIChat does
+    through LLMBatchError); ``short`` drops the last reply of every batch."""
+
+    def __init__(self, constructor=None, reader=None, short=False):
+        self.constructor, self.reader, self.short = constructor or {}, reader or {}, short
+        self.calls = 0
+
+    def generate(self, prompts, max_new_tokens=128, stop=None, temperature=0.0):
+        from rasfast.llm.base import PartialBatchError
+        self.calls += 1
+        out, failed = [], False
+        for p in prompts:
+            table = self.reader if "Answer:" in p[-40:] else self.constructor
+            question = p.rsplit("Question:", 1)[-1].split("\n")[0]
+            reply = next((v for k, v in table.items() if k in question), "the answer is unknown")
+            if isinstance(reply, Exception):
+                failed = True
+            out.append(reply)
+        if failed:
+            raise PartialBatchError("some prompts failed", out, prompts)
+        return out[:-1] if self.short and len(out) > 1 else out
+
+
+def test_reader_with_fewer_replies_never_drops_questions(parts):
+    ret, enc = parts
+    llm = ScriptedLLM(reader={"Alice": "Paris", "Bob": "milk", "Seine": "France"}, short=True)
+    res = from_components(ret, TRIPLES, enc, llm=llm, K0=3, N=4, L=2).run_batch(QUESTIONS)
+    assert [r.question for r in res] == QUESTIONS          # was: 1 result for 3 questions
+    assert [r.answer for r in res] == ["Paris", "milk", "France"]
+
+
+def test_one_failed_prompt_only_affects_its_question(parts):
+    ret, enc = parts
+    boom = RuntimeError("server error 500 for this prompt")
+    llm = ScriptedLLM(constructor={"Alice": boom,
+                                   "Bob": "<Bob; likes; cheese>\n<cheese; made of; milk>\nthe answer is milk"},
+                      reader={"Alice": "Paris", "Bob": boom})
+    res = from_components(ret, TRIPLES, enc, llm=llm, K0=3, N=4, L=2).run_batch(QUESTIONS[:2])
+    alice, bob = res
+    # Bob's good constructor reply was used (not thrown away with the failed batch)
+    assert bob.steps[0].decision.fallback is False and bob.chain[0] == ("Bob", "likes", "cheese")
+    assert bob.stopped == "answer" or bob.chain[-1] == ("cheese", "made of", "milk")
+    # Alice's failed prompt fell back to the heuristic for her alone, and says so
+    assert alice.steps[0].decision.fallback and "server error 500" in alice.steps[0].decision.error
+    assert "constructor[0]" in alice.errors
+    # the reader failure for Bob is recorded; his constructor answer stands
+    assert alice.answer == "Paris"
+    assert "reader" in bob.errors and "server error 500" in bob.errors["reader"]
+    assert bob.answer == "milk"
+
+
+def test_parse_constructor_reads_names_with_parentheses():
+    cands = [("Kirton End", "location", "Boston (Lincolnshire)"),
+             ("Boston (Lincolnshire)", "population", "35,124"),
+             ("Blind Shaft (film)", "directed by", "Li Yang")]
+    out = parse_constructor("<Kirton End; location; Boston (Lincolnshire)>, <Boston (Lincolnshire); "
+                            "population; 35,124>. So the answer is 35,124.", cands)
+    assert out.written == [0, 1] and out.answer_after == 2 and out.answer == "35,124"
+    out = parse_constructor("(Blind Shaft (film); directed by; Li Yang)\nthe answer is Li Yang", cands)
+    assert out.written == [2] and out.answer == "Li Yang"
+    out = parse_constructor("[Blind Shaft (film); directed by; Li Yang]", cands)
+    assert out.written == [2] and out.answer is None
+
+
+def test_answer_marker_inside_an_entity_name_is_not_the_answer():
+    cands = [("X", "directed", "The Answer Is Blowin"), ("Y", "born", "1950")]
+    out = parse_constructor("<X; directed; The Answer Is Blowin>, <Y; born; 1950>", cands)
+    assert out.written == [0, 1] and out.answer is None and out.answer_after is None
+    out = parse_constructor("<X; directed; The Answer Is Blowin>\nThe answer is: 1950.", cands)
+    assert out.written == [0] and out.answer_after == 1 and out.answer == "1950"
+    from rasfast.kirag.prompts import parse_answer
+    assert parse_answer("<X; directed; The Answer Is Blowin> so the answer is Y") == "Y"

@@ -11,14 +11,15 @@ returns one :class:`Decision` per input.
   appended (others are filtered out). The question stops when "the answer is" comes before
   any such triple (the chain already answers it) or right after it (this triple completes
   the chain). A reply with no usable triple and no answer, or a failed LLM call, falls back
-  to the heuristic decision for that question (``Decision.fallback``), so malformed output
-  never stops or crashes the loop.
+  to the heuristic decision for that question alone (``Decision.fallback``; a failed call is
+  recorded in ``Decision.error``), so malformed output never stops or crashes the loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List, Optional, Protocol, Sequence
 
+from ..llm.isolated import generate_isolated
 from ..pipeline.types import Triple
 from .prompts import constructor_prompt, parse_constructor
 from .triples import entities
@@ -39,6 +40,7 @@ class Decision:
     answer: Optional[str] = None
     raw: Optional[str] = None    # the LLM's reply, if any
     fallback: bool = False       # the heuristic decided because the reply was unusable
+    error: Optional[str] = None  # the LLM call for this question failed (then fallback)
 
 
 class Constructor(Protocol):
@@ -79,14 +81,20 @@ class LLMConstructor:
 
     def construct(self, inputs: Sequence[ConstructorInput]) -> List[Decision]:
         prompts = [constructor_prompt(x.question, x.chain, x.candidates) for x in inputs]
-        try:
-            replies = self.llm.generate(prompts, max_new_tokens=self.max_new_tokens,
-                                        temperature=self.temperature)
-            if not isinstance(replies, list) or len(replies) != len(inputs):
-                raise ValueError("the LLM returned a wrong number of replies")
-        except Exception as e:  # a failed batch falls back per question; the loop goes on
-            replies = [f"[LLM error: {type(e).__name__}: {e}]"] * len(inputs)
-        return [self._decide(x, r) for x, r in zip(inputs, replies)]
+        # per-question isolation: one failed prompt (or a short reply list) falls back for
+        # that question alone; the other questions keep their replies
+        replies, errors = generate_isolated(self.llm, prompts, self.max_new_tokens,
+                                            self.temperature)
+        out = []
+        for i, (x, r) in enumerate(zip(inputs, replies)):
+            if i in errors:
+                d = heuristic_decision(x)
+                e = errors[i]
+                d.raw, d.fallback, d.error = None, True, f"{type(e).__name__}: {e}"
+                out.append(d)
+            else:
+                out.append(self._decide(x, r))
+        return out
 
     @staticmethod
     def _decide(inp: ConstructorInput, reply) -> Decision:

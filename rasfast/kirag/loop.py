@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from .._validate import check_int_arg, check_questions
+from ..llm.isolated import generate_isolated
 from ..ops.segment import segment_max_rank, segment_topk_scores
 from ..profile import Trace, span
 from ..pipeline.types import RetrievedPassage, Triple
@@ -59,6 +60,7 @@ class KiRAGResult:
     passages: List[RetrievedPassage]   # ranked documents (score = best candidate score)
     trace: Trace                       # shared by all questions of one run_batch call
     stopped: str = ""                  # "answer" | "constructor" | "no_candidates" | "max_steps"
+    errors: Dict[str, str] = field(default_factory=dict)  # stage -> failure ("reader", ...)
 
     @property
     def pids(self) -> List[int]:
@@ -75,6 +77,7 @@ class _State:
     seen: Dict[int, RetrievedPassage] = field(default_factory=dict)
     answer: Optional[str] = None
     stopped: str = ""
+    errors: Dict[str, str] = field(default_factory=dict)
 
 
 class KiRAG:
@@ -127,7 +130,8 @@ class KiRAG:
                 s.stopped = s.stopped or "max_steps"
             ranked = self._rank(states)
             answers = self._answer(states, ranked)
-        return [KiRAGResult(s.question, a, s.chain, s.steps, r, trace, s.stopped)
+        assert len(ranked) == len(answers) == len(states)  # never drop a question
+        return [KiRAGResult(s.question, a, s.chain, s.steps, r, trace, s.stopped, s.errors)
                 for s, r, a in zip(states, ranked, answers)]
 
     # -- one round ---------------------------------------------------------------------------
@@ -173,7 +177,12 @@ class KiRAG:
             return
         with span("construct", batch=len(inputs)):
             decisions = self.constructor.construct(inputs)
+        if len(decisions) != len(inputs):  # a custom constructor must answer every question
+            raise ValueError(f"constructor: returned {len(decisions)} decisions for "
+                             f"{len(inputs)} questions")
         for inp, (s, query, retrieved, tids), d in zip(inputs, who, decisions):
+            if getattr(d, "error", None):
+                s.errors[f"constructor[{rnd}]"] = d.error
             chosen = None
             if d.choice is not None and 0 <= d.choice < len(tids):
                 chosen = inp.candidates[d.choice]
@@ -216,12 +225,15 @@ class KiRAG:
             return [s.answer for s in states]
         prompts = [reader_prompt(s.question, s.chain, r[:5]) for s, r in zip(states, ranked)]
         with span("answer", batch=len(prompts)):
-            try:
-                replies = self.reader.generate(prompts, max_new_tokens=32)
-            except Exception:  # keep the retrieval results; the constructor's answers stand
-                return [s.answer for s in states]
-        return [parse_answer(r) if isinstance(r, str) and parse_answer(r) else s.answer
-                for r, s in zip(replies, states)]
+            # one reply per question, always: a failed prompt (or a short reply list) keeps
+            # that question's constructor answer and records the error on its result
+            replies, errors = generate_isolated(self.reader, prompts, 32)
+        out = []
+        for i, (r, s) in enumerate(zip(replies, states)):
+            if i in errors:
+                s.errors["reader"] = f"{type(errors[i]).__name__}: {errors[i]}"
+            out.append(parse_answer(r) or s.answer if isinstance(r, str) else s.answer)
+        return out
 
 
 def from_components(retriever, triples_by_pid, encoder, llm=None, **opts) -> KiRAG:

@@ -48,8 +48,33 @@ def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[Ret
             f"\n\nQuestion: {question}\nAnswer:")
 
 
-_TRIPLE = re.compile(r"[<(\[]\s*([^<>()\[\];\n]+?)\s*;\s*([^<>()\[\];\n]+?)\s*;\s*([^<>\[\]\n]+?)\s*[>)\]]")
+# A written triple: <s; p; o> (the prompt's form), or (s; p; o) / [s; p; o]. Names keep
+# their own brackets: "Boston (Lincolnshire)", "Blind Shaft (film)" are common titles. Inside
+# <...> a field may hold any parentheses; inside (...) or [...] one nested (...) group.
+_FIELD_ANGLE = r"[^<>;\n]+?"
+_FIELD_ROUND = r"(?:[^<>()\[\];\n]|\([^()\n;]*\))+?"
+_TRIPLE = re.compile(
+    rf"<\s*({_FIELD_ANGLE})\s*;\s*({_FIELD_ANGLE})\s*;\s*({_FIELD_ANGLE})\s*>"
+    rf"|[(\[]\s*({_FIELD_ROUND})\s*;\s*({_FIELD_ROUND})\s*;\s*({_FIELD_ROUND})\s*[)\]]")
 _ANSWER = re.compile(re.escape(ANSWER_MARK) + r"\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def _fields(m: "re.Match") -> tuple:
+    g = m.groups()
+    return g[:3] if g[0] is not None else g[3:]
+
+
+def _answer_outside(text: str, triples: List["re.Match"]) -> Optional["re.Match"]:
+    """The answer marker outside every written triple ("The Answer Is Blowin" may be a name)."""
+    masked = list(text)
+    for t in triples:
+        masked[t.start():t.end()] = " " * (t.end() - t.start())
+    return _ANSWER.search("".join(masked))
+
+
+def _answer_text(text: str, m: "re.Match") -> Optional[str]:
+    ans = text[m.start(1):].strip().split("\n")[0].strip().rstrip(".").strip()
+    return ans or None
 
 
 def _key(t: Sequence[str]) -> tuple:
@@ -73,23 +98,25 @@ def parse_constructor(text, candidates: Sequence[Triple]) -> ConstructorOutput:
     for i, t in enumerate(candidates):
         index.setdefault(_key(t), i)
     out = ConstructorOutput()
-    m = _ANSWER.search(text)
+    triples = list(_TRIPLE.finditer(text))
+    m = _answer_outside(text, triples)
     cut = m.start() if m else len(text)
-    for t in _TRIPLE.finditer(text):
+    for t in triples:
         if t.start() >= cut and out.answer_after is None and m:
             out.answer_after = len(out.written)
-        out.written.append(index.get(_key(t.groups())))
+        out.written.append(index.get(_key(_fields(t))))
     if m:
         if out.answer_after is None:
             out.answer_after = len(out.written)
-        ans = m.group(1).strip().split("\n")[0].strip().rstrip(".").strip()
-        out.answer = ans or None
+        out.answer = _answer_text(text, m)
     return out
 
 
 def parse_answer(text) -> Optional[str]:
     if not isinstance(text, str):
         return None
-    m = _ANSWER.search(text)
-    ans = (m.group(1) if m else text).strip().split("\n")[0].strip().rstrip(".").strip()
-    return ans or None
+    m = _answer_outside(text, list(_TRIPLE.finditer(text)))
+    if m is None:
+        ans = text.strip().split("\n")[0].strip().rstrip(".").strip()
+        return ans or None
+    return _answer_text(text, m)
