@@ -198,6 +198,32 @@ def test_cli_demo_over_http(server, capsys):
     assert "route: graph" in out and "answer: 'Castrell'" in out
     for stage in ("route", "structurize", "decompose", "extract", "infer"):
         assert f"\n{stage} " in out
-    # graph from the world's triples: no structurizer request went to the server
-    assert not _sent(server, "head-relation-tail")
+    # with an LLM the paper's structurizer reads every retrieved document (issue 21): the
+    # world's stored triples are only the model-free fallback
+    assert len(_sent(server, "head-relation-tail")) >= 2
     assert len(_sent(server, ROUTE)) == 2
+
+
+def test_with_an_llm_graph_and_table_documents_go_to_the_llm_structurizer(server):
+    """Issue 21: with an LLM, the paper's question-aware structurizer reads each document;
+    the stored triples are only the model-free fallback (or an explicit opt-in)."""
+    from rasfast.structrag import HybridStructurizer
+    server.script([{"last_contains": "Title: doc-g", "reply": REPLIES["graph"]},
+                   {"last_contains": "Title: doc-t", "reply": REPLIES["table"]}])
+    before = len(server.stats()["log"])
+    stored = {1: [("Stored", "triple", "only")], 2: [("Other", "stored", "triple")]}
+    hs = HybridStructurizer(_llm(server), triples_by_pid=stored)
+    out = hs.structurize([StructTask("who founded Velora?", "graph", [_doc(1, "doc-g")]),
+                          StructTask("staff counts?", "table", [_doc(2, "doc-t")])])
+    sent = server.stats()["log"][before:]
+    assert len(sent) == 2 and hs.stats["llm"] == 2 and hs.stats["triples"] == 0
+    assert any("who founded Velora?" in m["content"] for b in sent for m in b["messages"])
+    assert out[0].structures[0].items == [("Velora Studios", "founded by", "Mira Okonkwo"),
+                                          ("Mira Okonkwo", "born in", "Castrell")]
+    assert out[1].structures[0].kind == "table"
+    # the model-free fallback and the explicit opt-in still use the stored triples
+    assert HybridStructurizer(None, triples_by_pid=stored).structurize(
+        [StructTask("q", "graph", [_doc(1, "doc-g")])])[0].structures[0].items == [("Stored", "triple", "only")]
+    opt = HybridStructurizer(_llm(server), triples_by_pid=stored, use_triples=True)
+    opt.structurize([StructTask("q", "graph", [_doc(1, "doc-g")])])
+    assert opt.stats["triples"] == 1 and opt.stats["llm"] == 0

@@ -8,9 +8,11 @@
   :func:`chunk_structures` (each document as a chunk).
 - :class:`LLMStructurizer`: the paper's per-document structurizer for all five types, every
   (question, document) request of a batch sent in one concurrent call.
-- :class:`HybridStructurizer` (the default): per document, the model-free path where the data
-  allows (graph/table when the document has triples, chunk always), the LLM otherwise, and a
-  chunk when neither applies (no LLM), counting which path each document took.
+- :class:`HybridStructurizer` (the default): with an LLM, the paper's structurizer for every
+  graph/table/algorithm/catalogue document (per document, question-aware); the stored,
+  question-independent triples are the model-free fallback used only without an LLM (or when
+  ``use_triples=True`` asks for them), and a chunk when neither applies. It counts which path
+  each document took.
 
 A structurizer maps tasks ``(question, kind, documents)`` to :class:`StructureSet` results:
 the structures plus the documents that failed (a failing document never shifts another's
@@ -159,7 +161,10 @@ class HybridStructurizer:
         llm: optional backend for the LLM structurizer (algorithm, catalogue, and graph/table
             documents without triples). Without one those documents become chunks.
         triples_by_pid: passage id -> list of (s, p, o) triples (the knowledge graph's).
-        use_triples: build graph/table from triples where a document has them (default).
+        use_triples: build graph/table from the stored triples where a document has them.
+            Default (None): only without an LLM -- with one, the LLM structurizer reads
+            each document with the question, as the paper does. True: stored triples even
+            with an LLM (cheaper, question-independent); False: never.
         llm_chunks: also send ``chunk`` tasks to the LLM (default: the text is the chunk).
         table_max_columns: predicates kept as table columns.
         kg_hops: for graph/table tasks, also follow the corpus knowledge graph this many hops
@@ -171,7 +176,8 @@ class HybridStructurizer:
     ``chunk_fallback`` (wanted another type, had neither triples nor an LLM)."""
 
     def __init__(self, llm=None, triples_by_pid: Optional[Mapping[int, Sequence[Triple]]] = None,
-                 use_triples: bool = True, llm_chunks: bool = False, table_max_columns: int = 12,
+                 use_triples: Optional[bool] = None, llm_chunks: bool = False,
+                 table_max_columns: int = 12,
                  max_new_tokens: int = 512, kg_hops: int = 0, kg_max_triples: int = 2000):
         if not isinstance(kg_hops, int) or isinstance(kg_hops, bool) or kg_hops < 0:
             raise ValueError(f"kg_hops: expected an int >= 0, got {kg_hops!r}")
@@ -180,7 +186,8 @@ class HybridStructurizer:
             raise TypeError(f"triples_by_pid: expected a mapping passage id -> triples, got "
                             f"{type(triples_by_pid).__name__}")
         self.triples_by_pid = triples_by_pid or {}
-        self.use_triples, self.llm_chunks = use_triples, llm_chunks
+        self.use_triples = (llm is None) if use_triples is None else bool(use_triples)
+        self.llm_chunks = llm_chunks
         self.table_max_columns = table_max_columns
         self.kg_hops, self.kg_max_triples = kg_hops, kg_max_triples
         self._by_subject: Optional[Dict[str, List[Tuple[int, Triple]]]] = None
