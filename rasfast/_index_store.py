@@ -12,6 +12,8 @@ Format version 3 (written by this rasfast)::
     ppd.<g>.bin            [N, T] theme vectors
     pids.<g>.bin           [N] int64 passage ids
     passages.<g>.jsonl     one {"pid", "title", "text"} per row, records end at b"\n"
+    passages.<g>.ends      int64 end offset of every record: titles and texts are decoded
+                           lazily, on first access (rasfast._passages)
     theme_model.<g>/       the theme model, when it can be saved (rasfast.theme)
     .lock, append.claim    the writers' lock and the record of uncommitted in-place rows
 
@@ -176,20 +178,37 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
             _durable.write_new_file(d / fname, _matrix_chunks(t[:n]))
         entries[name] = {"file": fname, "dtype": dt, "shape": [n, int(t.shape[1])]}
     pids = np.ascontiguousarray(np.asarray(index.pids[start_row:n], dtype="<i8"))
-    lines = (_passage_line(p, t, x) for p, t, x in zip(index.pids[start_row:n].tolist(),
-                                                       index.titles[start_row:n],
-                                                       index.texts[start_row:n]))
+    ends: List[int] = []  # end offset of every record written (the lazy loader's index)
+
+    def lines(base: int):
+        pos = base
+        for p, t, x in zip(index.pids[start_row:n].tolist(), index.titles[start_row:n],
+                           index.texts[start_row:n]):
+            line = _passage_line(p, t, x)
+            pos += len(line)
+            ends.append(pos)
+            yield line
+
     if previous is not None:
         pids_file = previous["arrays"]["pids"]["file"] if "pids" in previous["arrays"] \
             else previous["pids"]["file"]
         _durable.pwrite_at(d / pids_file, start_row * 8, [pids.tobytes()])
-        pfile = previous["passages"]["file"]
-        pbytes = _durable.pwrite_at(d / pfile, int(previous["passages"]["bytes"]), lines)
+        pfile, keep = previous["passages"]["file"], int(previous["passages"]["bytes"])
+        pbytes = _durable.pwrite_at(d / pfile, keep, lines(keep))
+        ends_file = previous["passages"].get("ends")
+        new_ends = np.asarray(ends, dtype="<i8")
+        if ends_file is not None:
+            _durable.pwrite_at(d / ends_file, start_row * 8, [new_ends.tobytes()])
+        else:  # a directory written before the ends file existed: index its records once
+            ends_file = f"passages.{g}.ends"
+            old = _scan_ends(d / pfile, keep)
+            _durable.write_new_file(d / ends_file, [old.tobytes(), new_ends.tobytes()])
         theme_dir = previous["theme_model"].get("dir")
     else:
-        pids_file, pfile = f"pids.{g}.bin", f"passages.{g}.jsonl"
+        pids_file, pfile, ends_file = f"pids.{g}.bin", f"passages.{g}.jsonl", f"passages.{g}.ends"
         _durable.write_new_file(d / pids_file, [pids.tobytes()])
-        pbytes = _durable.write_new_file(d / pfile, lines)
+        pbytes = _durable.write_new_file(d / pfile, lines(0))
+        _durable.write_new_file(d / ends_file, [np.asarray(ends, dtype="<i8").tobytes()])
         theme_dir = None
     entries["pids"] = {"file": pids_file, "dtype": "int64", "shape": [n]}
     if theme_dir is None and index.theme_model is not None and hasattr(index.theme_model, "save"):
@@ -201,7 +220,7 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
     manifest = {
         "format": FORMAT, "version": VERSION, "generation": g, "num_rows": n, "dim": index.dim,
         "num_themes": index.num_themes, "arrays": entries,
-        "passages": {"file": pfile, "count": n, "bytes": pbytes},
+        "passages": {"file": pfile, "count": n, "bytes": pbytes, "ends": ends_file},
         "shards": [list(r) for r in index.shards], "normalize_ppd": index.normalize_ppd,
         "metric": index.metric, "encoder": index.encoder_name,
         "theme_model": {"name": index.theme_model_name, "dir": theme_dir},
@@ -212,7 +231,7 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
     return manifest
 
 
-_STORE_FILE = re.compile(r"^(?:(?:emb|ppd|pids)(?:\.\d+)?\.(?:bin|npy)|passages(?:\.\d+)?\.jsonl"
+_STORE_FILE = re.compile(r"^(?:(?:emb|ppd|pids)(?:\.\d+)?\.(?:bin|npy)|passages(?:\.\d+)?\.(?:jsonl|ends)"
                          r"|theme_model(?:\.\d+)?|manifest\.\d+\.json|\..+\.tmp)$")
 
 
@@ -221,12 +240,32 @@ def is_store_file(name: str) -> bool:
     return bool(_STORE_FILE.match(name))
 
 
+def _scan_ends(path: pathlib.Path, nbytes: int) -> np.ndarray:
+    """End offsets of the records in the first ``nbytes`` of a passages file."""
+    if nbytes == 0:
+        return np.zeros(0, "<i8")
+    data = np.memmap(path, dtype=np.uint8, mode="r", shape=(nbytes,))
+    return (np.flatnonzero(data == 10) + 1).astype("<i8")
+
+
+def passage_columns(d: pathlib.Path, m: Dict[str, Any]):
+    """(titles, texts) of an index: lazily decoded columns when the manifest lists an ends
+    file (format 3), else every record parsed now (older directories)."""
+    p = m.get("passages") or {}
+    if p.get("ends"):
+        from ._passages import columns
+        return columns(d / p["file"], d / p["ends"], int(m["num_rows"]), int(p["bytes"]))
+    return read_passages(d, m)
+
+
 def referenced_files(m: Dict[str, Any]) -> List[str]:
     """Names (relative to the directory) of the files and folders manifest ``m`` uses."""
     out = [e["file"] for e in m.get("arrays", {}).values()]
     if m.get("version") == 1 and m.get("pids"):
         out.append(m["pids"]["file"])
     out.append((m.get("passages") or {}).get("file", PASSAGES))
+    if (m.get("passages") or {}).get("ends"):
+        out.append(m["passages"]["ends"])
     tdir = (m.get("theme_model") or {}).get("dir")
     if tdir:
         out.append(tdir)

@@ -174,7 +174,7 @@ class DistributedThemeIndex:
                 emb = _store.as_torch(_store.read_rows(d, m, e_entry, a, b, mmap), e_entry["dtype"])
                 local.append((s, ppd, emb))
             pids = np.array(_store.read_rows(d, m, _store.array_entry(d, m, "pids"), 0, n, mmap))
-            titles, texts = _store.read_passages(d, m)
+            titles, texts = _store.passage_columns(d, m)
             tm = m.get("theme_model") or {}
             model = None
             if load_theme_model and tm.get("dir"):

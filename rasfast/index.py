@@ -39,6 +39,7 @@ import torch
 from . import _durable
 from . import _index_store as _store
 from . import _index_stream as _stream
+from ._passages import TextColumn
 from ._arrays import as_tensor, kind_of, to_kind
 from ._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
                         check_rank)
@@ -152,8 +153,9 @@ class ThemeIndex:
         self.ppd = ppd
         self.emb = emb
         self.pids = pids
-        self.titles = list(titles)
-        self.texts = list(texts)
+        # TextColumn: saved rows decoded on access (rasfast._passages); anything else a list
+        self.titles = titles if isinstance(titles, TextColumn) else list(titles)
+        self.texts = texts if isinstance(texts, TextColumn) else list(texts)
         self.shards = shards
         self.normalize_ppd = normalize_ppd
         self.metric = metric
@@ -457,7 +459,7 @@ class ThemeIndex:
         emb = matrix("emb")
         ppd = matrix("ppd")
         pids = np.array(_store.read_rows(d, m, _store.array_entry(d, m, "pids"), 0, n, mmap))
-        titles, texts = _store.read_passages(d, m)
+        titles, texts = _store.passage_columns(d, m)
         theme_model = None
         tm = m.get("theme_model") or {}
         if load_theme_model and tm.get("dir"):

@@ -183,16 +183,46 @@ def test_lone_surrogates_are_refused_when_the_passage_enters(tmp_path):
 def test_corrupt_passage_lines_name_the_file_and_line(tmp_path):
     x, _ = _base(tmp_path)
     p = index_file(x, "passages")
-    lines = p.read_bytes().split(b"\n")
-    lines[4] = b'{"pid": 4, "title": "t", "text": "\xff\xfe broken utf-8"}'
-    data = b"\n".join(lines)
-    p.write_bytes(data)
-    m = json.loads((x / "manifest.json").read_text())
-    m["passages"]["bytes"] = len(data)
-    (x / "manifest.json").write_text(json.dumps(m))
+    data = bytearray(p.read_bytes())
+    lines = bytes(data).split(b"\n")
+    start = sum(len(ln) + 1 for ln in lines[:4])
+    data[start + 30:start + 32] = b"\xff\xfe"  # same length: the record index still fits
+    p.write_bytes(bytes(data))
+    ix = ThemeIndex.load(x)   # titles and texts are decoded on access (lazy), so ...
+    assert ix.texts[3] == "passage 3"
     with pytest.raises(ValueError, match=r"passages\.1\.jsonl: line 5 is not a passage record "
                                          r"\(UnicodeDecodeError"):
+        ix.texts[4]    # ... the bad record is named when it is read
+    # an ends file that does not match the passages file is refused at load
+    m = json.loads((x / "manifest.json").read_text())
+    (x / m["passages"]["ends"]).write_bytes(b"\0" * 8 * 59)
+    with pytest.raises(ValueError, match=r"passages\.1\.ends: truncated"):
         ThemeIndex.load(x)
+
+
+def test_passages_are_decoded_lazily_and_survive_add_and_save(tmp_path):
+    from rasfast._passages import TextColumn
+    x, orig = _base(tmp_path, n=200)
+    ix = ThemeIndex.load(x)
+    assert isinstance(ix.texts, TextColumn) and ix.texts == orig.texts and ix.titles == orig.titles
+    assert ix.texts[-1] == "passage 199" and ix.texts[10:13] == ["passage 10", "passage 11", "passage 12"]
+    _added(ix, n=5, tag="more")
+    assert isinstance(ix.texts, TextColumn) and ix.texts[-1] == "more 4" and len(ix.texts) == 205
+    ix.save(x)
+    got = ThemeIndex.load(x)
+    assert list(got.texts) == list(orig.texts) + [f"more {i}" for i in range(5)]
+    res = got.passages(np.array([[199, 204, -1]]))
+    assert [(p.pid, p.text) for p in res[0]] == [(199, "passage 199"), (90004, "more 4")]
+    # a version-2 directory (no ends file) still loads eagerly and gains one on its next save
+    m = json.loads((x / "manifest.json").read_text())
+    del m["passages"]["ends"]
+    (x / "manifest.json").write_text(json.dumps(m))
+    old = ThemeIndex.load(x)
+    assert isinstance(old.texts, list) and old.texts == got.texts
+    _added(old, n=2, seed=5, tag="v2")
+    old.save(x)
+    again = ThemeIndex.load(x)
+    assert isinstance(again.texts, TextColumn) and list(again.texts) == list(old.texts)
 
 
 # ------------------------------------------------------------------ readers vs writers
