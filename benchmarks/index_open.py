@@ -62,6 +62,8 @@ def eager_copy(d: pathlib.Path, out: pathlib.Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     for p in d.iterdir():
+        if p.name.startswith("manifest"):
+            continue  # written below; a hard link would edit the lazy directory's too
         if p.is_file():
             os.link(p, out / p.name)
         else:
