@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from .dispatch import BackendUnavailable, backends
+from .dispatch import BackendUnavailable, backends, get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -45,7 +45,8 @@ _SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear"
                "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed", "kirag",
                "knowledge", "systems", "integrations")
 
-__all__ = sorted(["backends", "BackendUnavailable", "__version__", *_LAZY])
+__all__ = sorted(["backends", "BackendUnavailable", "__version__", "set_num_threads",
+                  "get_num_threads", *_LAZY])
 
 
 def __getattr__(name: str):

@@ -22,6 +22,7 @@
 #endif
 
 #include "common/buffers.h"
+#include "common/parallel.h"
 #include "common/registry.h"
 
 namespace rasfast {
@@ -341,6 +342,9 @@ void beam_search_cpu(py::array indptr, py::array indices, py::array emb, int dty
   check_buffer(decay, "decay", 1, 8);
   require(decay.shape(0) >= 1, "decay: expected at least one factor");
   const int64_t b = beam_width, L = max_len;
+  // work ~ queries x beams x steps x neighbours per triple x dim; serial below the grain
+  const int64_t avg_degree = n > 0 ? (int64_t)indices.shape(0) / n : 0;
+  ThreadScope threads_scope(B * b * L * D * (1 + avg_degree));
   check_buffer(out_seq, "out_seq", 3, 8, {B, b, L});
   check_buffer(out_score, "out_score", 2, 4, {B, b});
   check_buffer(out_len, "out_len", 1, 8, {B});

@@ -2,12 +2,21 @@
 // (common/registry.h); this file only adds module-wide helpers.
 #include <omp.h>
 
+#include "common/parallel.h"
 #include "common/registry.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rasfast CPU kernels (C++17 + OpenMP). Entry points take numpy buffers.";
-  m.def("omp_max_threads", []() { return omp_get_max_threads(); },
-        "Number of OpenMP threads the CPU kernels use.");
-  m.def("set_num_threads", [](int n) { omp_set_num_threads(n); }, pybind11::arg("n"));
+  m.def("omp_max_threads", []() { return rasfast::max_threads(); },
+        "Number of threads the CPU kernels use at most (rasfast.set_num_threads, else "
+        "OpenMP's default).");
+  m.def("set_num_threads", [](int n) { rasfast::thread_cap().store(n > 0 ? n : 0); },
+        pybind11::arg("n"),
+        "Caps the threads of every CPU kernel call, from any Python thread (0: OpenMP's "
+        "default).");
+  m.def("idle_cores", []() { return rasfast::idle_cores(); },
+        "Cores other processes leave idle now (the default width of a large call).");
+  m.def("parallel_grain", []() { return rasfast::kParallelGrain; },
+        "Work units below which a CPU kernel call runs on one thread (twice this).");
   rasfast::run_binding_registry(m);
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/buffers.h"
+#include "common/parallel.h"
 #include "common/registry.h"
 
 namespace rasfast {
@@ -247,6 +248,7 @@ void graph_conv_attend_cpu(py::array indptr, py::array src, py::array eid, int d
   check_buffer(src, "src", 1, 8);
   const int64_t E = src.shape(0);
   check_buffer(eid, "eid", 1, 8, {E});
+  ThreadScope threads_scope((E + N) * H * C * 2);  // serial below the grain (common/parallel.h)
   require(H >= 1 && C >= 1, "H and C must be >= 1");
   AttendArgs A;
   A.indptr = const_ptr<int64_t>(indptr);
@@ -378,6 +380,7 @@ void graph_conv_epilogue_cpu(py::array agg, int64_t H, int64_t C, bool concat, i
   const int64_t N = agg.shape(1);
   require(agg.shape(0) == H && agg.shape(2) == C, "agg: expected shape [H, N, C]");
   const int64_t F = concat ? H * C : C;
+  ThreadScope threads_scope(N * F * 4);  // serial below the grain (common/parallel.h)
   check_buffer(out, "out", 2, dtype_itemsize(dt), {N, F});
   Operand sk;
   if (has_skip) sk = operand(nodes, skip_col, 0, F, "nodes(skip)", dtype_itemsize(dt), N, 1);

@@ -26,6 +26,7 @@
 #endif
 
 #include "common/buffers.h"
+#include "common/parallel.h"
 #include "common/dtype.h"
 #include "common/registry.h"
 
@@ -178,9 +179,8 @@ Dots4Fn<S> pick_dots4(int kind = 0) {
   return dots4_scalar<S>;
 }
 
-// Thread start-up and barriers cost far more than small calls' work on a busy machine
-// (a barrier waits for a descheduled thread): run serially below ~1 ms of work.
-inline bool parallel_worth_it(int64_t flops) { return flops >= ((int64_t)1 << 22); }
+// parallel_worth_it (common/parallel.h): serial below ~2 ms of work, since a barrier on a
+// busy machine waits for a descheduled thread.
 
 // ---------------------------------------------------------------------------- selection
 // Writes the best n of (scores[i], base + i) by (score desc, position asc), padded.
@@ -386,6 +386,7 @@ int64_t segment_topk_scores(py::array_t<float> q, py::array emb, int code, py::a
   const int64_t* id = nullptr;
   const int64_t rows = emb.shape(0);
   int64_t M = p[B];
+  ThreadScope threads_scope(M * D);  // serial below the grain (common/parallel.h)
   if (use_ids) {
     check_buffer(ids, "cand_ids", 1, 8);
     require(ids.shape(0) == M, "cand_ids: length must equal cand_ptr[-1]");
@@ -425,6 +426,7 @@ void segment_max_rank(py::array_t<float> scores, py::array groups, py::array ptr
   const int64_t* p = const_ptr<int64_t>(ptr);
   require(p[0] == 0 && p[B] == M, "ptr: must run from 0 to len(item_scores)");
   for (int64_t b = 0; b < B; ++b) require(p[b + 1] >= p[b], "ptr: must be non-decreasing");
+  ThreadScope threads_scope(M * 32);  // serial below the grain (common/parallel.h)
   const float* s = scores.data();
   const int64_t* g = const_ptr<int64_t>(groups);
   int64_t* oi = mutable_ptr<int64_t>(out_ids);

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "common/buffers.h"
+#include "common/parallel.h"
 #include "common/registry.h"
 #include "select/radix_select.h"
 #include "select/row_select.h"
@@ -73,6 +74,7 @@ bool select_k_cpu(py::array x, int dtype_code, int64_t k, bool largest, bool sor
   const DType dt = dtype_from_code(dtype_code);
   check_buffer(x, "x", 2, dtype_itemsize(dt));
   const int64_t B = x.shape(0), N = x.shape(1);
+  ThreadScope threads_scope(B * N * 4);  // ~4 passes per element; serial below the grain
   require(k >= 1 && k <= N, "k must be in [1, N]");
   check_buffer(out, "out", 2, 8, {B, k});
   void* v = nullptr;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/buffers.h"
+#include "common/parallel.h"
 #include "common/registry.h"
 #include "theme/theme_scan.h"
 #include "theme/theme_topk.h"
@@ -97,6 +98,7 @@ void theme_scope_cpu(py::array q, py::array corpus, int dtype_code, int64_t K, b
   const int64_t B = q.shape(0), T = q.shape(1);
   check_buffer(corpus, "corpus_ppd", 2, dtype_itemsize(dt), {-1, T});
   const int64_t N = corpus.shape(0);
+  ThreadScope threads_scope(B * N * T);  // serial below the grain (common/parallel.h)
   require(N >= 1 && T >= 1, "corpus_ppd: needs N >= 1 and T >= 1");
   require(K >= 1 && K <= N, "K must be in [1, N]");
   check_buffer(out, "out", 2, 8, {B, K});
@@ -114,6 +116,7 @@ void theme_scan_keys_cpu(py::array q, py::array corpus, int dtype_code, bool ip,
   const int64_t B = q.shape(0), T = q.shape(1);
   check_buffer(corpus, "corpus_ppd", 2, dtype_itemsize(dt), {-1, T});
   const int64_t N = corpus.shape(0);
+  ThreadScope threads_scope(B * N * T);  // serial below the grain (common/parallel.h)
   require(T >= 1, "corpus_ppd: needs T >= 1");
   check_buffer(out, "out", 2, 4, {B, N});
   const float* qp = const_ptr<float>(q);
@@ -171,6 +174,7 @@ void theme_scoped_dense_cpu(py::array q, py::array emb, int dtype_code, py::arra
   const int64_t N = emb.shape(0);
   check_buffer(scope, "scope_ids", 2, 8, {B, -1});
   const int64_t Ks = scope.shape(1);
+  ThreadScope threads_scope(B * Ks * D);  // serial below the grain (common/parallel.h)
   require(k >= 1, "k must be >= 1");
   check_buffer(out_ids, "out_ids", 2, 8, {B, k});
   check_buffer(out_scores, "out_scores", 2, 4, {B, k});
@@ -426,6 +430,7 @@ void theme_scoped_search_cpu(py::array q_ppd, py::array ppd, int ppd_code, py::a
   const int64_t N = ppd.shape(0);
   check_buffer(q_emb, "q_emb", 2, 4, {B, -1});
   const int64_t D = q_emb.shape(1);
+  ThreadScope threads_scope(B * N * (T + D));  // serial below the grain (common/parallel.h)
   check_buffer(emb, "corpus_emb", 2, dtype_itemsize(de), {N, D});
   require(N >= 1 && T >= 1 && D >= 1, "corpus: needs N, T, D >= 1");
   require(K >= 1 && K <= N, "K must be in [1, N]");
@@ -452,6 +457,7 @@ constexpr int64_t kDigits = 65536;
 void theme_key_histogram_cpu(py::array keys, py::array prefix, int round, py::array hist) {
   check_buffer(keys, "keys", 2, 4);
   const int64_t B = keys.shape(0), n = keys.shape(1);
+  ThreadScope threads_scope(B * n);  // serial below the grain (common/parallel.h)
   check_buffer(prefix, "prefix", 1, 4, {B});
   check_buffer(hist, "hist", 2, 8, {B, kDigits});
   require(round == 0 || round == 1, "round must be 0 or 1");
@@ -477,6 +483,7 @@ void theme_tie_cut_cpu(py::array keys, py::array thr, py::array allowed, py::arr
                        py::array last_eq) {
   check_buffer(keys, "keys", 2, 4);
   const int64_t B = keys.shape(0), n = keys.shape(1);
+  ThreadScope threads_scope(B * n);  // serial below the grain (common/parallel.h)
   check_buffer(thr, "thr", 1, 4, {B});
   check_buffer(allowed, "allowed", 1, 8, {B});
   check_buffer(count, "count", 1, 8, {B});
@@ -508,6 +515,7 @@ void theme_score_cut_cpu(py::array q_emb, py::array emb, int emb_code, py::array
   const int64_t B = q_emb.shape(0), D = q_emb.shape(1);
   check_buffer(emb, "corpus_emb", 2, dtype_itemsize(de), {-1, D});
   const int64_t N = emb.shape(0);
+  ThreadScope threads_scope(B * N * D);  // serial below the grain (common/parallel.h)
   check_buffer(keys, "keys", 2, 4, {B, N});
   check_buffer(cut_key, "cut_key", 1, 4, {B});
   check_buffer(cut_last_eq, "cut_last_eq", 1, 8, {B});

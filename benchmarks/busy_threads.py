@@ -1,0 +1,145 @@
+"""CPU ops on a busy machine (issue 23): each op's default threading against the same call
+pinned to one thread (``rasfast.set_num_threads(1)``), on a quiet machine and with a
+background load generator keeping every core busy, interleaved, median of --reps calls.
+
+    python benchmarks/busy_threads.py [--reps 15] [--report]
+
+Goal: busy, default within 1.25x of single-threaded; quiet, never slower than
+single-threaded. The load generator is ``os.cpu_count()`` Python processes spinning
+(bounded by --busy-seconds), the shape of a server's tokenisers and request handlers.
+Results: benchmarks/results/busy_threads.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import rasfast  # noqa: E402
+
+
+def workloads():
+    """name -> zero-argument call, small and large sizes of the ops a RAG server runs."""
+    from beam_graph import make_problem
+    from graph_conv_workload import make_batch, make_modules
+    from rasfast.models.graph_encoder import GraphEncoder
+    rng = np.random.default_rng(0)
+    out = {}
+    x_small = rng.standard_normal((4, 20_000), dtype=np.float32)
+    out["select_k small (4 x 20k, k=100)"] = lambda: rasfast.select_k(x_small, 100)
+    x_big = rng.standard_normal((16, 400_000), dtype=np.float32)
+    out["select_k large (16 x 400k, k=10k)"] = lambda: rasfast.select_k(x_big, 10_000)
+    p = make_problem(n=20_000, dim=128, queries=4, seeds_per_query=20, seed=0)
+    out["triple_beam_search (4 queries, 20k triples)"] = lambda: rasfast.triple_beam_search(
+        p["graph"], p["triple_emb"], p["q_emb"], p["seeds"], beam_width=10, max_len=2,
+        max_neighbors=100, backend="cpu")
+    ppd = rng.random((200_000, 64), dtype=np.float32)
+    emb = rng.standard_normal((200_000, 128), dtype=np.float32)
+    qp = rng.random((4, 64), dtype=np.float32)
+    qe = rng.standard_normal((4, 128), dtype=np.float32)
+    out["theme_scoped_search (4 q, 200k rows)"] = lambda: rasfast.theme_scoped_search(
+        qp, qe, ppd, emb, 50_000, 10, backend="cpu")
+    convs, norms, _ = make_modules(seed=0, dim=128, llm_hidden=256)
+    enc = GraphEncoder.from_pyg(convs, norms).eval()
+    x, ei, ea, ptr = make_batch(17, seed=0, dim=128)
+
+    def gt():
+        with torch.no_grad():
+            enc.encode_batch(x, ei, ea, ptr)
+    out["graph_transformer_pool (17 small graphs)"] = gt
+    return out
+
+
+ROUNDS = 5  # interleavings of the two settings; with every core busy a call's time swings
+            # 2-4x with the scheduler's time slices, so the medians of several rounds
+
+
+def _median_ms(fn, reps):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def measure(fns, reps):
+    """{name: {"default": ms, "single": ms}}, the two settings interleaved per op."""
+    res = {}
+    for name, fn in fns.items():
+        fn()  # warm up
+        d, s = [], []
+        for _ in range(ROUNDS):
+            rasfast.set_num_threads(0)
+            d.append(_median_ms(fn, reps))
+            rasfast.set_num_threads(1)
+            s.append(_median_ms(fn, reps))
+        rasfast.set_num_threads(0)
+        res[name] = {"default_ms": statistics.median(d), "single_ms": statistics.median(s)}
+        r = res[name]
+        print(f"  {name}: default {r['default_ms']:.2f} ms, 1 thread {r['single_ms']:.2f} ms, "
+              f"ratio {r['default_ms'] / r['single_ms']:.2f}", flush=True)
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--busy-seconds", type=float, default=600)
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args(argv)
+    from machine import machine_info
+    fns = workloads()
+    res = {"machine": machine_info(), "threads_default": rasfast.get_num_threads(),
+           "grain": rasfast.dispatch.cpu_module().parallel_grain()}
+    res["loadavg_quiet_start"] = os.getloadavg()
+    print("quiet", res["loadavg_quiet_start"], flush=True)
+    res["quiet"] = measure(fns, a.reps)
+    spin = f"import time\nt=time.time()+{a.busy_seconds}\nwhile time.time()<t: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(3)
+        res["loadavg_busy_start"] = os.getloadavg()
+        print("busy", res["loadavg_busy_start"], flush=True)
+        res["busy"] = measure(fns, a.reps)
+        res["loadavg_busy_end"] = os.getloadavg()
+    finally:
+        for h in hogs:
+            h.kill()
+    if a.report:
+        (HERE / "results" / "busy_threads.json").write_text(json.dumps(res, indent=1))
+        m = res["machine"]
+        lines = ["# CPU ops on a busy machine: default threading vs one thread", "",
+                 f"`python benchmarks/busy_threads.py --report` at commit {m.get('git', '?')}; "
+                 f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, no GPU. Busy = "
+                 f"{os.cpu_count()} spinning processes. Median of {a.reps} calls, the two "
+                 f"settings interleaved {ROUNDS} times (median of the {ROUNDS}). Ratio = default / one thread "
+                 "(goal: busy <= 1.25, quiet <= 1.0 within noise).",
+                 f"Load average: quiet {res['loadavg_quiet_start'][0]:.1f}, busy "
+                 f"{res['loadavg_busy_start'][0]:.1f} -> {res['loadavg_busy_end'][0]:.1f}. "
+                 f"Serial below {2 * res['grain']:,} work units per call.", "",
+                 "| op | quiet default (ms) | quiet 1 thread (ms) | quiet ratio | busy default (ms) "
+                 "| busy 1 thread (ms) | busy ratio |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for name in fns:
+            q, b = res["quiet"][name], res["busy"][name]
+            lines.append(f"| {name} | {q['default_ms']:.2f} | {q['single_ms']:.2f} | "
+                         f"{q['default_ms'] / q['single_ms']:.2f} | {b['default_ms']:.2f} | "
+                         f"{b['single_ms']:.2f} | {b['default_ms'] / b['single_ms']:.2f} |")
+        (HERE / "results" / "busy_threads.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
