@@ -196,3 +196,38 @@ def test_build_question_graph_bad_triples(bad, exc):
 def test_public_names():
     assert rasfast.GraphEncoder is GraphEncoder
     assert rasfast.build_question_graph is build_question_graph
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("pairs", [8, 20])   # edges <= 2 x nodes: per-edge projection; more: per node
+def test_repeated_predicates_and_entities_are_projected_once(layers, pairs):
+    """RAS question graphs repeat edge features (one embedding per predicate) and entities
+    across subgraphs: the cpu path projects the distinct rows once (RowGroups) and must
+    still equal the torch reference."""
+    from rasfast.ops import graph_conv_cpu as gcc
+    g = torch.Generator().manual_seed(3)
+    preds = torch.randn(6, 48, generator=g)
+    ents = torch.randn(25, 48, generator=g)
+    G, per = 9, 12
+    ei, ent_rows, ea_rows = [], [], []
+    for b in range(G):
+        nodes = torch.randint(0, 25, (per,), generator=g)
+        ent_rows.append(nodes)
+        s = torch.randint(0, per, (pairs,), generator=g) + b * per
+        o = torch.randint(0, per, (pairs,), generator=g) + b * per
+        ei.append(torch.stack([torch.cat([s, o]), torch.cat([o, s])]))
+        ea_rows.append(torch.randint(0, 6, (2 * pairs,), generator=g))
+    x = ents[torch.cat(ent_rows)]
+    ea = preds[torch.cat(ea_rows)]
+    edge_index = torch.cat(ei, 1)
+    ptr = torch.arange(G + 1) * per
+    groups = gcc.RowGroups(ea)
+    assert groups.distinct is not None and groups.distinct.shape[0] == 6
+    assert torch.equal(groups.distinct[groups.inverse], ea)
+    assert gcc.RowGroups(torch.randn(200, 48, generator=g)).distinct is None  # nothing repeats
+    torch.manual_seed(0)
+    enc = GraphEncoder(in_channels=48, hidden=32, heads=4, num_layers=layers, edge_dim=48).eval()
+    with torch.no_grad():
+        got = enc.encode_batch(x, edge_index, ea, ptr, backend="cpu")
+        want = enc.encode_batch(x, edge_index, ea, ptr, backend="torch")
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

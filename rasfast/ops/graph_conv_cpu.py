@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import threading
 
+from typing import Optional
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -68,14 +70,16 @@ def _factored(num_edges: int, num_nodes: int) -> bool:
 
 
 def _attend(csr, nodes, val, val_dim, val_head, qe, qe_head, ed, ed_head, ed_dim, w, rows,
-            graph_ptr=None, tag=""):
-    """Runs graph_conv_attend; returns (out1 [H, rows, val_dim], out2 [H, rows, ed_dim] | None)."""
+            graph_ptr=None, tag="", eid=None):
+    """Runs graph_conv_attend; returns (out1 [H, rows, val_dim], out2 [H, rows, ed_dim] | None).
+    ``eid``: the row of ``ed`` each CSR edge reads (default csr.eid; RowGroups.edge_rows when
+    ``ed`` holds only the distinct edge rows)."""
     h, c = w.heads, w.channels
     code = DTYPE_CODES[nodes.dtype]
     out1 = _scratch(tag + "out1", (h, rows, val_dim))
     out2 = _scratch(tag + "out2", (h, rows, ed_dim)) if ed_dim else None
     _bk.cpu_module().graph_conv_attend(
-        csr.indptr.numpy(), csr.src.numpy(), csr.eid.numpy(), code,
+        csr.indptr.numpy(), csr.src.numpy(), csr.eid.numpy() if eid is None else eid, code,
         cpu_buffer(nodes)[0], 0, h * c, cpu_buffer(val)[0], 0 if val is not nodes else 2 * h * c,
         val_head, val_dim,
         cpu_buffer(qe)[0] if ed_dim else _empty2(nodes.dtype), 0, qe_head,
@@ -85,27 +89,82 @@ def _attend(csr, nodes, val, val_dim, val_head, qe, qe_head, ed, ed_head, ed_dim
     return out1, out2
 
 
-def _edge_operands(csr, ea, w, nodes, n):
-    """(qe, qe_head, ed, ed_head, ed_dim, w_edge per head [H, C, De] or None) for either form."""
+def _edge_rows(groups) -> Optional[np.ndarray]:
+    return None if groups is None else groups.edge_rows
+
+
+class RowGroups:
+    """The distinct rows of a matrix and where each row went, when there are few of them.
+
+    RAS's question graphs repeat themselves: every edge's feature is the embedding of its
+    predicate (or "inverse_<predicate>"), and the subgraphs of one question share entities.
+    A projection ``rows @ W`` then only needs the distinct rows: ``(distinct @ W)[inverse]``,
+    exactly the same values (each output row is computed from an equal input row). Rows are
+    grouped by a random projection and verified equal element by element, so a collision
+    only costs the saving, never correctness.
+    """
+
+    def __init__(self, rows: torch.Tensor, csr=None):
+        self.distinct: Optional[torch.Tensor] = None
+        self.inverse: Optional[torch.Tensor] = None
+        self.edge_rows: Optional[np.ndarray] = None  # per CSR edge, its row of `distinct`
+        n = rows.shape[0]
+        if n < 64 or rows.dim() != 2:
+            return
+        g = torch.Generator().manual_seed(0x5EED)
+        probe = torch.randn(rows.shape[1], generator=g).to(rows.dtype)
+        key = rows @ probe   # equal rows give equal keys; unequal ones almost never do
+        uniq, inverse = torch.unique(key, return_inverse=True)
+        if uniq.numel() > 0.6 * n:          # too few repeats to pay for the gather
+            return
+        first = torch.full((uniq.numel(),), n, dtype=torch.int64)
+        first.scatter_reduce_(0, inverse, torch.arange(n), reduce="amin")
+        distinct = rows[first]
+        if not torch.equal(distinct[inverse], rows):   # a hash collision: no grouping
+            return
+        self.distinct, self.inverse = distinct.contiguous(), inverse
+        if csr is not None:  # edge features: the kernel reads distinct rows directly
+            self.edge_rows = inverse[csr.eid].numpy()
+
+    def linear(self, rows: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+        if self.distinct is None:
+            return F.linear(rows, weight, bias)
+        return F.linear(self.distinct, weight, bias)[self.inverse]
+
+
+def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
+    """(qe, qe_head, ed, ed_head, ed_dim, w_edge per head [H, C, De] or None) for either form.
+    With ``ea_groups`` holding distinct edge rows, ``ed`` has only those rows (read through
+    ``ea_groups.edge_rows``)."""
     h, c = w.heads, w.channels
     if ea is None:
         return None, 0, None, 0, 0, None
+    grouped = ea_groups is not None and ea_groups.edge_rows is not None
     if not _factored(csr.num_edges, n):
-        e = F.linear(ea, w.w_edge).contiguous()          # [E, HC]: PyG's per-edge projection
+        # [E or U, HC]: PyG's per-edge projection, once per distinct edge feature
+        e = F.linear(ea_groups.distinct if grouped else ea, w.w_edge).contiguous()
         return nodes, c, e, c, c, None
+    if grouped:
+        ea = ea_groups.distinct
     we = w.w_edge.view(h, c, -1)                        # head h: rows h*C .. h*C+C
     q = nodes[:, :h * c].view(n, h, c).transpose(0, 1)  # [H, N, C]
     qe = torch.bmm(q, we, out=_scratch("qe", (h, n, we.shape[2]), nodes.dtype)).view(h * n, -1)
     return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
 
 
-def conv_layer(x, csr, ea, w, norm, relu):
-    """One layer on CPU tensors: [N, out_channels] in x's dtype."""
+def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
+               ea_groups: Optional[RowGroups] = None):
+    """One layer on CPU tensors: [N, out_channels] in x's dtype. ``x_groups``/``ea_groups``:
+    repeated input rows, projected once (see :class:`RowGroups`)."""
     n, h, c = x.shape[0], w.heads, w.channels
     wn, bn = packed_node_weights(w)
-    nodes = torch.addmm(bn, x, wn.t(), out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
-    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
-    out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n)
+    if x_groups is not None and x_groups.distinct is not None:
+        nodes = x_groups.linear(x, wn, bn).contiguous()
+    else:
+        nodes = torch.addmm(bn, x, wn.t(), out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
+    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
+    out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n,
+                         eid=_edge_rows(ea_groups))
     if out2 is None:
         agg = out1
     elif we is None:
@@ -131,15 +190,16 @@ def _epilogue(agg, nodes, w, norm, relu):
     return out
 
 
-def _pooled_last_layer(x, csr, ea, gp, w):
+def _pooled_last_layer(x, csr, ea, gp, w, ea_groups: Optional[RowGroups] = None):
     """Last layer averaged per graph before its value/edge/skip projections: [G, out]."""
     n, h, c = x.shape[0], w.heads, w.channels
     g = gp.numel() - 1
     wn, bn = packed_node_weights(w, with_skip=False)
     nodes = torch.addmm(bn[:2 * h * c], x, wn[:2 * h * c].t(),             # [N, 2HC]: q, k
                         out=_scratch("nodes_qk", (n, 2 * h * c), x.dtype))
-    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n)
-    out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp, "pooled_")
+    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
+    out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp,
+                         "pooled_", eid=_edge_rows(ea_groups))
     counts = gp.diff()
     # share of each graph's nodes that have an incoming edge (their softmax weights sum to 1)
     has_in = (csr.indptr.diff() > 0).float()[:, None]
@@ -162,13 +222,17 @@ def pool(x, csr, ea, gp, specs):
     """All layers, then per-graph node means: [G, out]."""
     h = x
     *body, last = specs
-    for w, norm, relu in body:
-        h = conv_layer(h, csr, ea, w, norm, relu)
+    # repeated rows (predicates on many edges, entities in several subgraphs): the edge
+    # features feed every layer, the node features only the first
+    ea_groups = RowGroups(ea, csr) if ea is not None else None
+    x_groups = RowGroups(x)
+    for i, (w, norm, relu) in enumerate(body):
+        h = conv_layer(h, csr, ea, w, norm, relu, x_groups if i == 0 else None, ea_groups)
     w, norm, relu = last
     if norm is None and not relu and not w.beta and h.shape[0] > 0:
-        return _pooled_last_layer(h, csr, ea, gp, w)
+        return _pooled_last_layer(h, csr, ea, gp, w, ea_groups)
     if h.shape[0] > 0:
-        h = conv_layer(h, csr, ea, w, norm, relu)
+        h = conv_layer(h, csr, ea, w, norm, relu, x_groups if not body else None, ea_groups)
     else:
         h = h.new_zeros((0, w.out_channels))
     return graph_mean(h.float(), gp).to(x.dtype)
