@@ -30,6 +30,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import numpy as np
+
 Factory = Callable[..., Any]
 
 _FACTORIES: Dict[str, Factory] = {}
@@ -160,6 +162,13 @@ def _components_factory(name: str, module: str) -> Factory:
         if not callable(fc):
             raise ValueError(f"system {name}: {module} has no from_components(retriever, "
                              f"triples_by_pid, encoder, llm=None, **opts)")
+        if name == "kirag" and getattr(encoder, "name", None) == kindex.encoder_name \
+                and kindex.graph.num_triples:
+            # the index's triple embeddings are the zero-shot aligner's (same encoder):
+            # KiRAG reuses them instead of encoding every triple it meets again
+            g = kindex.graph
+            opts.setdefault("triple_table", (np.asarray(kindex.triple_emb, dtype=np.float32),
+                                             np.asarray(g.passage_ids), g.texts))
         return fc(_retriever(kindex, encoder, scope_k, backend), kindex.triples_by_pid, encoder,
                   llm=llm, **opts)
     return factory

@@ -176,3 +176,37 @@ def test_demo_shows_kernels_with_backends_and_speedups(tmp_path, capsys):
     events = json.loads(trace.read_text())["traceEvents"]
     kernels = {e["name"]: e["args"].get("kernel") for e in events if e.get("ph") == "X"}
     assert kernels["expand"] == "triple_beam_search [cpu]" and "graph_transformer_pool" in kernels["graph_encode"]
+
+
+def test_kirag_reuses_the_index_triple_embeddings(world, saved):
+    """Issue 21: KiRAG's zero-shot aligner is the index's encoder, so the index's triple
+    embeddings are its triple embeddings: nothing is encoded again, same results."""
+    ki = KnowledgeIndex.load(saved, mmap=True)
+
+    class Recording:
+        name, dim = ENC.name, ENC.dim
+
+        def __init__(self):
+            self.seen = []
+
+        def encode(self, texts, batch_size=64):
+            self.seen += list(texts)
+            return ENC.encode(texts, batch_size)
+
+    triple_texts = set(ki.graph.texts)
+    qs = [q.question for q in _questions(world, 4)]
+    enc = Recording()
+    reuse = build_system("kirag", ki, encoder=enc, k=5)
+    assert reuse.triple_emb.reused and reuse.triple_emb.table.shape[0] == ki.graph.num_triples
+    got = reuse.run_batch(qs)
+    assert enc.seen and not triple_texts & set(enc.seen)   # only queries were encoded
+    enc2 = Recording()
+    fresh = build_system("kirag", ki, encoder=enc2, k=5, triple_table=None)
+    assert not fresh.triple_emb.reused
+    want = fresh.run_batch(qs)
+    assert triple_texts & set(enc2.seen)                    # without reuse: triples encoded
+    assert [r.pids for r in got] == [r.pids for r in want]
+    assert [r.chain for r in got] == [r.chain for r in want]
+    # a trained (other) aligner gets no reuse
+    other = build_system("kirag", ki, encoder=ENC, k=5, aligner=HashingEncoder(64))
+    assert not other.triple_emb.reused

@@ -71,13 +71,34 @@ class TripleStore:
 
 class TripleEmbeddings:
     """A float32 table of aligner embeddings of triples, filled on demand (row = triple id
-    order of first use); ``rows(ids)`` encodes the missing ones in one encoder call."""
+    order of first use); ``rows(ids)`` encodes the missing ones in one encoder call.
+
+    :meth:`reuse` takes an existing table instead (the knowledge index's triple embeddings,
+    made by the same encoder): then nothing is encoded at all."""
 
     def __init__(self, store: TripleStore, encoder, dim: Optional[int] = None):
         self.store, self.encoder = store, encoder
         self._row = np.full(len(store), -1, dtype=np.int64)
         self._table = np.zeros((0, dim or 0), dtype=np.float32)
         self._used = 0
+        self.reused = False
+
+    def reuse(self, table: np.ndarray, passage_ids: Sequence[int], texts: Sequence[str]) -> bool:
+        """Uses ``table`` (row j = the embedding of ``texts[j]``, a triple of passage
+        ``passage_ids[j]``, as :func:`triple_text` writes it) when it holds every triple of
+        the store; returns whether it did. The table is used in place (it may be mapped)."""
+        if table.ndim != 2 or len(passage_ids) != table.shape[0] or len(texts) != table.shape[0]:
+            return False
+        where = {(int(p), t): j for j, (p, t) in enumerate(zip(passage_ids, texts))}
+        rows = np.empty(len(self.store), dtype=np.int64)
+        for i, (pid, text) in enumerate(zip(self.store.pid_of.tolist(), self.store.texts)):
+            j = where.get((pid, text))
+            if j is None:   # a triple the table lacks: keep encoding on demand
+                return False
+            rows[i] = j
+        self._row, self._table, self._used = rows, table, table.shape[0]
+        self.reused = True
+        return True
 
     @property
     def table(self) -> np.ndarray:
