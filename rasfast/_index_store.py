@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from . import _durable
+from ._passages import parse_record
 
 FORMAT = "rasfast.ThemeIndex"
 VERSION = 3
@@ -366,16 +367,9 @@ def read_passages(d: pathlib.Path, m: Dict[str, Any]) -> Tuple[List[str], List[s
     if lines and lines[-1] == b"":
         lines.pop()
     for lineno, line in enumerate(lines, 1):  # records end at b"\n" only (see _passage_line)
-        try:
-            rec = json.loads(line.decode("utf-8"))
-            title, text = rec["title"], rec["text"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{ppath}: line {lineno} is not a passage record "
-                             f"({type(e).__name__}: {e})") from None
-        if not isinstance(title, str) or not isinstance(text, str):
-            raise ValueError(f"{ppath}: line {lineno}: title and text must be strings")
-        titles.append(title)
-        texts.append(text)
+        rec = parse_record(line, ppath, lineno)
+        titles.append(rec["title"])
+        texts.append(rec["text"])
     n = int(m["num_rows"])
     if len(titles) != n:
         raise ValueError(f"{ppath}: {len(titles)} passages, the manifest says {n}")

@@ -12,12 +12,25 @@ from __future__ import annotations
 import bisect
 import json
 import mmap
-import os
 import pathlib
 from collections.abc import Sequence
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List
 
 import numpy as np
+
+
+def parse_record(raw: bytes, path: pathlib.Path, lineno: int) -> Dict[str, Any]:
+    """One passages-file record -> {"pid", "title", "text"}; ValueError naming the file and
+    line when it is not one (bad UTF-8, bad JSON, missing or non-string fields)."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+        title, text = rec["title"], rec["text"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: line {lineno} is not a passage record "
+                         f"({type(e).__name__}: {e})") from None
+    if not isinstance(title, str) or not isinstance(text, str):
+        raise ValueError(f"{path}: line {lineno}: title and text must be strings")
+    return rec
 
 
 class SavedPassages:
@@ -33,16 +46,7 @@ class SavedPassages:
 
     def record(self, i: int) -> Dict[str, Any]:
         start = int(self.ends[i - 1]) if i else 0
-        raw = self._map[start:int(self.ends[i])]
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-            title, text = rec["title"], rec["text"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{self.path}: line {i + 1} is not a passage record "
-                             f"({type(e).__name__}: {e})") from None
-        if not isinstance(title, str) or not isinstance(text, str):
-            raise ValueError(f"{self.path}: line {i + 1}: title and text must be strings")
-        return rec
+        return parse_record(self._map[start:int(self.ends[i])], self.path, i + 1)
 
 
 class _Field(Sequence):
@@ -138,9 +142,4 @@ def columns(path: pathlib.Path, ends_path: pathlib.Path, count: int, nbytes: int
     return TextColumn([_Field(store, "title")]), TextColumn([_Field(store, "text")])
 
 
-def record_ends(lines: List[bytes], start: int) -> np.ndarray:
-    """End offsets of records ``lines`` written from byte ``start``."""
-    return start + np.cumsum(np.fromiter((len(b) for b in lines), dtype=np.int64, count=len(lines)))
-
-
-__all__ = ["TextColumn", "SavedPassages", "columns", "record_ends"]
+__all__ = ["TextColumn", "SavedPassages", "columns", "parse_record"]

@@ -2,96 +2,40 @@
 durable write, fsync, rename, and in the middle of a write, leaving it torn); the directory
 must then load as exactly the old or exactly the new index, bit for bit, and the next writer
 must be able to grow it."""
-import os
 import pathlib
 import shutil
 import signal
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 
 from rasfast.index import ThemeIndex
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from crash_util import drive
 
-# The driver process imports rasfast once, then forks one child per kill point (cheap: no
-# torch import per point; the driver itself runs no torch op, so no OpenMP pool is forked).
-# A child counts "points" (before/after every durable primitive and every os.pwrite /
-# os.replace; os.pwrite writes only half its bytes when the kill comes right after it) and
-# kills itself with SIGKILL at point k; k=0 runs to the end and writes the count.
-DRIVER = textwrap.dedent("""
-    import json, os, signal, sys
-    import torch
-    from rasfast import _durable
-    from rasfast.index import ThemeIndex
+RUN = """
+import torch
+from rasfast.index import ThemeIndex
+scenario, src = sys.argv[1], sys.argv[2]
 
-    scenario, src, jobs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    count, kill_at = [0], [0]
+def rows(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 8, generator=g), torch.rand(n, 5, generator=g)
 
-    def point():
-        count[0] += 1
-        if count[0] == kill_at[0]:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def wrap(mod, name, torn=False):
-        f = getattr(mod, name)
-        def w(*a, **k):
-            point()
-            if torn and count[0] + 1 == kill_at[0]:  # the kill lands right after: tear it
-                fd, data, off = a
-                f(fd, memoryview(data)[:max(1, len(memoryview(data)) // 2)], off)
-                point()
-            r = f(*a, **k)
-            point()
-            return r
-        setattr(mod, name, w)
-
-    for name in ("write_new_file", "pwrite_at", "atomic_write", "fsync_dir"):
-        wrap(_durable, name)
-    wrap(os, "replace")
-    wrap(os, "pwrite", torn=True)
-
-    def rows(n, seed):
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(n, 8, generator=g), torch.rand(n, 5, generator=g)
-
-    def run(d):
-        if scenario == "full":            # another index saved over the one in d
-            ThemeIndex.load(src, mmap=True).save(d)
-            return
-        ix = ThemeIndex.load(d, mmap=scenario == "append")  # grows in place / in memory
-        e, p = rows(25, 77)
-        ix.add(e, p, passages=[(5000 + i, "new", f"new \\u2028 {i}") for i in range(25)])
-        ix.save(d)
-
-    status = {}
-    for k, d in jobs:
-        pid = os.fork()
-        if pid == 0:
-            torch.set_num_threads(1)
-            kill_at[0] = k
-            run(d)
-            if k == 0:
-                with open(os.path.join(d, "..", "points"), "w") as f:
-                    f.write(str(count[0]))
-            os._exit(0)
-        _, st = os.waitpid(pid, 0)
-        status[str(k)] = -os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
-    print(json.dumps(status))
-""")
+def run(d):
+    torch.set_num_threads(1)
+    if scenario == "full":            # another index saved over the one in d
+        ThemeIndex.load(src, mmap=True).save(d)
+        return
+    ix = ThemeIndex.load(d, mmap=scenario == "append")  # grows in place / in memory
+    e, p = rows(25, 77)
+    ix.add(e, p, passages=[(5000 + i, "new", f"new \\u2028 {i}") for i in range(25)])
+    ix.save(d)
+"""
 
 
 def _drive(scenario, src, jobs):
-    import json
-    res = subprocess.run([sys.executable, "-c", DRIVER, scenario, str(src),
-                          json.dumps([[k, str(d)] for k, d in jobs])],
-                         capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    return {int(k): v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
+    return drive(RUN, [scenario, src], jobs)
 
 
 def _rows(n, seed):

@@ -5,9 +5,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -16,6 +13,8 @@ from rasfast.encode import HashingEncoder
 from rasfast.index import IndexConflictError
 from rasfast.knowledge import KnowledgeIndex, build_knowledge_index
 from rasfast.knowledge.build import add_to_knowledge_index
+
+from crash_util import drive
 
 ENC = HashingEncoder(64)
 
@@ -76,57 +75,20 @@ def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
     assert _same(KnowledgeIndex.load(d), got)
 
 
-DRIVER = textwrap.dedent("""
-    import json, os, signal, sys
-    from rasfast import _durable
-    import rasfast.knowledge.index as kindex
-    from rasfast.encode import HashingEncoder
-    from rasfast.knowledge.build import add_to_knowledge_index
+RUN = """
+import rasfast.knowledge.index as kindex
+from rasfast.encode import HashingEncoder
+from rasfast.knowledge.build import add_to_knowledge_index
+corpus = sys.argv[1]
+wrap(kindex, "_write_npy")
 
-    corpus, jobs = sys.argv[1], json.loads(sys.argv[2])
-    count, kill_at = [0], [0]
-
-    def point():
-        count[0] += 1
-        if count[0] == kill_at[0]:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def wrap(mod, name):
-        f = getattr(mod, name)
-        def w(*a, **k):
-            point()
-            r = f(*a, **k)
-            point()
-            return r
-        setattr(mod, name, w)
-
-    for name in ("write_new_file", "pwrite_at", "atomic_write", "fsync_dir"):
-        wrap(_durable, name)
-    wrap(kindex, "_write_npy")
-    wrap(os, "replace")
-    status = {}
-    for k, d in jobs:
-        pid = os.fork()
-        if pid == 0:
-            kill_at[0] = k
-            add_to_knowledge_index(d, corpus, HashingEncoder(64), progress=False)
-            if k == 0:
-                with open(os.path.join(d, "..", "points"), "w") as f:
-                    f.write(str(count[0]))
-            os._exit(0)
-        _, st = os.waitpid(pid, 0)
-        status[str(k)] = -os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
-    print(json.dumps(status))
-""")
+def run(d):
+    add_to_knowledge_index(d, corpus, HashingEncoder(64), progress=False)
+"""
 
 
 def _drive(corpus, jobs):
-    res = subprocess.run([sys.executable, "-c", DRIVER, str(corpus),
-                          json.dumps([[k, str(d)] for k, d in jobs])],
-                         capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    return {int(k): v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
+    return drive(RUN, [corpus], jobs)
 
 
 @pytest.mark.slow
