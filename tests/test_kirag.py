@@ -133,7 +133,7 @@ def test_llm_constructor_over_http(server, parts):
         # question 3: answers at once
         {"contains": "Seine?", "reply": "The answer is the Seine river."},
         # the reader
-        {"contains": "Answer the question using the documents", "reply": "France"},
+        {"contains": "Answer the question using the information in the documents", "reply": "France"},
     ])
     sys = from_components(ret, TRIPLES, enc, llm=llm, K0=3, N=4, L=3, top_k=3)
     assert isinstance(sys.constructor, LLMConstructor)
@@ -356,3 +356,24 @@ def test_answer_marker_inside_an_entity_name_is_not_the_answer():
     assert out.written == [0] and out.answer_after == 1 and out.answer == "1950"
     from rasfast.kirag.prompts import parse_answer
     assert parse_answer("<X; directed; The Answer Is Blowin> so the answer is Y") == "Y"
+
+
+def test_reader_reads_the_top_3_documents_by_default(parts):
+    ret, enc = parts
+    seen = []
+
+    class Reader(ScriptedLLM):
+        def generate(self, prompts, *a, **kw):
+            seen.extend(p for p in prompts if p.rstrip().endswith("Answer:"))
+            return super().generate(prompts, *a, **kw)
+
+    from_components(ret, TRIPLES, enc, llm=Reader(), K0=5, N=4, L=2, top_k=5).run(QUESTIONS[0])
+    reader = [p for p in seen if "Document 1:" in p]
+    assert reader and all("Document 3:" in p and "Document 4:" not in p for p in reader)
+    assert all("Knowledge triples:" not in p for p in reader)   # the paper's reader: documents
+    seen.clear()
+    from_components(ret, TRIPLES, enc, llm=Reader(), K0=5, N=4, L=2, top_k=5, reader_docs=5,
+                    reader_chain=True).run(QUESTIONS[0])
+    assert any("Document 5:" in p for p in seen)
+    with pytest.raises(ValueError, match="reader_docs"):
+        from_components(ret, TRIPLES, enc, reader_docs=0)

@@ -92,11 +92,15 @@ class KiRAG:
         reader: optional rasfast.llm backend answering from the ranked passages.
         K0, N, L: passages per round, candidates kept per round, most rounds (paper: 10, 20, 5).
         top_k: ranked passages returned per question.
+        reader_docs: ranked documents the reader sees (the paper's QA uses the top 3).
+        reader_chain: also show the reader the reasoning chain (the paper's reader reads
+            only the documents; off by default).
         backend: backend of the segment ops.
     """
 
     def __init__(self, retriever, store: TripleStore, aligner, constructor=None, reader=None,
-                 K0: int = 10, N: int = 20, L: int = 5, top_k: int = 10, backend: str = "auto"):
+                 K0: int = 10, N: int = 20, L: int = 5, top_k: int = 10, backend: str = "auto",
+                 reader_docs: int = 3, reader_chain: bool = False):
         if not callable(getattr(retriever, "retrieve", None)):
             raise TypeError("retriever: expected an object with retrieve(queries, k)")
         if not isinstance(store, TripleStore):
@@ -110,6 +114,10 @@ class KiRAG:
         self.N = check_int_arg(N, "N", 1)
         self.L = check_int_arg(L, "L", 1)
         self.top_k = check_int_arg(top_k, "top_k", 1)
+        self.reader_docs = check_int_arg(reader_docs, "reader_docs", 1)
+        if not isinstance(reader_chain, bool):
+            raise TypeError(f"reader_chain: expected a bool, got {type(reader_chain).__name__}")
+        self.reader_chain = reader_chain
         self.backend = backend
         self.triple_emb = TripleEmbeddings(store, aligner)
 
@@ -223,7 +231,8 @@ class KiRAG:
     def _answer(self, states: List[_State], ranked) -> List[Optional[str]]:
         if self.reader is None:
             return [s.answer for s in states]
-        prompts = [reader_prompt(s.question, s.chain, r[:5]) for s, r in zip(states, ranked)]
+        prompts = [reader_prompt(s.question, s.chain if self.reader_chain else (),
+                                 r[:self.reader_docs]) for s, r in zip(states, ranked)]
         with span("answer", batch=len(prompts)):
             # one reply per question, always: a failed prompt (or a short reply list) keeps
             # that question's constructor answer and records the error on its result

@@ -30,8 +30,8 @@ CONSTRUCTOR_INSTRUCTION = (
 )
 
 READER_INSTRUCTION = (
-    "Answer the question using the documents and the knowledge triples. Reply with a short "
-    "answer only (an entity, a date, a number or a short phrase)."
+    "Answer the question using the information in the documents. Reply with a short answer "
+    "only (an entity, a date, a number or a short phrase)."
 )
 
 
@@ -43,9 +43,10 @@ def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Seque
 
 
 def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[RetrievedPassage]) -> str:
+    """The reader's prompt over the ranked documents (and the chain, when given)."""
     docs = "\n\n".join(f"Document {i + 1}: {p.title}\n{p.text}" for i, p in enumerate(passages))
-    return (f"{READER_INSTRUCTION}\n\n{docs}\n\nKnowledge triples: {chain_text(chain) or '(none)'}"
-            f"\n\nQuestion: {question}\nAnswer:")
+    triples = f"\n\nKnowledge triples: {chain_text(chain)}" if chain else ""
+    return f"{READER_INSTRUCTION}\n\n{docs}{triples}\n\nQuestion: {question}\nAnswer:"
 
 
 # A written triple: <s; p; o> (the prompt's form), or (s; p; o) / [s; p; o]. Names keep
