@@ -98,28 +98,42 @@ def test_all_five_llm_structurizers(server):
     assert any("hierarchically numbered" in b["messages"][0]["content"] for b in log)
 
 
-def test_utilizer_reads_only_the_selection(server):
+def test_utilizer_reads_the_whole_knowledge_when_it_fits_else_the_selection(server):
+    from rasfast.encode import HashingEncoder
+    from rasfast.structrag import KnowledgeCutWarning
     triples = [(f"Entity{i}", "relates to", f"Entity{i + 1}") for i in range(60)]
     triples += [("Velora Studios", "founded by", "Mira Okonkwo"), ("Mira Okonkwo", "born in", "Castrell")]
     g = graph_structure([(0, triples)])
     server.script([{"contains": DECOMPOSE, "reply": "1. Who founded Velora Studios?\n2. Where was Mira Okonkwo born?"},
                    {"last_contains": ["Kept:", "Who founded"], "reply": "(Velora Studios | founded by | Mira Okonkwo)"},
                    {"last_contains": ["Kept:", "Where was"], "reply": "(Mira Okonkwo | born in | Castrell)"},
-                   {"contains": INFER, "last_contains": ["Mira Okonkwo | born in | Castrell"], "reply": "Answer: Castrell\nbecause"}],
+                   {"contains": INFER, "last_contains": ["Mira Okonkwo | born in | Castrell"],
+                    "reply": "Answer: Castrell\n(the founder, Mira Okonkwo, was born there)"}],
                   default="none")
-    from rasfast.encode import HashingEncoder
-    u = Utilizer(_llm(server), HashingEncoder(), extract_k=4, graph_hops=1)
     q = "Where was the founder of Velora Studios born?"
+    # 62 triples fit the default max_chars: the model reads all of them (the paper's utilizer)
+    u = Utilizer(_llm(server), HashingEncoder(), extract_k=4, graph_hops=1)
     subqs = u.decompose([(q, [g])])[0]
     assert subqs == ["Who founded Velora Studios?", "Where was Mira Okonkwo born?"]
+    before = len(_sent(server, "Kept:"))
     sels = u.extract([(subqs, [g])])[0]
     assert [s.text for s in sels] == ["(Velora Studios | founded by | Mira Okonkwo)", "(Mira Okonkwo | born in | Castrell)"]
-    # each extract prompt held at most extract_k seeds + extract_k neighbours, not 62 triples
-    for b in _sent(server, "Kept:"):
+    for b in _sent(server, "Kept:")[before:]:
+        assert b["messages"][-1]["content"].split("Knowledge:\n", 1)[1].count("(") == 62
+    assert u.stats == {"whole": 2, "preselected": 0, "cut": 0}
+    # the final answer is the whole reply (no first-line cut), less its "Answer:" prefix
+    assert u.infer([(q, subqs, sels, [g])]) == ["Castrell\n(the founder, Mira Okonkwo, was born there)"]
+    # longer than max_chars: rasfast's top-k pre-selection, with a visible warning
+    small = Utilizer(_llm(server), HashingEncoder(), extract_k=4, graph_hops=1, max_chars=400)
+    before = len(_sent(server, "Kept:"))
+    with pytest.warns(KnowledgeCutWarning, match="max_chars=400"):
+        sels = small.extract([(subqs, [g])])[0]
+    assert small.stats["preselected"] == 2
+    for b in _sent(server, "Kept:")[before:]:
         knowledge = b["messages"][-1]["content"].split("Knowledge:\n", 1)[1]
-        assert 1 <= knowledge.count("(") <= 8
-    assert any("Mira Okonkwo, born in, Castrell" in b["messages"][-1]["content"] for b in _sent(server, "Where was Mira"))
-    assert u.infer([(q, subqs, sels, [g])]) == ["Castrell"]
+        assert 1 <= knowledge.count("(") <= 8   # extract_k seeds + extract_k neighbours
+    assert any("Mira Okonkwo, born in, Castrell" in b["messages"][-1]["content"]
+               for b in _sent(server, "Where was Mira"))
 
 
 def test_batch_isolation_failing_document_and_question(server):
@@ -227,3 +241,12 @@ def test_with_an_llm_graph_and_table_documents_go_to_the_llm_structurizer(server
     opt = HybridStructurizer(_llm(server), triples_by_pid=stored, use_triples=True)
     opt.structurize([StructTask("q", "graph", [_doc(1, "doc-g")])])
     assert opt.stats["triples"] == 1 and opt.stats["llm"] == 0
+
+
+def test_structurizer_reports_documents_it_cuts(server):
+    from rasfast.structrag import KnowledgeCutWarning
+    server.script([], default="none")
+    st = LLMStructurizer(_llm(server), max_doc_chars=50)
+    with pytest.warns(KnowledgeCutWarning, match="1 document.*max_doc_chars=50.*passage 7"):
+        st.structurize([StructTask("q", "table", [_doc(7, "long", "x" * 80), _doc(8, "short", "y")])])
+    assert st.stats["docs_cut"] == 1

@@ -21,10 +21,11 @@ from .structurize import (HybridStructurizer, LLMStructurizer, StructTask, Struc
                           graph_structure, table_structure)
 from .system import STAGES, StructRAG, from_components
 from .types import DEFAULT_TYPE, STRUCTURE_TYPES, TEXT_KIND, Structure, StructRAGResult, as_documents
-from .utilize import Selection, Utilizer
+from .utilize import KnowledgeCutWarning, Selection, Utilizer
 
 __all__ = ["StructRAG", "from_components", "STAGES", "StructRAGResult", "Structure", "STRUCTURE_TYPES",
            "DEFAULT_TYPE", "TEXT_KIND", "as_documents", "LLMRouter", "HeuristicRouter", "EmbeddingRouter",
            "core_content", "HybridStructurizer", "LLMStructurizer", "StructTask", "StructureSet",
            "graph_structure", "table_structure", "chunk_structures", "Utilizer", "Selection",
+           "KnowledgeCutWarning",
            "parse_route", "parse_structure", "parse_subquestions", "markdown_table"]

@@ -20,6 +20,7 @@ structures and never stops its question).
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -134,6 +135,7 @@ class LLMStructurizer:
         self.llm, self.max_new_tokens, self.temperature = llm, max_new_tokens, temperature
         self.max_doc_chars = max_doc_chars
         self.requests = 0
+        self.stats = {"docs_cut": 0}   # documents longer than max_doc_chars (cut, warned)
 
     def structurize(self, tasks: Sequence[StructTask]) -> List[StructureSet]:
         jobs = [(t, d) for t in tasks for d in t.documents]
@@ -141,6 +143,14 @@ class LLMStructurizer:
 
     def _run(self, tasks: Sequence[StructTask], jobs) -> List[StructureSet]:
         out = {id(t): StructureSet() for t in tasks}
+        long = [d for _, d in jobs if len(d.text) > self.max_doc_chars]
+        if long:
+            from .utilize import KnowledgeCutWarning
+            self.stats["docs_cut"] += len(long)
+            warnings.warn(f"{len(long)} document(s) longer than max_doc_chars="
+                          f"{self.max_doc_chars} cut before structurizing (first: passage "
+                          f"{long[0].pid}, {len(long[0].text)} characters)", KnowledgeCutWarning,
+                          stacklevel=3)
         prompts = [structurizer_messages(t.kind, t.question, d.title, d.text[: self.max_doc_chars])
                    for t, d in jobs]
         replies, errs = generate_isolated(self.llm, prompts, self.max_new_tokens, self.temperature)

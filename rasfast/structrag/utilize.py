@@ -2,7 +2,10 @@
 
 - **decompose**: an LLM splits each question into simple sub-questions given the structures'
   one-line descriptions (offline: the question is its own single sub-question).
-- **extract**: rasfast's retrieval first -- every sub-question and every selectable item
+- **extract**: with an LLM, as in the paper, the model reads the WHOLE structured knowledge
+  of the question when it fits ``max_chars``; only a longer input falls back to
+  rasfast's retrieval first (a :class:`KnowledgeCutWarning` says so) -- every sub-question
+  and every selectable item
   (table rows, graph triples, chunks; lines of text kept from malformed output) is embedded,
   and the top ``extract_k`` items per sub-question by inner product are chosen with
   :func:`rasfast.select_k` (one call per question over all its sub-questions); for graphs,
@@ -11,7 +14,8 @@
   catalogues are ordered documents and are passed whole (cut at ``max_chars``). With an LLM,
   the model then reads only that selection and keeps the precise knowledge (one concurrent
   call for all sub-questions of the batch); offline, the selection is the knowledge.
-- **infer**: an LLM answers from the sub-questions and their knowledge. Offline:
+- **infer**: an LLM answers from the sub-questions and their knowledge (its whole reply,
+  less an "Answer:" prefix: a multi-line answer is not cut to its first line). Offline:
   rasfast's model-free relation-path reasoner over the extracted triples (graph triples, and
   table cells read back as (row, column, value)); for chunks, the best-scoring chunk's first
   sentence. A baseline, not a reader.
@@ -22,8 +26,9 @@ questions' results stand, and no request is sent twice).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,8 +49,13 @@ class Selection:
     text: str
 
 
+class KnowledgeCutWarning(UserWarning):
+    """The utilizer (or structurizer) cut its input to fit a limit: the model did not see
+    everything. Counted in ``Utilizer.stats`` / ``LLMStructurizer.stats`` too."""
+
+
 def _render(structures: Sequence[Structure], picks: Sequence[Tuple[int, int]], whole: Sequence[int],
-            max_chars: int) -> str:
+            max_chars: float, stats: Optional[Dict[str, int]] = None) -> str:
     """The chosen items grouped by structure (a table keeps its header), then the whole
     algorithm/catalogue structures, cut at ``max_chars``."""
     by_s: Dict[int, List[int]] = {}
@@ -59,7 +69,13 @@ def _render(structures: Sequence[Structure], picks: Sequence[Tuple[int, int]], w
     for si in whole:
         parts.append(structures[si].content)
     text = "\n\n".join(p for p in parts if p)
-    return text if len(text) <= max_chars else text[:max_chars] + " ..."
+    if len(text) <= max_chars:
+        return text
+    if stats is not None:
+        stats["cut"] += 1
+    warnings.warn(f"structured knowledge cut from {len(text)} to max_chars={max_chars} "
+                  f"characters before the model reads it", KnowledgeCutWarning, stacklevel=3)
+    return text[:max_chars] + " ..."
 
 
 class Utilizer:
@@ -71,7 +87,10 @@ class Utilizer:
         extract_k: items selected per sub-question before the LLM reads them.
         graph_hops: rounds of adding the best-scoring CSR neighbours of selected triples.
         max_subquestions: cap on decomposition.
-        max_chars: cap on the knowledge text per sub-question.
+        max_chars: the knowledge text per sub-question. With an LLM, the whole structured
+            knowledge is read when it fits; beyond it the top ``extract_k`` items (and
+            graph neighbours) are pre-selected, and a text still longer is cut (both warn
+            with :class:`KnowledgeCutWarning` and count in ``stats``).
     """
 
     def __init__(self, llm=None, encoder=None, extract_k: int = 8, graph_hops: int = 1,
@@ -94,6 +113,7 @@ class Utilizer:
         self.max_subquestions, self.max_chars = max_subquestions, max_chars
         self.max_new_tokens, self.answer_tokens, self.temperature = max_new_tokens, answer_tokens, temperature
         self._reasoner = None
+        self.stats = {"whole": 0, "preselected": 0, "cut": 0}
 
     # -- decompose -----------------------------------------------------------------------
     def decompose(self, items: Sequence[Tuple[str, List[Structure]]]) -> List[List[str]]:
@@ -113,8 +133,19 @@ class Utilizer:
         refs = [(si, ii) for si, s in enumerate(structures) if s.kind in _SELECTABLE
                 for ii in range(len(s.items))]
         whole = [si for si, s in enumerate(structures) if s.kind not in _SELECTABLE]
+        if self.llm is not None and refs:
+            everything = _render(structures, refs, whole, float("inf"))
+            if len(everything) <= self.max_chars:   # the paper: the model reads it all
+                self.stats["whole"] += len(subquestions)
+                return [Selection(list(refs), everything) for _ in subquestions]
+            self.stats["preselected"] += len(subquestions)
+            warnings.warn(f"structured knowledge of {len(everything)} characters exceeds "
+                          f"max_chars={self.max_chars}: the model reads the top "
+                          f"{self.extract_k} items per sub-question instead",
+                          KnowledgeCutWarning, stacklevel=2)
         if not refs:
-            return [Selection([], _render(structures, [], whole, self.max_chars)) for _ in subquestions]
+            return [Selection([], _render(structures, [], whole, self.max_chars, self.stats))
+                    for _ in subquestions]
         texts = [structures[si].item_text(structures[si].items[ii]) for si, ii in refs]
         with span("encode", category="model", n=len(texts) + len(subquestions)):
             emb = self.encoder.encode(texts)
@@ -133,7 +164,7 @@ class Utilizer:
                 extra = sorted(extra, key=lambda j: (-scores[row, j], j))[:k]
                 chosen.update(extra)
                 picks += [refs[j] for j in extra]
-            out.append(Selection(picks, _render(structures, picks, whole, self.max_chars)))
+            out.append(Selection(picks, _render(structures, picks, whole, self.max_chars, self.stats)))
         return out
 
     @staticmethod
@@ -176,7 +207,7 @@ class Utilizer:
         if self.llm is not None:
             prompts = [infer_messages(q, subqs, [s.text for s in sels]) for q, subqs, sels, _ in items]
             replies, errs = generate_isolated(self.llm, prompts, self.answer_tokens, self.temperature)
-            return [errs[i] if i in errs else _first_line(r) for i, r in enumerate(replies)]
+            return [errs[i] if i in errs else _final_answer(r) for i, r in enumerate(replies)]
         return [self._infer_offline(q, sels, ss) for q, _, sels, ss in items]
 
     def _infer_offline(self, question: str, sels: Sequence[Selection], structures: Sequence[Structure]) -> str:
@@ -219,15 +250,15 @@ def _main_kind(structures: Sequence[Structure]) -> str:
     return max(dict.fromkeys(kinds), key=kinds.count) if kinds else "text"
 
 
-def _first_line(text: str) -> str:
-    for ln in (text or "").strip().splitlines():
-        ln = ln.strip()
-        if ln:
-            for prefix in ("answer:", "final answer:"):
-                if ln.casefold().startswith(prefix):
-                    ln = ln[len(prefix):].strip()
-            return ln
-    return ""
+def _final_answer(text: str) -> str:
+    """The model's answer: its reply stripped, less a leading "Answer:" / "Final answer:"
+    (the whole reply, not its first line: lists and explanations stay)."""
+    ans = (text or "").strip()
+    for prefix in ("final answer:", "answer:"):
+        if ans.casefold().startswith(prefix):
+            ans = ans[len(prefix):].strip()
+            break
+    return ans
 
 
-__all__ = ["Utilizer", "Selection"]
+__all__ = ["Utilizer", "Selection", "KnowledgeCutWarning"]
