@@ -8,14 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 
+from .aligner import PAPER_TRAINING  # light: torch is imported only when training
+
 
 def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument(f"--{prefix}epochs", type=int, default=2, help="aligner training epochs")
+    p.add_argument(f"--{prefix}epochs", type=int, default=PAPER_TRAINING["epochs"], help="aligner training epochs (paper: 10)")
     p.add_argument(f"--{prefix}max-steps", type=int, default=None, help="stop training after this many steps")
-    p.add_argument(f"--{prefix}train-batch", type=int, default=8, help="pairs per training step")
-    p.add_argument(f"--{prefix}lr", type=float, default=3e-5)
-    p.add_argument(f"--{prefix}temperature", type=float, default=0.05, help="contrastive loss tau")
-    p.add_argument(f"--{prefix}max-negatives", type=int, default=15)
+    p.add_argument(f"--{prefix}train-batch", type=int, default=PAPER_TRAINING["batch_size"], help="pairs per training step (paper: 64)")
+    p.add_argument(f"--{prefix}lr", type=float, default=PAPER_TRAINING["lr"])
+    p.add_argument(f"--{prefix}temperature", type=float, default=PAPER_TRAINING["temperature"], help="contrastive loss tau (paper: 0.01)")
+    p.add_argument(f"--{prefix}max-negatives", type=int, default=PAPER_TRAINING["max_negatives"])
     p.add_argument(f"--{prefix}seed", type=int, default=0)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validate import check_int_arg
 from ..gear import _pad, dense_rankings, recall_at_k
-from .aligner import train_aligner
+from .aligner import PAPER_TRAINING, train_aligner
 from .loop import KiRAG
 from .silver import load_musique_chains, training_pairs
 
@@ -35,8 +35,11 @@ def _kirag_rankings(retriever, store, aligner, questions, dense, depth, K0, N, L
 
 def evaluate_kirag_musique(data_root=None, encoder=None, ks: Sequence[int] = (3, 5, 10),
                            K0: int = 10, N: int = 20, L: int = 5, folds: int = 2,
-                           epochs: int = 2, batch_size: int = 8, lr: float = 3e-5,
-                           temperature: float = 0.05, max_negatives: int = 15,
+                           epochs: int = PAPER_TRAINING["epochs"],
+                           batch_size: int = PAPER_TRAINING["batch_size"],
+                           lr: float = PAPER_TRAINING["lr"],
+                           temperature: float = PAPER_TRAINING["temperature"],
+                           max_negatives: int = PAPER_TRAINING["max_negatives"],
                            max_steps: Optional[int] = None, train: bool = True, seed: int = 0,
                            progress: bool = False) -> Dict[str, object]:
     """Rows of recall@k per system (see the module docstring) and per-fold details."""
