@@ -8,6 +8,7 @@ evaluation when rasfast.gear is installed) and ``bench select``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -138,6 +139,21 @@ def _ras_for(args):
 
 
 def _cmd_ask(args) -> int:
+    """With --json, stdout carries only the JSON (the human-readable trace goes to stderr),
+    so `rasfast ask ... --json | jq` works."""
+    if not args.json:
+        return _ask(args)
+    args.json_out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return _ask(args)
+
+
+def json_out(args):
+    """Where a command's --json output goes (stdout, also while the rest is on stderr)."""
+    return getattr(args, "json_out", None) or sys.stdout
+
+
+def _ask(args) -> int:
     if args.system and args.index:   # a knowledge index through the system registry
         from .knowledge.cli import cmd_ask
         return cmd_ask(args)
@@ -153,7 +169,7 @@ def _cmd_ask(args) -> int:
     if args.json:
         print(json.dumps([{"question": r.question, "answer": r.answer, "subqueries": r.subqueries,
                            "triples": r.step_triples, "error": None if r.error is None else vars(r.error)}
-                          for r in results], indent=1))
+                          for r in results], indent=1), file=json_out(args))
     return 0
 
 

@@ -134,3 +134,23 @@ def test_ask_with_llm_extractor_over_http(tmp_path, capsys):
         s.close()
     with pytest.raises(SystemExit, match="llm-extract"):
         main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing", "--llm-extract"])
+
+
+def test_ask_json_writes_only_json_to_stdout(tmp_path, capsys):
+    """`rasfast ask --json | jq` must parse: the human-readable trace goes to stderr."""
+    corpus = tmp_path / "c.json"
+    rows = [{"title": f"T{i}", "text": f"Entity{i} is in Place{i % 3}.",
+             "triples": [[f"Entity{i}", "located in", f"Place{i % 3}"]]} for i in range(12)]
+    corpus.write_text(json.dumps(rows))
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
+                 "--encoder", "hashing", "--num-themes", "3"]) == 0
+    capsys.readouterr()
+    for extra in (["--index", str(tmp_path / "ix"), "--system", "gear", "--scope-k", "6"],
+                  ["--dataset", "demo", "--passages", "300"],
+                  ["--system", "structrag", "--passages", "300"]):
+        assert main(["ask", "Where is Entity4 located?", "--encoder", "hashing", "--k", "3",
+                     "--json", *extra]) == 0
+        out, err = capsys.readouterr()
+        res = json.loads(out)            # the whole of stdout is the JSON
+        assert res[0]["question"] == "Where is Entity4 located?" and "answer" in res[0]
+        assert "Q: Where is Entity4 located?" in err or "Where is Entity4" in err

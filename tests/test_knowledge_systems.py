@@ -148,10 +148,10 @@ def test_cli_ask_system_and_eval_index(world, tmp_path, capsys):
     for system in ("ras", "gear"):
         assert main(["ask", q.question, "--index", str(tmp_path / "ix"), "--encoder", "hashing",
                      "--system", system, "--scope-k", "100", "--json"]) == 0
-        out = capsys.readouterr().out
-        res = json.loads(out[out.index("[\n"):])[0]
+        out, err = capsys.readouterr()
+        res = json.loads(out)[0]       # --json: stdout is only the JSON, the trace on stderr
         assert res["question"] == q.question and set(q.gold_pids) & set(res["passages"])
-        assert f"system: {system}" in out
+        assert f"system: {system}" in err
     assert main(["eval", "--index", str(tmp_path / "ix"), "--dataset", "demo", "--passages", str(N),
                  "--system", "gear", "--n", "8", "--encoder", "hashing", "--json", str(tmp_path / "m.json")]) == 0
     m = json.loads((tmp_path / "m.json").read_text())

@@ -109,7 +109,7 @@ def test_cli_ask_structrag_json(capsys):
     assert main(["ask", "--system", "structrag", "--encoder", "hashing", "--passages", "300", "--json",
                  "Who founded the company that Vedaes Dyldol works for?", "When was Mira born?"]) == 0
     out = capsys.readouterr().out
-    data = json.loads(out[out.index("\n[") + 1:])
+    data = json.loads(out)   # --json: stdout is only the JSON
     assert [d["question"] for d in data] == ["Who founded the company that Vedaes Dyldol works for?",
                                              "When was Mira born?"]
     assert all(d["error"] is None and d["structure"] in ("graph", "chunk") for d in data)

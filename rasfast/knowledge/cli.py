@@ -159,8 +159,10 @@ def cmd_ask(args) -> int:
     if getattr(args, "trace", None):
         print(f"\nChrome trace: {results[0].trace.to_chrome(args.trace)}")
     if getattr(args, "json", False):
+        from ..cli import json_out
         print(json.dumps([{"question": r.question, "answer": r.answer,
-                           "passages": [p.pid for p in r.passages]} for r in results], indent=1))
+                           "passages": [p.pid for p in r.passages]} for r in results], indent=1),
+              file=json_out(args))
     return 0
 
 

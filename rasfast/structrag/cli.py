@@ -105,7 +105,8 @@ def run_ask(args) -> int:
     """``rasfast ask --system structrag "question" ... [--dataset NAME]`` (with ``--index DIR``
     the knowledge index's system registry answers instead: rasfast.knowledge.cli)."""
     import json
-    from ..cli import _dataset, _encoder
+
+    from ..cli import _dataset, _encoder, json_out
     sr = build_for_dataset(_dataset(args.dataset, args), args, _encoder(args))
     results = sr.run_batch(args.question)
     for r in results:
@@ -115,7 +116,8 @@ def run_ask(args) -> int:
     if getattr(args, "json", False):
         print(json.dumps([{"question": r.question, "answer": r.answer, "structure": r.structure_type,
                            "subquestions": r.subquestions, "knowledge": r.knowledge,
-                           "error": None if r.error is None else vars(r.error)} for r in results], indent=1))
+                           "error": None if r.error is None else vars(r.error)} for r in results], indent=1),
+              file=json_out(args))
     return 0
 
 
