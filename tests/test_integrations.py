@@ -88,3 +88,33 @@ def test_llama_index_retriever(setup, system):
     assert [n.node.metadata["pid"] for n in ret.retrieve(QueryBundle(q.question))] == pids
     with pytest.raises(ValueError, match="k: expected"):
         RasfastRetriever(ki, k=0)
+
+
+def test_langchain_per_call_k_and_one_run_batch_per_batch(setup):
+    """invoke(query, k=n) returns n documents; batch() runs the system once for all queries."""
+    pytest.importorskip("langchain_core", reason="rasfast[langchain] extra not installed")
+    from rasfast.integrations.langchain import RasfastRetriever
+    d, q = setup
+    ki = KnowledgeIndex.load(d)
+    inner = build_system("gear", ki, encoder=ENC, k=5)
+
+    class Counting:
+        calls = []
+
+        def run_batch(self, questions):
+            self.calls.append(list(questions))
+            return inner.run_batch(questions)
+
+    sys_ = Counting()
+    ret = RasfastRetriever(kindex=ki, system=sys_, k=4)
+    assert len(ret.invoke(q.question)) == 4
+    assert len(ret.invoke(q.question, k=1)) == 1          # was: k ignored, 4 returned
+    Counting.calls.clear()
+    out = ret.batch([q.question, "Where is nothing?", q.question], k=2)
+    assert Counting.calls == [[q.question, "Where is nothing?", q.question]]   # one call
+    assert [len(x) for x in out] == [2, 2, 2]
+    assert [x.metadata["pid"] for x in out[0]] == [x.metadata["pid"] for x in out[2]]
+    import asyncio
+    assert len(asyncio.run(ret.abatch([q.question, q.question]))) == 2
+    with pytest.raises(ValueError, match="k: expected an int >= 1"):
+        ret.invoke(q.question, k=0)
