@@ -379,3 +379,38 @@ def test_reader_reads_the_top_3_documents_by_default(parts):
     assert any("Document 5:" in p for p in seen)
     with pytest.raises(ValueError, match="reader_docs"):
         from_components(ret, TRIPLES, enc, reader_docs=0)
+
+
+def test_training_negatives_come_from_the_step_retrieval_and_chains_are_reader_checked():
+    from rasfast.kirag import SilverChain, training_pairs, verify_chains
+    store = TripleStore(TRIPLES)
+    a = store.triples.index(("Alice", "born in", "Paris"))
+    b = store.triples.index(("Paris", "capital of", "France"))
+    chain = SilverChain("q1", QUESTIONS[0], [a, b], ["", ""], paragraph_pids=[0, 1])
+
+    class Retriever:
+        def __init__(self):
+            self.calls = []
+
+        def retrieve(self, queries, k):
+            self.calls.append((list(queries), k))
+            # step 1 retrieves Bob's passage, step 2 France's
+            return [[RetrievedPassage(2 if "knowledge triples" not in q else 3, "", "", 0.0)]
+                    for q in queries]
+
+    from rasfast.pipeline.types import RetrievedPassage
+    ret = Retriever()
+    pairs = training_pairs([chain], store, retriever=ret, K0=4)
+    assert len(ret.calls) == 1 and ret.calls[0][1] == 4 and len(ret.calls[0][0]) == 2  # one call
+    assert pairs[0].positive == "Alice born in Paris"
+    assert set(pairs[0].negatives) == {"Bob likes cheese", "cheese made of milk"}      # step 1's docs
+    assert set(pairs[1].negatives) == {"France currency euro"}                          # step 2's docs
+    # without a retriever: the question's own paragraphs, never the chain's triples
+    plain = training_pairs([chain], store)
+    assert set(plain[0].negatives) == {"Paris located on Seine"}
+    # the reader check keeps only the chains a reader answers from
+    good = SilverChain("q1", QUESTIONS[0], [a, b], ["", ""])
+    bad = SilverChain("q2", QUESTIONS[1], [a], [""])
+    llm = ScriptedLLM(reader={"Alice": "the answer is France", "Bob": "Paris"})
+    kept = verify_chains([good, bad], store, {"q1": ["France"], "q2": ["milk"]}, llm)
+    assert [c.qid for c in kept] == ["q1"]

@@ -12,7 +12,8 @@ from .aligner import TrainedAligner, load_aligner, save_aligner, train_aligner
 from .constructor import (ConstructorInput, Decision, HeuristicConstructor, LLMConstructor,
                           heuristic_decision)
 from .loop import KiRAG, KiRAGResult, KiRAGStep, from_components
-from .silver import AlignerPair, SilverChain, load_musique_chains, silver_chains, training_pairs
+from .silver import (AlignerPair, SilverChain, load_musique_chains, silver_chains, training_pairs,
+                     verify_chains)
 from .triples import TripleEmbeddings, TripleStore
 
 
@@ -24,5 +25,5 @@ def evaluate_kirag_musique(*args, **kwargs):
 __all__ = ["KiRAG", "KiRAGResult", "KiRAGStep", "from_components", "HeuristicConstructor",
            "LLMConstructor", "ConstructorInput", "Decision", "heuristic_decision",
            "train_aligner", "save_aligner", "load_aligner", "TrainedAligner", "AlignerPair",
-           "SilverChain", "silver_chains", "training_pairs", "load_musique_chains",
+           "SilverChain", "silver_chains", "training_pairs", "verify_chains", "load_musique_chains",
            "TripleStore", "TripleEmbeddings", "evaluate_kirag_musique"]

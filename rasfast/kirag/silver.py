@@ -14,9 +14,11 @@ How a chain is built (one per question, from data shipped in ../shared/data):
 
 Training pairs (KiRAG's aligner objective): for hop k, the query is the question plus
 " knowledge triples: " and the silver chain's first k triples, the positive is triple k, and
-the negatives are the other triples of the question's 20 paragraphs (MuSiQue's distractors,
-which is what a retriever returns for these questions), minus the chain's triples, sampled
-up to ``max_negatives`` with a fixed seed.
+the negatives are the triples of the documents a retriever returns for that query (the
+paper's candidate set; without a retriever, the question's own 20 paragraphs, MuSiQue's
+distractors), minus the chain's triples, sampled up to ``max_negatives`` with a fixed seed.
+:func:`verify_chains` keeps only the chains from which a reader LLM answers correctly, as
+the paper checks its chains.
 """
 from __future__ import annotations
 
@@ -115,17 +117,46 @@ class AlignerPair:
     negatives: List[str]
 
 
-def training_pairs(chains: Sequence[SilverChain], store: TripleStore, max_negatives: int = 15,
-                   seed: int = 0) -> List[AlignerPair]:
+def training_pairs(chains: Sequence[SilverChain], store: TripleStore, max_negatives: int = 7,
+                   seed: int = 0, retriever=None, K0: int = 10) -> List[AlignerPair]:
+    """Pairs for hop k of every chain: query = question (+ chain so far), positive = triple
+    k. Negatives: with a ``retriever``, as the paper builds them, the triples of the ``K0``
+    documents retrieved for that step's query (the candidate set the aligner ranks at that
+    step; one retriever call for all steps); without one, the triples of the question's
+    own paragraphs. Chain triples are never negatives; up to ``max_negatives`` (paper: 7)
+    are sampled with a fixed seed."""
     rng = np.random.default_rng(seed)
-    pairs = []
+    steps = []
     for c in chains:
-        pool = np.concatenate([store.passage_triples(p) for p in c.paragraph_pids] or
-                              [np.zeros(0, np.int64)])
-        pool = np.unique(pool[~np.isin(pool, c.triple_ids)])
         for k, t in enumerate(c.triple_ids):
             chain = [store.triples[i] for i in c.triple_ids[:k]]
-            query = c.question + QUERY_JOIN + chain_text(chain) if chain else c.question
-            negs = rng.choice(pool, size=min(max_negatives, len(pool)), replace=False) if len(pool) else []
-            pairs.append(AlignerPair(query, store.texts[t], [store.texts[int(i)] for i in negs]))
+            steps.append((c, t, c.question + QUERY_JOIN + chain_text(chain) if chain else c.question))
+    retrieved = None
+    if retriever is not None and steps:
+        retrieved = retriever.retrieve([q for _, _, q in steps], K0)
+    pairs = []
+    for j, (c, t, query) in enumerate(steps):
+        pids = [p.pid for p in retrieved[j]] if retrieved is not None else c.paragraph_pids
+        pool = np.concatenate([store.passage_triples(p) for p in pids] or [np.zeros(0, np.int64)])
+        pool = np.unique(pool[~np.isin(pool, c.triple_ids)])
+        negs = rng.choice(pool, size=min(max_negatives, len(pool)), replace=False) if len(pool) else []
+        pairs.append(AlignerPair(query, store.texts[t], [store.texts[int(i)] for i in negs]))
     return pairs
+
+
+def verify_chains(chains: Sequence[SilverChain], store: TripleStore,
+                  answers: Dict[str, Sequence[str]], reader, max_new_tokens: int = 32
+                  ) -> List[SilverChain]:
+    """The chains from which ``reader`` (a rasfast.llm backend) answers the question
+    correctly -- the paper keeps a TRACE chain only when a reader answers from it. The
+    reader sees the question and the chain's triples; its answer must contain a gold answer
+    (``golden_match``). One batched call; a failed prompt drops its chain."""
+    from ..llm.isolated import check_llm, generate_isolated
+    from ..pipeline.metrics import golden_match
+    from .prompts import parse_answer, reader_prompt
+    check_llm(reader, "reader")
+    prompts = [reader_prompt(c.question, [store.triples[i] for i in c.triple_ids], ())
+               for c in chains]
+    replies, _ = generate_isolated(reader, prompts, max_new_tokens)
+    return [c for c, r in zip(chains, replies)
+            if r is not None and golden_match(parse_answer(r) or "", list(answers.get(c.qid, ()))) > 0]
