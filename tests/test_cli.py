@@ -154,3 +154,14 @@ def test_ask_json_writes_only_json_to_stdout(tmp_path, capsys):
         res = json.loads(out)            # the whole of stdout is the JSON
         assert res[0]["question"] == "Where is Entity4 located?" and "answer" in res[0]
         assert "Q: Where is Entity4 located?" in err or "Where is Entity4" in err
+
+
+def test_exit_codes_separate_bad_usage_from_failures(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:          # argparse: bad usage
+        main(["index", "build", "--no-such-option"])
+    assert e.value.code == 2
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"title": "a", "text": "x"}\nnot json\n')
+    assert main(["index", "build", "--corpus", str(bad), "--out", str(tmp_path / "ix"),
+                 "--encoder", "hashing", "--no-progress"]) == 1   # a failure, said on stderr
+    assert "index build failed" in capsys.readouterr().err

@@ -85,7 +85,7 @@ def cmd_add(args) -> int:
                                      retry_unparsed=args.retry_unparsed, progress=args.progress)
     except _errors() as e:
         print(f"index add failed: {e}", file=sys.stderr)
-        return 2
+        return 1   # a failure (bad usage exits 2, from argparse)
     _report("index now holds", rep)
     return 0
 
@@ -106,7 +106,7 @@ def cmd_build(args) -> int:
                                     progress=args.progress)
     except _errors() as e:
         print(f"index build failed: {e}", file=sys.stderr)
-        return 2
+        return 1   # a failure (bad usage exits 2, from argparse)
     _report("indexed", rep)
     return 0
 
