@@ -42,13 +42,18 @@ def test_index_build_and_ask(tmp_path, capsys):
         main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "minilm"])
 
 
-def test_index_keeps_triples_and_scopes(tmp_path, capsys):
+def _build_entity_index(tmp_path):
+    """`rasfast index build` over 12 passages "EntityN is in PlaceN%3." with their triples."""
     corpus = tmp_path / "c.json"
     rows = [{"title": f"T{i}", "text": f"Entity{i} is in Place{i % 3}.",
              "triples": [[f"Entity{i}", "located in", f"Place{i % 3}"]]} for i in range(12)]
     corpus.write_text(json.dumps(rows))
     assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
                  "--encoder", "hashing", "--num-themes", "3"]) == 0
+
+
+def test_index_keeps_triples_and_scopes(tmp_path, capsys):
+    _build_entity_index(tmp_path)
     assert "with triples" in capsys.readouterr().out
     assert main(["ask", "Where is Entity4 located?", "--index", str(tmp_path / "ix"), "--encoder",
                  "hashing", "--scope-k", "6", "--k", "3", "--json"]) == 0
@@ -138,12 +143,7 @@ def test_ask_with_llm_extractor_over_http(tmp_path, capsys):
 
 def test_ask_json_writes_only_json_to_stdout(tmp_path, capsys):
     """`rasfast ask --json | jq` must parse: the human-readable trace goes to stderr."""
-    corpus = tmp_path / "c.json"
-    rows = [{"title": f"T{i}", "text": f"Entity{i} is in Place{i % 3}.",
-             "triples": [[f"Entity{i}", "located in", f"Place{i % 3}"]]} for i in range(12)]
-    corpus.write_text(json.dumps(rows))
-    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
-                 "--encoder", "hashing", "--num-themes", "3"]) == 0
+    _build_entity_index(tmp_path)
     capsys.readouterr()
     for extra in (["--index", str(tmp_path / "ix"), "--system", "gear", "--scope-k", "6"],
                   ["--dataset", "demo", "--passages", "300"],
