@@ -45,14 +45,13 @@ from ._validate import (check_choice, check_dim, check_finite, check_float, chec
                         check_rank)
 
 SCOPES = ("per_shard", "global")
+METRICS = ("l2", "ip")
 
 
 class IndexConflictError(ValueError):
     """A save into a directory that another handle or process committed to after this
     handle loaded (or last saved) it; nothing was written."""
 
-
-METRICS = ("l2", "ip")
 
 _DTYPES = _store.DTYPES
 _dtype_name = _store.dtype_name
@@ -349,7 +348,7 @@ class ThemeIndex:
         """
         d = pathlib.Path(directory)
         with self._write_lock, _durable.DirLock(d):
-            manifest = self._commit(d, publish=True)
+            self._commit(d, publish=True)
         return d
 
     def _commit(self, d: pathlib.Path, publish: bool = True,
