@@ -9,6 +9,8 @@ travels as its raw 16-bit pattern). The CUDA module takes raw device pointers:
 """
 from __future__ import annotations
 
+import contextlib
+
 import warnings
 from typing import Any, Tuple
 
@@ -83,5 +85,15 @@ def device_ptr(t: torch.Tensor) -> int:
 
 
 def cuda_stream(device: torch.device) -> int:
-    """Handle of the current torch CUDA stream on ``device`` (kernels are ordered with torch work)."""
+    """Handle of the current torch CUDA stream on ``device`` (kernels are ordered with torch work);
+    0 for CPU tensors, which reach the CUDA kernels only under the emulator (RASFAST_CUDA_EMU=1)."""
+    if device.type != "cuda":
+        return 0
     return torch.cuda.current_stream(device).cuda_stream
+
+
+def device_guard(device: torch.device):
+    """``torch.cuda.device(device)`` for CUDA tensors; nothing for the emulator's CPU tensors."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)

@@ -8,6 +8,12 @@ Four implementations stand behind every op:
 - ``triton`` : Triton kernels in ``rasfast.kernels``; on a GPU, or on the CPU only under
   ``TRITON_INTERPRET=1`` (set before the kernel module is imported; slow, for tests).
 
+CUDA emulation: with ``RASFAST_CUDA_EMU=1`` in the environment, ``backend="cuda"`` runs the
+same CUDA sources compiled for the CPU emulator (``rasfast._cuda_emu``, csrc/emu/) on CPU
+tensors, through the same host code, argument checks, launch configuration, scratch
+allocation and cub calls as on a GPU. It proves logic, barriers, the warp protocol and
+bounds, not speed; ``auto`` never picks it.
+
 ``backend="auto"`` picks ``cpu`` for CPU tensors. For GPU tensors it picks ``cuda`` when the
 CUDA module imports, can use the device (its statically linked runtime needs a new enough
 driver) and the call is within the CUDA kernel's limits (``CUDA_LIMITS``); otherwise the next
@@ -49,7 +55,24 @@ def cpu_module() -> ModuleType:
     return mod
 
 
+def cuda_emulated() -> bool:
+    """True when ``RASFAST_CUDA_EMU`` is set (not empty or ``0``): backend ``cuda`` then runs
+    the CUDA kernels on the CPU emulator, on CPU tensors. Read at every call."""
+    return os.environ.get("RASFAST_CUDA_EMU", "0") not in ("", "0")
+
+
+def _cuda_module_name() -> str:
+    return "rasfast._cuda_emu" if cuda_emulated() else "rasfast._cuda"
+
+
 def cuda_module() -> ModuleType:
+    if cuda_emulated():
+        mod, err = _import("rasfast._cuda_emu")
+        if mod is None:
+            raise BackendUnavailable(
+                "RASFAST_CUDA_EMU=1: backend 'cuda' needs rasfast._cuda_emu (the CUDA sources "
+                f"built for the CPU emulator), which failed to import ({err}); reinstall rasfast")
+        return mod  # scratch comes from the module's own (host) pool
     mod, err = _import("rasfast._cuda")
     if mod is None:
         raise BackendUnavailable(
@@ -97,14 +120,16 @@ CUDA_LIMITS: Dict[str, str] = {
 
 
 def cuda_attr(name: str, default=None):
-    """An attribute of rasfast._cuda (a kernel limit), or ``default`` when it is not built."""
-    mod, _ = _import("rasfast._cuda")
+    """An attribute of rasfast._cuda (a kernel limit), or ``default`` when it is not built
+    (of rasfast._cuda_emu under RASFAST_CUDA_EMU=1)."""
+    mod, _ = _import(_cuda_module_name())
     return getattr(mod, name, default) if mod is not None else default
 
 
 def cuda_unusable_reason() -> Optional[str]:
-    """None when rasfast._cuda imports and its runtime can use a device; else why not."""
-    mod, err = _import("rasfast._cuda")
+    """None when rasfast._cuda imports and its runtime can use a device; else why not.
+    Under RASFAST_CUDA_EMU=1: None when rasfast._cuda_emu imports."""
+    mod, err = _import(_cuda_module_name())
     if mod is None:
         return err
     try:
@@ -147,16 +172,18 @@ def backends() -> Dict[str, Dict[str, object]]:
     mod, err = _import("rasfast._C")
     out["cpu"] = {"available": mod is not None, "reason": err,
                   "threads": mod.omp_max_threads() if mod is not None else 0}
-    cmod, cerr = _import("rasfast._cuda")
+    emu = cuda_emulated()
+    cmod, cerr = _import(_cuda_module_name())
     devices = _cuda_device_count()
     if cmod is None:
         reason = cerr
-    elif not devices:
+    elif not devices and not emu:
         reason = "no CUDA device visible to torch"
     else:
         reason = cuda_unusable_reason()
-    out["cuda"] = {"available": cmod is not None and devices > 0 and reason is None,
-                   "built": cmod is not None, "device_count": devices, "reason": reason,
+    out["cuda"] = {"available": cmod is not None and (devices > 0 or emu) and reason is None,
+                   "built": cmod is not None, "emulated": emu, "device_count": devices,
+                   "reason": reason,
                    "runtime_version": cmod.runtime_version() if cmod is not None else None,
                    "limits": dict(CUDA_LIMITS), "limit_values": _cuda_limit_values(cmod)}
     tri, terr = _import("triton")
@@ -202,7 +229,11 @@ def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = Tru
         cpu_module()
     elif backend == "cuda":
         cuda_module()
-        if not on_gpu:
+        if cuda_emulated():
+            if on_gpu:
+                raise ValueError(f"{op}: RASFAST_CUDA_EMU=1 runs backend 'cuda' on the CPU "
+                                 f"emulator, which needs CPU tensors, got tensors on {device}")
+        elif not on_gpu:
             if _cuda_device_count() == 0:
                 raise BackendUnavailable(f"{op}: backend 'cuda' needs a CUDA device; none is visible")
             raise ValueError(f"{op}: backend 'cuda' needs tensors on a CUDA device, got {device}")
@@ -235,5 +266,5 @@ def cuda_device_count() -> int:
 
 
 __all__ = ["BACKENDS", "BackendUnavailable", "CUDA_LIMITS", "backends", "resolve", "available",
-           "cuda_attr", "cuda_unusable_reason",
+           "cuda_attr", "cuda_unusable_reason", "cuda_emulated",
            "cpu_module", "cuda_module", "triton_kernels", "triton_interpret"]

@@ -6,7 +6,13 @@
 
 #include "common/registry.h"
 
-PYBIND11_MODULE(_cuda, m) {
+// rasfast._cuda on a GPU build; rasfast._cuda_emu when the same sources are compiled for the
+// CPU emulator (csrc/emu).
+#ifndef RASFAST_CUDA_MODULE_NAME
+#define RASFAST_CUDA_MODULE_NAME _cuda
+#endif
+
+PYBIND11_MODULE(RASFAST_CUDA_MODULE_NAME, m) {
   m.doc() = "rasfast CUDA kernels. Entry points take raw device pointers and a stream handle.";
   m.def("device_count", []() {
     int n = 0;
@@ -21,5 +27,10 @@ PYBIND11_MODULE(_cuda, m) {
     return n > 0 ? "ok" : "no CUDA device";
   });
   m.def("runtime_version", []() { int v = 0; cudaRuntimeGetVersion(&v); return v; });
+#ifdef RASFAST_CUDA_EMU
+  m.attr("emulated") = true;  // kernels run on the CPU emulator (csrc/emu), on host memory
+#else
+  m.attr("emulated") = false;
+#endif
   rasfast::run_binding_registry(m);
 }

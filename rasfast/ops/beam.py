@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import dispatch as _bk
-from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
 from .._validate import (check_choice, check_finite, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
@@ -358,7 +358,7 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     counts = torch.empty(B, dtype=torch.int64, device=dev)
     scratch = torch.empty((max(B, 1), 2, b, D), dtype=torch.float32, device=dev)
     err = torch.zeros(2, dtype=torch.int32, device=dev)
-    with torch.cuda.device(dev):
+    with device_guard(dev):
         mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
                         device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
                         device_ptr(q), device_ptr(qnorm), B, device_ptr(seed_ptr),

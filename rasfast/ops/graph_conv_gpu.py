@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import dispatch as _bk
-from .._arrays import DTYPE_CODES, cuda_stream, device_ptr
+from .._arrays import device_guard, DTYPE_CODES, cuda_stream, device_ptr
 from ..reference.graph_conv import graph_mean
 from .graph_conv_params import packed_node_weights
 
@@ -49,7 +49,7 @@ class Cuda:
             f = w.out_channels
             lw = _f32(norm.weight) if norm.weight is not None else torch.ones(f, device=x.device)
             lb = _f32(norm.bias) if norm.bias is not None else torch.zeros(f, device=x.device)
-        with torch.cuda.device(x.device):
+        with device_guard(x.device):
             mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code, _ptr(nodes),
                                   nodes.shape[1], _ptr(e), n, h, c, 1.0 / math.sqrt(c), _ptr(agg), stream)
             mod.graph_conv_epilogue(_ptr(agg), n, h, c, w.concat, code, _ptr(nodes), nodes.shape[1],
@@ -65,7 +65,7 @@ class Cuda:
             h = Cuda.conv_layer(h, csr, ea, w, norm, relu) if h.shape[0] else h.new_zeros((0, w.out_channels))
         g, f = gp.numel() - 1, h.shape[1]
         out = torch.empty((g, f), dtype=torch.float32, device=x.device)
-        with torch.cuda.device(x.device):
+        with device_guard(x.device):
             _bk.cuda_module().graph_conv_pool(_ptr(h.contiguous()), DTYPE_CODES[h.dtype], _ptr(gp), g, f,
                                               _ptr(out), cuda_stream(x.device))
         return out.to(x.dtype)

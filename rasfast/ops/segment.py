@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 import torch
 
 from .. import dispatch as _bk
-from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
 from .._validate import (check_dim, check_finite, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
@@ -210,7 +210,7 @@ def _topk_cuda(q, c, ptr, n, ids):
     out_i, out_s = _outputs(B, n, dev)
     scratch = torch.empty(max(M, 1), dtype=torch.float32, device=dev)
     err = torch.full((1,), _NO_ERROR, dtype=torch.int64, device=dev)
-    with torch.cuda.device(dev):
+    with device_guard(dev):
         mod.segment_topk_scores(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype], c.shape[1],
                                 device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, n,
                                 device_ptr(scratch), device_ptr(out_i), device_ptr(out_s),
@@ -229,7 +229,7 @@ def _rank_cuda(s, g, ptr, k):
     out_i, out_s = _outputs(B, k, dev)
     slot_keys = torch.full((max(2 * M, 1),), -1, dtype=torch.int64, device=dev)
     slot_vals = torch.zeros(max(2 * M, 1), dtype=torch.int32, device=dev)
-    with torch.cuda.device(dev):
+    with device_guard(dev):
         mod.segment_max_rank(device_ptr(s), device_ptr(g), device_ptr(ptr), B, k,
                              device_ptr(slot_keys), device_ptr(slot_vals), device_ptr(out_i),
                              device_ptr(out_s), cuda_stream(dev))

@@ -11,7 +11,7 @@ from typing import Tuple
 import torch
 
 from .. import dispatch as _bk
-from .._arrays import as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr, kind_of, to_kind
+from .._arrays import device_guard, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr, kind_of, to_kind
 from .._validate import check_bool_arg, check_finite, check_float, check_int_arg, check_rank
 from ..reference import select as _ref
 
@@ -81,7 +81,7 @@ def _cuda(x, k, largest, sorted):
     mod = _bk.cuda_module()
     from .._arrays import DTYPE_CODES
     out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
-    with torch.cuda.device(x.device):
+    with device_guard(x.device):
         mod.select_k(device_ptr(x), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], k, largest,
                      sorted, device_ptr(out), cuda_stream(x.device))
     return out, None

@@ -25,7 +25,7 @@ from typing import Tuple
 import torch
 
 from .. import dispatch as _bk
-from .._arrays import (DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
+from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
 from .._validate import (check_all_finite, check_choice, check_dim, check_finite, check_float,
                          check_int, check_int_arg, check_rank, check_same_device)
@@ -263,7 +263,7 @@ def _cuda_top_k_limit(k):
 
 def _scope_cuda(q, c, K, metric):
     out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
-    with torch.cuda.device(q.device):
+    with device_guard(q.device):
         _bk.cuda_module().theme_scope(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype],
                                       q.shape[0], c.shape[0], c.shape[1], K, metric == "ip",
                                       device_ptr(out), cuda_stream(q.device))
@@ -272,7 +272,7 @@ def _scope_cuda(q, c, K, metric):
 
 def _dense_cuda(q, e, s, k):
     ids, sc = _outputs(q.shape[0], k, q.device)
-    with torch.cuda.device(q.device):
+    with device_guard(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
                                              q.shape[0], e.shape[0], e.shape[1], device_ptr(s),
                                              s.shape[1], k, device_ptr(ids), device_ptr(sc),
@@ -282,7 +282,7 @@ def _dense_cuda(q, e, s, k):
 
 def _fused_cuda(q, qe, c, e, K, k, w, metric):
     ids, sc = _outputs(q.shape[0], k, q.device)
-    with torch.cuda.device(q.device):
+    with device_guard(q.device):
         _bk.cuda_module().theme_scoped_search(
             device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype], device_ptr(qe), device_ptr(e),
             DTYPE_CODES[e.dtype], q.shape[0], c.shape[0], c.shape[1], e.shape[1], K, k, w,
