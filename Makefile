@@ -27,7 +27,7 @@ export CCACHE_BASEDIR ?= $(abspath $(CURDIR)/..)
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast bench bench-select clean
+.PHONY: install demo test test-fast test-emu bench bench-select clean
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "not slow" --timeout=900 $(PYTEST_ARGS)
+
+# the CUDA kernels on the CPU emulator (rasfast._cuda_emu), every scheduling order tested
+test-emu: $(STAMP)
+	RASFAST_CUDA_EMU=1 $(VPY) -m pytest -q -m cuda_emu --timeout=900 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only --benchmark-columns=min,median,mean,rounds

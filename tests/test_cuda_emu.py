@@ -338,3 +338,51 @@ def test_graph_pool_matches_pyg_stack(order):
         layers = [(convs[0], norms[0]), (convs[1], norms[1]), convs[2]]
         out = rasfast.graph_transformer_pool(x, ei, ea, ptr, layers, backend="cuda")
     _close(out, ref, 1e-4)
+
+
+# ------------------------------------------------------------------ degenerate launches
+# Empty batches and graphs reach the launchers with zero-sized grids unless the host code
+# returns early: on a GPU a zero grid dimension is a launch error, and so it is here.
+def test_empty_batches_every_family():
+    assert rasfast.select_k(torch.randn(0, 5), 2, backend="cuda")[0].shape == (0, 2)
+    q, qe, c, e = torch.rand(0, 7), torch.rand(0, 4), torch.rand(50, 7), torch.rand(50, 4)
+    assert rasfast.theme_scope(q, c, 3, backend="cuda").shape == (0, 3)
+    assert rasfast.theme_scoped_search(q, qe, c, e, 3, 2, backend="cuda")[0].shape == (0, 2)
+    scope = torch.zeros(0, 3, dtype=torch.long)
+    assert rasfast.scoped_dense_search(qe, e, scope, 2, backend="cuda")[0].shape == (0, 2)
+    ids, sc = segment_topk_scores(torch.rand(3, 4), torch.rand(0, 4), torch.zeros(4, dtype=torch.long), 3,
+                                  backend="cuda")
+    assert (ids == -1).all() and torch.isinf(sc).all()
+    ids, _ = segment_max_rank(torch.rand(0), torch.zeros(0, dtype=torch.long), torch.zeros(3, dtype=torch.long), 3,
+                              backend="cuda")
+    assert ids.shape == (2, 3) and (ids == -1).all()
+
+
+def test_beam_empty_batch_and_seedless_queries():
+    rng = np.random.default_rng(0)
+    p = make_problem(rng, 30, 8, 3)
+    r = rasfast.triple_beam_search(p["graph"], p["emb"], p["q"][:0], [], backend="cuda")
+    assert torch.as_tensor(r.sequences).shape[0] == 0
+    seedless = dict(p, seeds=[np.array([], dtype=np.int64)] * 3)
+    beam_same(search(seedless, "cuda"), search(seedless, "torch"))
+
+
+@pytest.mark.parametrize("b,L,D", [(64, 6, 8), (16, 3, 1024), (1, 8, 3)])
+def test_beam_wide_long_and_deep(b, L, D, order):
+    rng = np.random.default_rng(b + L + D)
+    p = make_problem(rng, 60, D, 2)
+    beam_same(search(p, "cuda", beam_width=b, max_len=L), search(p, "torch", beam_width=b, max_len=L))
+
+
+def test_graph_conv_empty_and_wide():
+    conv = _conv(8, 4, 2, edge_dim=3)
+    empty = rasfast.transformer_conv(torch.rand(0, 8), torch.zeros(2, 0, dtype=torch.long), torch.rand(0, 3), conv,
+                                     backend="cuda")
+    assert empty.shape == (0, 8)
+    out = rasfast.graph_transformer_pool(torch.rand(0, 8), torch.zeros(2, 0, dtype=torch.long), torch.rand(0, 3),
+                                         torch.zeros(4, dtype=torch.long), [conv], backend="cuda")
+    assert out.shape == (3, 8) and (out == 0).all()
+    wide = _conv(8, 300, 2, edge_dim=3)   # 300 channels: ten registers per lane
+    x, ei, ea = _graph(6, 14, 8, 3)
+    with torch.no_grad():
+        _close(rasfast.transformer_conv(x, ei, ea, wide, backend="cuda"), wide(x, ei, ea), 1e-4)

@@ -1,6 +1,8 @@
 // cuemu: CUDA on the CPU, for tests. Each CUDA thread of a block runs as a user-space fiber
 // on one OS thread; a fiber runs until it reaches a barrier, a warp collective or its end,
-// then the block's scheduler picks the next one. So barriers and warp collectives are real
+// then the block's scheduler picks the next one: lanes of the same warp first, so a warp
+// runs ahead of the others until all its lanes wait at a __syncthreads (a legal GPU
+// schedule, and the one that exposes a missing barrier). So barriers and warp collectives are real
 // rendezvous points, and code that relies on an ordering CUDA does not promise (a missing
 // __syncthreads, a lane that leaves before a shuffle) computes wrong results or stops with
 // a message naming the threads and source lines.
@@ -15,8 +17,8 @@
 // CUEMU_THREADS > 1), asynchronous stream ordering.
 //
 // Environment:
-//   CUEMU_ORDER    = forward | reverse | random   order in which runnable threads resume
-//                    after a barrier or collective (correct kernels do not depend on it)
+//   CUEMU_ORDER    = forward | reverse | random   order of the warps, of the lanes within a
+//                    warp, and of the blocks (correct kernels do not depend on it)
 //   CUEMU_SEED     = integer seed for CUEMU_ORDER=random (default 1)
 //   CUEMU_THREADS  = OS threads running blocks concurrently (default 1)
 //   CUEMU_ARCH     = 80 | 90 : the shared-memory limits checked (default 90)

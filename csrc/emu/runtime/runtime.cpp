@@ -30,6 +30,32 @@
 #ifdef CUEMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define CUEMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CUEMU_TSAN 1
+#endif
+#endif
+#ifdef CUEMU_TSAN
+// ThreadSanitizer's fiber API: each CUDA thread is a TSan fiber, and every switch through the
+// block scheduler synchronises (flag 0), so TSan reports races between blocks running on
+// different OS threads (CUEMU_THREADS > 1), not the scheduler's own hand-offs.
+extern "C" {
+void* __tsan_get_current_fiber(void);
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+}
+#endif
+
+// Exact-size host allocation (no rounding up), so that AddressSanitizer builds catch a write
+// one element past the end of a "device" buffer or a __shared__ array.
+static void* exact_alloc(size_t align, size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, align, bytes ? bytes : 1) != 0) return nullptr;
+  return p;
+}
 
 // ---- context switch (x86-64 System V; other targets use ucontext) ---------------------------
 #if defined(__x86_64__)
@@ -166,6 +192,9 @@ struct Thread {
 #ifdef CUEMU_ASAN
   void* fake_stack = nullptr;
 #endif
+#ifdef CUEMU_TSAN
+  void* tsan_fiber = nullptr;
+#endif
 };
 
 struct Warp {
@@ -206,6 +235,9 @@ struct Block {
   size_t sched_stack_size = 0;
   void* sched_fake = nullptr;
 #endif
+#ifdef CUEMU_TSAN
+  void* sched_tsan = nullptr;
+#endif
   std::string fault;
 };
 
@@ -243,6 +275,9 @@ std::string ranges(const std::vector<int>& ids) {
 // Back to the scheduler. The caller has set its state; returns when rescheduled.
 void yield_to_scheduler(Thread& t, bool final_exit = false) {
   Block& b = *t.blk;
+#ifdef CUEMU_TSAN
+  __tsan_switch_to_fiber(b.sched_tsan, 0);
+#endif
 #ifdef CUEMU_ASAN
   __sanitizer_start_switch_fiber(final_exit ? nullptr : &t.fake_stack, b.sched_stack_bottom, b.sched_stack_size);
 #endif
@@ -366,7 +401,14 @@ void resume(Block& b, Thread& t) {
   if (!t.started) {
     t.started = true;
     start_fiber(t);
+#ifdef CUEMU_TSAN
+    t.tsan_fiber = __tsan_create_fiber(0);
+#endif
   }
+#ifdef CUEMU_TSAN
+  b.sched_tsan = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(t.tsan_fiber, 0);
+#endif
 #ifdef CUEMU_ASAN
   __sanitizer_start_switch_fiber(&b.sched_fake, t.stack.lo(), t.stack.size);
 #endif
@@ -445,22 +487,36 @@ std::string run_block(const GridRun& g, uint64_t linear_block, std::mt19937_64& 
   // the tail warp's missing lanes count as exited (they never existed)
   if (n % 32) b.warps.back().exited = ~0u << (n % 32);
   b.dynamic_bytes = g.dynamic_smem;
-  b.dynamic = std::malloc(std::max<size_t>(g.dynamic_smem, 1));
+  b.dynamic = exact_alloc(16, g.dynamic_smem);
   std::memset(b.dynamic, 0xff, std::max<size_t>(g.dynamic_smem, 1));
   Block* saved_block = tl_block;
   tl_block = &b;
+  // Warp-greedy: a warp keeps running until all its lanes wait at __syncthreads or have
+  // exited, as a GPU may let one warp run far ahead of the others between barriers. So a
+  // missing __syncthreads (a warp reading what another has not written yet) shows.
+  const int nwarps = (n + 31) / 32;
   while (b.live > 0 && b.fault.empty()) {
     bool progress = false;
-    for (int i : pass_order(n, g.settings.order, rng)) {
-      Thread& t = b.threads[(size_t)i];
-      if (t.st != St::Ready) continue;
-      progress = true;
-      resume(b, t);
+    for (int w : pass_order(nwarps, g.settings.order, rng)) {
+      for (bool warp_progress = true; warp_progress && b.fault.empty();) {
+        warp_progress = false;
+        for (int l : pass_order(std::min(32, n - 32 * w), g.settings.order, rng)) {
+          Thread& t = b.threads[(size_t)(32 * w + l)];
+          if (t.st != St::Ready) continue;
+          warp_progress = progress = true;
+          resume(b, t);
+          if (!b.fault.empty()) break;
+        }
+      }
       if (!b.fault.empty()) break;
     }
     if (!progress && b.live > 0 && b.fault.empty()) b.fault = deadlock_report(b);
   }
   tl_block = saved_block;
+#ifdef CUEMU_TSAN
+  for (auto& t : b.threads)
+    if (t.tsan_fiber) __tsan_destroy_fiber(t.tsan_fiber);
+#endif
   for (void* p : b.allocations) std::free(p);
   std::free(b.dynamic);
   if (b.fault.empty()) return {};
@@ -625,7 +681,7 @@ void* shared_static(const void* site, size_t bytes, size_t align, const char* na
     kernel_fault("static (" + std::to_string(b.static_bytes) + ") + dynamic (" + std::to_string(b.dynamic_bytes) +
                  ") shared memory exceeds the device's " + std::to_string(b.smem_limit) + " bytes per block");
   const size_t al = std::max<size_t>(align, 16);
-  void* p = std::aligned_alloc(al, (std::max<size_t>(bytes, 1) + al - 1) / al * al);
+  void* p = exact_alloc(al, bytes);
   std::memset(p, 0xff, bytes);  // poisoned: a read before any write shows
   b.allocations.push_back(p);
   b.statics.emplace(site, p);
@@ -811,7 +867,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 namespace {
 // Device allocations are host allocations poisoned with 0xFF (cudaMalloc does not zero).
 void* emu_alloc(size_t bytes) {
-  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  void* p = exact_alloc(256, bytes);
   if (p) std::memset(p, 0xff, bytes);
   return p;
 }
