@@ -43,15 +43,23 @@ $(STAMP): $(NATIVE) $(PYLIST) | $(VPY)
 demo: $(STAMP)
 	$(VENV)/bin/rasfast demo
 
+# Three passes: everything but the emulated CUDA tests; the CUDA kernels on the CPU emulator
+# (rasfast._cuda_emu: the emulator's own suite, its meta-tests, and every test written for a
+# GPU device); the GPU-written tests again with threads, warps and blocks resumed in reverse
+# order (a correct kernel does not depend on it).
+EMU_RUN := RASFAST_CUDA_EMU=1 $(VPY) -m pytest -q --timeout=900
 test: $(STAMP)
-	$(VPY) -m pytest -q --timeout=900 $(PYTEST_ARGS)
+	$(VPY) -m pytest -q --timeout=900 -m "not cuda_emu" $(PYTEST_ARGS)
+	$(EMU_RUN) -m cuda_emu $(PYTEST_ARGS)
+	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest -q -m "not slow" --timeout=900 $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m "not slow and not cuda_emu" --timeout=900 $(PYTEST_ARGS)
 
 # the CUDA kernels on the CPU emulator (rasfast._cuda_emu), every scheduling order tested
 test-emu: $(STAMP)
-	RASFAST_CUDA_EMU=1 $(VPY) -m pytest -q -m cuda_emu --timeout=900 $(PYTEST_ARGS)
+	$(EMU_RUN) -m cuda_emu $(PYTEST_ARGS)
+	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only --benchmark-columns=min,median,mean,rounds

@@ -17,6 +17,11 @@ def cpu_backends(triton: bool = True):
 
 
 def gpu_backends():
+    """Backends the GPU tests compare: cuda (+ triton) on a GPU; under RASFAST_CUDA_EMU=1
+    the emulated cuda only (interpreted Triton has its own tiny-size tests)."""
+    from conftest import EMULATED
+    if EMULATED:
+        return ["cuda"]
     if not torch.cuda.is_available():
         return []
     info = rasfast.backends()

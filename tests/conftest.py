@@ -28,6 +28,20 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
 
+# Tests of the CUDA kernels run on a GPU, or with RASFAST_CUDA_EMU=1 on the CPU emulator
+# (rasfast._cuda_emu), whose backend "cuda" takes CPU tensors: such tests put their inputs
+# on GPU_DEVICE and, under emulation (EMULATED), use their small sizes. `make test` runs
+# them emulated (`RASFAST_CUDA_EMU=1 pytest -m cuda_emu`).
+EMULATED = os.environ.get("RASFAST_CUDA_EMU", "0") not in ("", "0")
+GPU_DEVICE = torch.device("cpu") if EMULATED else torch.device("cuda")
+
+
+def cuda_kernels(fn):
+    """Marks a test of the CUDA kernels: runs on a GPU or under the emulator, else skips."""
+    fn = pytest.mark.cuda_kernels(pytest.mark.cuda_emu(fn))
+    return pytest.mark.skipif(not (HAS_GPU or EMULATED),
+                              reason="needs a CUDA device (or RASFAST_CUDA_EMU=1: the CPU emulator)")(fn)
+
 
 def data_root() -> pathlib.Path:
     return pathlib.Path(os.environ.get("RASFAST_DATA", REPO.parent / "shared" / "data"))

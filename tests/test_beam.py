@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import rasfast
 from backends_util import cpu_backends, gpu_backends
-from conftest import gpu
+from conftest import GPU_DEVICE, cuda_kernels, gpu
 from rasfast.reference.beam import beam_search_python, decay_factors
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -144,7 +144,7 @@ def test_triton_matches_reference_tiny(dtype):
     assert_same(search(p, "triton", **kw), search(p, "torch", **kw))
 
 
-@gpu
+@cuda_kernels
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("max_neighbors", [None, 3])
 def test_gpu_backends_match_reference(dtype, max_neighbors):
@@ -152,20 +152,21 @@ def test_gpu_backends_match_reference(dtype, max_neighbors):
         for seed in range(5):
             rng = np.random.default_rng(seed)
             p = make_problem(rng, 80, 33, 7, dtype, idx_dtype=np.int32 if seed % 2 else np.int64)
-            pg = dict(p, graph=tuple(a.cuda() for a in p["graph"]), emb=p["emb"].cuda(),
-                      q=p["q"].cuda())
+            pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+                      q=p["q"].to(GPU_DEVICE))
             for max_len in (1, 2, 4):
                 kw = dict(beam_width=5, max_len=max_len, max_neighbors=max_neighbors)
                 assert_same(search(pg, backend, **kw), search(p, "torch", **kw))
 
 
-@gpu
+@cuda_kernels
 def test_cuda_random_floats_and_errors():
     if "cuda" not in gpu_backends():
         pytest.skip("cuda module not built")
     rng = np.random.default_rng(5)
     p = make_problem(rng, 400, 96, 32, exact=False)
-    pg = dict(p, graph=tuple(a.cuda() for a in p["graph"]), emb=p["emb"].cuda(), q=p["q"].cuda())
+    pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+              q=p["q"].to(GPU_DEVICE))
     kw = dict(beam_width=10, max_len=3, max_neighbors=20)
     assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw))
     bad = dict(pg, emb=pg["emb"].clone())

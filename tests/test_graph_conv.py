@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import gpu
+from conftest import GPU_DEVICE, cuda_kernels, gpu
 
 import rasfast
 from backends_util import cpu_backends, gpu_backends
@@ -291,7 +291,7 @@ def test_compiled_module_checks_its_buffers():
 
 # ---- GPU ---------------------------------------------------------------------------------
 
-@gpu
+@cuda_kernels
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype,rel", [(torch.float32, 1e-4), (torch.float16, 5e-3), (torch.bfloat16, 1e-2)])
@@ -302,14 +302,14 @@ def test_gpu_layer_matches_pyg(backend, dtype, rel, heads, concat, beta, edge_di
     x, ei, ea = _graph(60, 300, 32, edge_dim, hub=None)
     ei[1, :120] = 0  # a hub
     ref = _pyg(conv.to(dtype).float(), x.to(dtype).float(), ei, None if ea is None else ea.to(dtype).float())
-    dev = torch.device("cuda")
+    dev = GPU_DEVICE
     out = rasfast.transformer_conv(x.to(dev, dtype), ei.to(dev), None if ea is None else ea.to(dev, dtype),
                                    conv.to(dev, dtype), backend=backend)
-    assert out.dtype == dtype and out.is_cuda
+    assert out.dtype == dtype and out.device.type == dev.type
     _close(out.cpu(), ref, rel)
 
 
-@gpu
+@cuda_kernels
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 def test_gpu_pool_matches_pyg_stack(backend):
@@ -318,7 +318,7 @@ def test_gpu_pool_matches_pyg_stack(backend):
     norms = [torch.nn.LayerNorm(32) for _ in range(2)]
     x, ei, ea, ptr = _batch([5, 0, 9, 1, 13], 4, 24, 12)
     ref = _pyg_stack(convs, norms, x, ei, ea, ptr)
-    dev = torch.device("cuda")
+    dev = GPU_DEVICE
     layers = [(convs[0].to(dev), norms[0].to(dev)), (convs[1].to(dev), norms[1].to(dev)), convs[2].to(dev)]
     out = rasfast.graph_transformer_pool(x.to(dev), ei.to(dev), ea.to(dev), ptr.to(dev), layers,
                                          backend=backend)

@@ -12,7 +12,7 @@ from rasfast.encode import HashingEncoder
 from rasfast.index import ThemeIndex
 from rasfast.theme import KMeansThemeModel
 from backends_util import assert_topk_close
-from conftest import gpu
+from conftest import GPU_DEVICE, cuda_kernels, gpu
 from index_files import index_file
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -332,14 +332,15 @@ def test_streaming_rejects_non_finite_rows():
         idx.search(qp, qe, 40, 3, chunk_rows=8)
 
 
-@gpu
+@cuda_kernels
 @pytest.mark.parametrize("scope", ["global", "per_shard"])
 def test_gpu_index_matches_cpu_on_exact_data(scope):
     ppd, emb, qp, qe = _dyadic(3000, 8, 16, 4, seed=12)
     idx = ThemeIndex.build(emb, ppd, shards=3, normalize_ppd=False)
-    on_gpu = idx.to("cuda")
+    on_gpu = idx.to(GPU_DEVICE)
     for K, k, w in [(300, 10, 0.0), (5, 10, 0.5), (10_000, 7, 0.0)]:
-        ids, sc = on_gpu.search(qp.cuda(), qe.cuda(), K, k, scope=scope, theme_weight=w)
-        assert ids.is_cuda
+        ids, sc = on_gpu.search(qp.to(GPU_DEVICE), qe.to(GPU_DEVICE), K, k, scope=scope, theme_weight=w,
+                                backend="cuda")
+        assert ids.device.type == GPU_DEVICE.type
         _same((ids.cpu(), sc.cpu()), idx.search(qp, qe, K, k, scope=scope, theme_weight=w,
                                                 backend="cpu"))

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from backends_util import cpu_backends, gpu_backends
-from conftest import gpu
+from conftest import EMULATED, GPU_DEVICE, cuda_kernels, gpu
 
 import rasfast
 from rasfast.reference.theme_check import check_scoped_search, check_theme_scope
@@ -279,13 +279,13 @@ def test_triton_tiny(backend):
 
 
 # --------------------------------------------------------------------------- GPU
-@gpu
+@cuda_kernels
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_parity(backend, dtype):
     for case in EXACT_CASES:
         B, N, T, D, K, k = case
-        q, qe, c, e = (x.cuda() for x in int_data(B, N, T, D, dtype, seed=N))
+        q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(B, N, T, D, dtype, seed=N))
         for metric in ("l2", "ip"):
             want = ref_scope(q, c, K, metric)
             assert torch.equal(rasfast.theme_scope(q, c, K, metric, backend=backend), want)
@@ -295,7 +295,7 @@ def test_gpu_parity(backend, dtype):
             wi, ws = rasfast.scoped_dense_search(qe, e, want, k, backend="torch")
             gi, gs = rasfast.scoped_dense_search(qe, e, want, k, backend=backend)
             assert torch.equal(gi, wi) and torch.equal(gs, ws)
-    q, qe, c, e = (x.cuda() for x in float_data(5, 5000, 298, 384, dtype))
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in float_data(5, 5000, 298, 384 if not EMULATED else 64, dtype))
     gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 700, 10, 0.1, backend=backend)
     check_scoped_search(gi.cpu(), gs.cpu(), q.cpu(), qe.cpu(), c.cpu(), e.cpu(), 700, 10, 0.1)
     check_theme_scope(rasfast.theme_scope(q, c, 700, backend=backend).cpu(), q.cpu(), c.cpu(), 700)
