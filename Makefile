@@ -27,7 +27,7 @@ export CCACHE_BASEDIR ?= $(abspath $(CURDIR)/..)
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast test-emu bench bench-select clean
+.PHONY: install demo test test-fast test-emu test-asan bench bench-select clean
 
 install: $(STAMP)
 
@@ -60,6 +60,18 @@ test-fast: $(STAMP)
 test-emu: $(STAMP)
 	$(EMU_RUN) -m cuda_emu $(PYTEST_ARGS)
 	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
+
+# The emulated CUDA tests against an AddressSanitizer build of rasfast._cuda_emu (out-of-bounds
+# reads and writes of global and shared memory in the real kernels; about 5 minutes here).
+ASAN_DIR := build/asan
+test-asan: $(STAMP)
+	cmake -S . -B $(ASAN_DIR) -DRASFAST_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
+	  -DPython_EXECUTABLE=$(abspath $(VPY)) -Dpybind11_DIR=$$($(VPY) -m pybind11 --cmakedir) >/dev/null
+	cmake --build $(ASAN_DIR) --target _cuda_emu -j 2
+	LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	  RASFAST_CUDA_EMU=$$(ls $(abspath $(ASAN_DIR))/_cuda_emu*.so) \
+	  $(VPY) -m pytest -q -m cuda_emu --ignore=tests/test_cuda_emu_meta.py --capture=sys --timeout=1800 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only --benchmark-columns=min,median,mean,rounds

@@ -57,23 +57,45 @@ def cpu_module() -> ModuleType:
 
 def cuda_emulated() -> bool:
     """True when ``RASFAST_CUDA_EMU`` is set (not empty or ``0``): backend ``cuda`` then runs
-    the CUDA kernels on the CPU emulator, on CPU tensors. Read at every call."""
+    the CUDA kernels on the CPU emulator, on CPU tensors. Read at every call. The value may
+    also be the path of an emulator build to load instead of the installed one (``make
+    test-asan`` uses an AddressSanitizer build this way)."""
     return os.environ.get("RASFAST_CUDA_EMU", "0") not in ("", "0")
 
 
-def _cuda_module_name() -> str:
-    return "rasfast._cuda_emu" if cuda_emulated() else "rasfast._cuda"
+@functools.lru_cache(maxsize=None)
+def _import_file(name: str, path: str):
+    """(module, None) or (None, reason) for an extension module loaded from ``path``."""
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            return None, f"not a Python extension module: {path}"
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod, None
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _cuda_import():
+    """(module, None) or (None, reason): rasfast._cuda, or the emulator's module."""
+    if not cuda_emulated():
+        return _import("rasfast._cuda")
+    value = os.environ["RASFAST_CUDA_EMU"]
+    if value.endswith(".so"):
+        return _import_file("rasfast._cuda_emu", os.path.abspath(value))
+    return _import("rasfast._cuda_emu")
 
 
 def cuda_module() -> ModuleType:
+    mod, err = _cuda_import()
     if cuda_emulated():
-        mod, err = _import("rasfast._cuda_emu")
         if mod is None:
             raise BackendUnavailable(
-                "RASFAST_CUDA_EMU=1: backend 'cuda' needs rasfast._cuda_emu (the CUDA sources "
+                "RASFAST_CUDA_EMU: backend 'cuda' needs rasfast._cuda_emu (the CUDA sources "
                 f"built for the CPU emulator), which failed to import ({err}); reinstall rasfast")
         return mod  # scratch comes from the module's own (host) pool
-    mod, err = _import("rasfast._cuda")
     if mod is None:
         raise BackendUnavailable(
             "backend 'cuda' needs rasfast._cuda, which was not built or failed to import "
@@ -122,14 +144,14 @@ CUDA_LIMITS: Dict[str, str] = {
 def cuda_attr(name: str, default=None):
     """An attribute of rasfast._cuda (a kernel limit), or ``default`` when it is not built
     (of rasfast._cuda_emu under RASFAST_CUDA_EMU=1)."""
-    mod, _ = _import(_cuda_module_name())
+    mod, _ = _cuda_import()
     return getattr(mod, name, default) if mod is not None else default
 
 
 def cuda_unusable_reason() -> Optional[str]:
     """None when rasfast._cuda imports and its runtime can use a device; else why not.
     Under RASFAST_CUDA_EMU=1: None when rasfast._cuda_emu imports."""
-    mod, err = _import(_cuda_module_name())
+    mod, err = _cuda_import()
     if mod is None:
         return err
     try:
@@ -173,7 +195,7 @@ def backends() -> Dict[str, Dict[str, object]]:
     out["cpu"] = {"available": mod is not None, "reason": err,
                   "threads": mod.omp_max_threads() if mod is not None else 0}
     emu = cuda_emulated()
-    cmod, cerr = _import(_cuda_module_name())
+    cmod, cerr = _cuda_import()
     devices = _cuda_device_count()
     if cmod is None:
         reason = cerr

@@ -28,6 +28,7 @@
 #endif
 #endif
 #ifdef CUEMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(__SANITIZE_THREAD__)
@@ -370,6 +371,10 @@ extern "C" void cuemu_fiber_main() {
 }
 
 void start_fiber(Thread& t) {
+#ifdef CUEMU_ASAN
+  // the stack is reused: drop the redzones of the frames its last fiber left behind
+  __asan_unpoison_memory_region(t.stack.lo(), t.stack.size);
+#endif
 #if defined(__x86_64__)
   // Initial frame popped by cuemu_ctx_switch: mxcsr/fpu cw, r15..rbp, return address.
   uintptr_t top = reinterpret_cast<uintptr_t>(t.stack.hi()) & ~uintptr_t(15);
