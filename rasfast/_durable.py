@@ -1,6 +1,6 @@
 """Durable-write primitives shared by every saved index (ThemeIndex, KnowledgeIndex).
 
-The write protocol (README "Durability"; DESIGN.md section 9) is built from four pieces:
+The write protocol (docs/index.md "Durability"; DESIGN.md section 9) is built from four pieces:
 
 - :class:`DirLock` -- an ``fcntl.flock`` on ``<dir>/.lock``. Every writer (``save``, an
   in-place ``add``) holds it, so writers are serialised across processes *and* across

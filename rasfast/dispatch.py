@@ -172,7 +172,7 @@ def set_num_threads(n: int) -> None:
     """Caps the threads every CPU kernel call may use, from any Python thread; ``0`` goes
     back to the default: OpenMP's (``OMP_NUM_THREADS``, else the core count), limited at
     each call to the cores other processes leave idle. Small calls run on one thread
-    anyway (README "Threads on busy machines")."""
+    anyway (docs/ops.md "Threads on busy machines")."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected an int >= 0 (0 = the default), got {n!r}")
     cpu_module().set_num_threads(n)

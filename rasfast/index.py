@@ -8,7 +8,7 @@ manifest, raw row-major ``emb.<g>.bin`` / ``ppd.<g>.bin`` / ``pids.<g>.bin``,
 ``passages.<g>.jsonl`` and the theme model. The index grows by appended shards:
 ``index.add(...)`` appends rows as a new shard and ``save`` into the index's own directory
 writes only those rows; every save commits atomically and never rewrites committed bytes.
-Searches are thread-safe; add/save are serialised (README "Thread safety").
+Searches are thread-safe; add/save are serialised (docs/index.md "Thread safety").
 
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays, and the compiled kernels search
 the mapped files in place (a mapped file is a buffer): same code, same results as in memory.
@@ -168,7 +168,7 @@ class ThemeIndex:
         self._files: Optional[dict] = None
         self._readers: dict = {}  # open FileRows of _files, shared by every streamed search
         self._matrix_rows_on_disk = 0
-        # Thread safety (README "Thread safety"): add/save/compact hold _write_lock; add
+        # Thread safety (docs/index.md "Thread safety"): add/save/compact hold _write_lock; add
         # publishes its new arrays, lists and shards together under _state_lock, and every
         # search works on a _view() copied under that lock, so it sees before or after.
         self._write_lock = threading.RLock()
@@ -335,7 +335,7 @@ class ThemeIndex:
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
         """Writes the index into ``directory`` and commits it atomically (format version 3;
-        the protocol is in rasfast._index_store and the README's "Durability").
+        the protocol is in rasfast._index_store and docs/index.md "Durability").
 
         Into the directory this handle was loaded from or last saved to, only what is new
         since then (the shards appended by :meth:`add`) is written, after the committed

@@ -1,4 +1,4 @@
-"""A saved index is never lost, corrupted or silently wrong (issue 18; README "Durability"):
+"""A saved index is never lost, corrupted or silently wrong (issue 18; docs/index.md "Durability"):
 stale handles, two handles appending in place, saving over another index, threads adding,
 text that str.splitlines() would break, and a reader process searching while a writer
 commits. The crash tests (SIGKILL at every step of a save) are in test_index_crash.py."""
