@@ -19,7 +19,7 @@ def test_from_components_offline_on_demo_world(world):
     from rasfast.encode import HashingEncoder
     from rasfast.pipeline.metrics import golden_match
     from rasfast.pipeline.system import make_retriever
-    from rasfast.structrag.cli import triples_by_pid
+    from rasfast.structrag.system import triples_by_pid
     enc = HashingEncoder()
     ret = make_retriever("dense", world.passages, enc)
     tbp = triples_by_pid(world)

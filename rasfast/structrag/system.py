@@ -205,4 +205,12 @@ def from_components(retriever, triples_by_pid: Optional[Mapping[int, Sequence[Tr
     return StructRAG(llm, retriever, encoder=encoder, triples_by_pid=triples_by_pid, **opts)
 
 
-__all__ = ["StructRAG", "from_components", "STAGES"]
+__all__ = ["StructRAG", "from_components", "STAGES", "triples_by_pid"]
+
+
+def triples_by_pid(dataset) -> Dict[int, list]:
+    """passage id -> cleaned triples of a QADataset (empty when it has none)."""
+    from ..pipeline.parse import clean_triples
+    if getattr(dataset, "triples", None) is None:
+        return {}
+    return {p.pid: clean_triples(t) for p, t in zip(dataset.passages, dataset.triples)}

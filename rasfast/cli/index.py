@@ -58,9 +58,9 @@ def _make_llm(args):
 
 
 def _errors():
-    from .build import UnparsedError
-    from .extract import ExtractionError
-    from .journal import JournalError
+    from ..knowledge.build import UnparsedError
+    from ..knowledge.extract import ExtractionError
+    from ..knowledge.journal import JournalError
     return (ValueError, FileNotFoundError, JournalError, ExtractionError, UnparsedError)
 
 
@@ -77,7 +77,7 @@ def _report(verb: str, rep) -> None:
 
 def cmd_add(args) -> int:
     from ..pipeline.system import make_encoder
-    from .build import add_to_knowledge_index
+    from ..knowledge.build import add_to_knowledge_index
     llm = _make_llm(args)
     try:
         rep = add_to_knowledge_index(args.index, args.corpus, make_encoder(args.encoder), llm=llm,
@@ -92,7 +92,7 @@ def cmd_add(args) -> int:
 
 def cmd_build(args) -> int:
     from ..pipeline.system import make_encoder
-    from .build import build_knowledge_index
+    from ..knowledge.build import build_knowledge_index
     if args.extract_triples and not args.llm:
         raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model)")
     llm = _make_llm(args)
@@ -113,7 +113,7 @@ def cmd_build(args) -> int:
 
 def _load(args):
     from ..pipeline.system import make_encoder
-    from .index import KnowledgeIndex
+    from ..knowledge.index import KnowledgeIndex
     try:
         ki = KnowledgeIndex.load(args.index)
     except ValueError as e:
@@ -136,7 +136,7 @@ def _system(args, ki, enc):
         opts["max_iters"] = args.max_iters
     graph_encoder = None
     if getattr(args, "graph_encoder", None) and args.system in ("ras", "gear"):
-        from ..cli import _graph_encoder
+        from ._common import _graph_encoder
         graph_encoder = _graph_encoder(args, enc)
         opts["graph_encoder"] = graph_encoder
     try:
@@ -159,7 +159,7 @@ def cmd_ask(args) -> int:
     if getattr(args, "trace", None):
         print(f"\nChrome trace: {results[0].trace.to_chrome(args.trace)}")
     if getattr(args, "json", False):
-        from ..cli import json_out
+        from ._common import json_out
         print(json.dumps([{"question": r.question, "answer": r.answer,
                            "passages": [p.pid for p in r.passages]} for r in results], indent=1),
               file=json_out(args))
@@ -169,7 +169,7 @@ def cmd_ask(args) -> int:
 def cmd_eval(args) -> int:
     """Questions of --dataset answered by --system from --index (the index must hold that
     dataset's corpus in order, so gold passage ids line up)."""
-    from ..cli import _dataset
+    from ._common import _dataset
     from ..pipeline.metrics import answer_scores, recall_at_k
     ki, enc = _load(args)
     ds = _dataset(args.dataset, args)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
-from ..pipeline.parse import clean_triples
+from ..structrag.system import triples_by_pid
 
 
 def _llm(args):
@@ -23,13 +23,6 @@ def _llm(args):
     from ..llm.adapters import make_llm
     return make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
                     getattr(args, "api_key_env", None) or "OPENAI_API_KEY")
-
-
-def triples_by_pid(dataset) -> Dict[int, list]:
-    """passage id -> cleaned triples of a QADataset (empty when it has none)."""
-    if getattr(dataset, "triples", None) is None:
-        return {}
-    return {p.pid: clean_triples(t) for p, t in zip(dataset.passages, dataset.triples)}
 
 
 def print_result(r, gold: Optional[str] = None, max_lines: int = 3) -> None:
@@ -58,7 +51,7 @@ def build_for_dataset(dataset, args, encoder=None, **opts):
     """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples; ``opts``
     go to :func:`~rasfast.structrag.from_components`."""
     from ..pipeline.system import make_encoder, make_retriever
-    from .system import from_components
+    from ..structrag.system import from_components
     enc = encoder or make_encoder(args.encoder)
     ret = make_retriever(getattr(args, "retriever", "dense"), dataset.passages, enc, dataset=dataset)
     return from_components(ret, triples_by_pid(dataset), ret.encoder, _llm(args), k=args.k, **opts)
@@ -69,7 +62,7 @@ DEMO_KG_HOPS, DEMO_EXTRACT_K = 1, 16
 
 def run_demo(args) -> int:
     """The demo world, StructRAG over it, answers and the per-stage table."""
-    from ..cli import _dataset, _encoder
+    from ._common import _dataset, _encoder
     from ..pipeline.metrics import golden_match
     from ..profile import Trace
     t0 = time.perf_counter()
@@ -103,10 +96,10 @@ def run_demo(args) -> int:
 
 def run_ask(args) -> int:
     """``rasfast ask --system structrag "question" ... [--dataset NAME]`` (with ``--index DIR``
-    the knowledge index's system registry answers instead: rasfast.knowledge.cli)."""
+    the knowledge index's system registry answers instead: rasfast.cli.index)."""
     import json
 
-    from ..cli import _dataset, _encoder, json_out
+    from ._common import _dataset, _encoder, json_out
     sr = build_for_dataset(_dataset(args.dataset, args), args, _encoder(args))
     results = sr.run_batch(args.question)
     for r in results:

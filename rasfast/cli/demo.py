@@ -19,6 +19,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from ._common import _dataset, _encoder, _llm_components
+
 
 def _backend(op: str) -> str:
     import torch
@@ -128,8 +130,8 @@ def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> in
     from ..pipeline.metrics import golden_match
     from ..profile import Trace
     from ..systems import build_system
-    from .extract import corpus_record
-    from .index import KnowledgeIndex
+    from ..knowledge.extract import corpus_record
+    from ..knowledge.index import KnowledgeIndex
 
     t0 = time.perf_counter()
     n = len(world.passages)
@@ -166,7 +168,7 @@ def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> in
              [q for q in world.questions if q.type.startswith("3hop")][: args.questions // 2]
         trace = Trace("rasfast demo")
         results = system.run_batch([q.question for q in qs], trace=trace)
-        from ..cli import _print_result
+        from ._common import _print_result
         for q, r in zip(qs, results):
             _print_result(r.detail, q.answer)
         correct = sum(golden_match(r.answer or "", q.answers) for q, r in zip(qs, results))
@@ -190,6 +192,22 @@ def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> in
         print(f"\nChrome trace: {path} (open in https://ui.perfetto.dev or chrome://tracing); "
               f"total {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _cmd_demo(args) -> int:
+    """The demo world's knowledge index + RAS with theme scoping, GEAR expansion and the graph
+    encoder (run_demo above), or StructRAG with --system structrag."""
+    if args.system == "structrag":
+        from .structrag import run_demo as run_structrag_demo
+        return run_structrag_demo(args)
+    if args.retriever == "faiss":
+        raise SystemExit("demo: --retriever dense|gear (the demo searches its knowledge index)")
+    world = _dataset("demo", args)
+    print(f"demo world (seed {args.seed}): {len(world.passages)} passages, "
+          f"{sum(len(t) for t in world.triples)} gold triples, {len(world.questions)} questions")
+    enc = _encoder(args)
+    planner, answerer = _llm_components(args)
+    return run_demo(args, world, enc, None if planner is None else (planner, answerer))
 
 
 __all__ = ["run_demo", "stage_kernels", "stage_table", "kernel_speedups", "annotate"]

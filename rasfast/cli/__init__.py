@@ -1,0 +1,10 @@
+"""The ``rasfast`` command line.
+
+Subcommands: ``demo`` (what ``make demo`` runs: the full RAS loop over a generated offline
+corpus), ``index build`` (rasfast.knowledge), ``ask`` (``--system`` runs a registered system
+from a knowledge index), ``profile``, ``eval`` (``eval gear`` for GEAR's MuSiQue
+evaluation when rasfast.gear is installed) and ``bench select``.
+"""
+from .main import build_parser, main
+
+__all__ = ["build_parser", "main"]

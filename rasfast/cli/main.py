@@ -1,0 +1,84 @@
+"""The ``rasfast`` parser: every command group wired to its module."""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from typing import List, Optional
+
+from ._common import DATASETS, _loop_args
+from .ask import _cmd_ask
+from .demo import _cmd_demo
+from .evaluate import _cmd_eval
+from .profile import _cmd_bench, _cmd_profile
+
+_DESCRIPTION = "The rasfast command line."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rasfast", description=_DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="the RAS loop on a generated offline multi-hop corpus")
+    # hashing by default: no model load, so `make demo` takes seconds on a 2-core machine
+    _loop_args(d, dataset=False, encoder="hashing")
+    d.add_argument("--questions", type=int, default=6, help="questions to answer (half 2-hop, half 3-hop)")
+    d.add_argument("--system", default="ras", choices=["ras", "structrag"], help="which system the demo runs")
+    d.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "rasfast_demo_trace.json"),
+                   help="Chrome trace output path (default: in the temp directory)")
+    d.add_argument("--scope-k", type=int, default=None, help="theme scope size K (default: N/4)")
+    d.add_argument("--index-dir", default=None, help="keep the demo's knowledge index here")
+    # the library's own path by default: GEAR expansion as the retriever, the GNN graph encoder
+    d.set_defaults(func=_cmd_demo, retriever="gear", graph_encoder="gnn")
+
+    ix = sub.add_parser("index", help="index tools")
+    ixs = ix.add_subparsers(dest="index_command", required=True)
+    from .index import add_index_parsers   # index build (resumable) and index add
+    add_index_parsers(ixs)
+
+    a = sub.add_parser("ask", help="answer questions with the loop")
+    a.add_argument("question", nargs="+")
+    _loop_args(a)
+    a.add_argument("--max-triples", type=int, default=6)
+    a.add_argument("--trace", default=None, help="write a Chrome trace here")
+    a.add_argument("--json", action="store_true", help="also print the results as JSON")
+    a.add_argument("--system", default=None, choices=["ras", "gear", "kirag", "structrag"],
+                   help="with --index: the system that answers from the knowledge index (rasfast.systems); "
+                        "without --index only structrag, over --dataset's corpus")
+    a.set_defaults(func=_cmd_ask)
+
+    pr = sub.add_parser("profile", help="per-stage latency of the loop over N questions")
+    _loop_args(pr)
+    pr.add_argument("--n", type=int, default=100)
+    pr.add_argument("--batch", type=int, default=100)
+    pr.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rasfast_profile"),
+                    help="directory for the trace JSON and chart PNG (default: in the temp directory)")
+    pr.add_argument("--no-warmup", dest="warmup", action="store_false")
+    pr.set_defaults(func=_cmd_profile)
+
+    e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
+    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag"])
+    _loop_args(e, dataset=False)
+    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "all"))
+    e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
+    e.add_argument("--batch", type=int, default=32)
+    e.add_argument("--json", default=None, help="write metrics as JSON here")
+    e.add_argument("--index", default=None, help="a knowledge index of --dataset's corpus")
+    e.add_argument("--system", default="ras", help="with --index: ras|gear|kirag|structrag")
+    e.add_argument("--scope-k", type=int, default=None, help="with --index: theme scope size K")
+    e.set_defaults(func=_cmd_eval)
+    from .kirag import add_eval_args, add_parser as add_kirag_parser
+    add_eval_args(e)
+    add_kirag_parser(sub)
+
+    bn = sub.add_parser("bench", help="quick timing tables")
+    bn.add_argument("what", choices=["select"])
+    bn.add_argument("--batch", type=int, default=16)
+    bn.add_argument("--n", type=int, default=1_000_000)
+    bn.set_defaults(func=_cmd_bench)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The package's internal import graph: which rasfast module imports which, the layer of each
+top-level part, imports that run back up a layer, and circles.
+
+    python tools/import_graph.py            # a summary
+    python tools/import_graph.py --json     # the graph as JSON
+
+Only ``rasfast.*`` imports written in the source count (module level and inside functions),
+resolved to the top-level part they name: ``rasfast/kirag/loop.py`` importing
+``..pipeline.types`` is an edge kirag -> pipeline. Layers are listed in LAYERS (top first); a
+module's part is its first path component under rasfast/ (``systems/kirag`` for the systems
+folder).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "rasfast"
+
+
+def part_of(mod: str) -> str:
+    """'rasfast.systems.kirag.loop' -> 'systems.kirag'; 'rasfast.ops.select' -> 'ops'."""
+    bits = mod.split(".")[1:]
+    if not bits:
+        return "rasfast"
+    if bits[0] in ("systems", "index") and len(bits) > 1 and (ROOT / bits[0] / bits[1]).is_dir():
+        return ".".join(bits[:2])
+    return bits[0]
+
+
+def modules():
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), p
+
+
+def imports(mod: str, path: Path):
+    tree = ast.parse(path.read_text())
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("rasfast"):
+                    yield a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[:len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.startswith("rasfast"):
+                if node.module is None or name == "rasfast":
+                    for a in node.names:
+                        yield f"{name}.{a.name}"
+                else:
+                    yield name
+
+
+def graph():
+    edges = defaultdict(set)
+    for mod, path in modules():
+        src = part_of(mod)
+        for target in imports(mod, path):
+            dst = part_of(target)
+            if dst != src and dst != "rasfast":
+                edges[src].add(dst)
+    return edges
+
+
+def cycles(edges):
+    out, seen = [], set()
+
+    def dfs(node, stack):
+        for nxt in sorted(edges.get(node, ())):
+            if nxt in stack:
+                cyc = stack[stack.index(nxt):] + [nxt]
+                key = frozenset(cyc)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(cyc)
+            elif len(stack) < 12:
+                dfs(nxt, stack + [nxt])
+    for n in sorted(edges):
+        dfs(n, [n])
+    return out
+
+
+def main(argv):
+    edges = graph()
+    if "--json" in argv:
+        print(json.dumps({k: sorted(v) for k, v in sorted(edges.items())}, indent=1))
+        return 0
+    parts = sorted(set(edges) | {d for v in edges.values() for d in v})
+    print(f"{len(parts)} parts, {sum(len(v) for v in edges.values())} edges")
+    for k in sorted(edges):
+        print(f"  {k:22s} -> {', '.join(sorted(edges[k]))}")
+    cyc = cycles(edges)
+    print(f"circles: {len(cyc)}")
+    for c in cyc:
+        print("  " + " -> ".join(c))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
