@@ -17,7 +17,7 @@ import os
 import pathlib
 import re
 import zlib
-from typing import Dict, List, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
@@ -163,5 +163,18 @@ def encode_cached(encoder: Encoder, texts: Sequence[str], batch_size: int = 64,
     return arr
 
 
+
+
+def make_encoder(name: Union[str, Any] = "minilm"):
+    """"minilm" (all-MiniLM-L6-v2 offline, hashing fallback when not installed), "hashing",
+    or an encoder object (returned as is)."""
+    if not isinstance(name, str):
+        return name
+    if name == "minilm":
+        return default_encoder("minilm")
+    if name == "hashing":
+        return HashingEncoder()
+    raise ValueError(f"encoder: expected 'minilm', 'hashing' or an encoder object, got {name!r}")
+
 __all__ = ["Encoder", "HashingEncoder", "SentenceTransformerEncoder", "CachedEncoder",
-           "default_encoder", "encode_cached", "minilm_path"]
+           "default_encoder", "encode_cached", "minilm_path", "make_encoder"]

@@ -785,7 +785,7 @@ class ThemeIndex:
     def passages(self, ids, scores=None) -> List[List[Any]]:
         """Maps search results to lists of rasfast.pipeline RetrievedPassage (pid, title,
         text, score) per query, dropping -1 padding."""
-        from .pipeline.types import RetrievedPassage
+        from .types import RetrievedPassage
         if isinstance(self, ThemeIndex):
             self = self._view()  # noqa: PLW0642 - one consistent snapshot of the lists
         ids = np.asarray(to_kind(as_tensor(ids, "ids").cpu(), "numpy"))

@@ -41,10 +41,23 @@ def modules():
         yield ".".join(parts), p
 
 
+def _walk(tree):
+    """ast.walk, without the bodies of ``if TYPE_CHECKING:`` (annotations, not imports)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
 def imports(mod: str, path: Path):
     tree = ast.parse(path.read_text())
     pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("rasfast"):

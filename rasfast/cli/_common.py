@@ -20,7 +20,7 @@ def _dataset(name: str, args):
 
 
 def _encoder(args):
-    from ..pipeline.system import make_encoder
+    from ..encode import make_encoder
     enc = make_encoder(args.encoder)
     if args.encoder == "minilm" and enc.name.startswith("hashing"):
         print("note: all-MiniLM-L6-v2 not installed; using the hashing encoder", file=sys.stderr)
@@ -63,7 +63,7 @@ def _llm_extractor(args):
 
 
 def _print_result(r, gold: Optional[str] = None, max_triples: int = 4) -> None:
-    from ..pipeline.parse import format_triples
+    from ..parse import format_triples
     print(f"\nQ: {r.question}")
     for i, sq in enumerate(r.subqueries):
         tri = r.step_triples[i] if i < len(r.step_triples) else []

@@ -76,7 +76,7 @@ def _report(verb: str, rep) -> None:
 
 
 def cmd_add(args) -> int:
-    from ..pipeline.system import make_encoder
+    from ..encode import make_encoder
     from ..knowledge.build import add_to_knowledge_index
     llm = _make_llm(args)
     try:
@@ -91,7 +91,7 @@ def cmd_add(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from ..pipeline.system import make_encoder
+    from ..encode import make_encoder
     from ..knowledge.build import build_knowledge_index
     if args.extract_triples and not args.llm:
         raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model)")
@@ -112,7 +112,7 @@ def cmd_build(args) -> int:
 
 
 def _load(args):
-    from ..pipeline.system import make_encoder
+    from ..encode import make_encoder
     from ..knowledge.index import KnowledgeIndex
     try:
         ki = KnowledgeIndex.load(args.index)

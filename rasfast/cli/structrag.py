@@ -50,7 +50,8 @@ def print_result(r, gold: Optional[str] = None, max_lines: int = 3) -> None:
 def build_for_dataset(dataset, args, encoder=None, **opts):
     """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples; ``opts``
     go to :func:`~rasfast.structrag.from_components`."""
-    from ..pipeline.system import make_encoder, make_retriever
+    from ..encode import make_encoder
+    from ..pipeline.system import make_retriever
     from ..structrag.system import from_components
     enc = encoder or make_encoder(args.encoder)
     ret = make_retriever(getattr(args, "retriever", "dense"), dataset.passages, enc, dataset=dataset)

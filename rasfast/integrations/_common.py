@@ -10,7 +10,7 @@ def make_system(kindex, system, encoder, llm, opts: Dict[str, Any]):
     if isinstance(system, str):
         from ..systems import build_system
         if encoder is None:
-            from ..pipeline.system import make_encoder
+            from ..encode import make_encoder
             name = kindex.encoder_name or ""
             encoder = make_encoder("hashing" if name.startswith("hashing") else "minilm")
         return build_system(system, kindex, encoder=encoder, llm=llm, **opts)

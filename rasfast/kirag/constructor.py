@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Protocol, Sequence
 
 from ..llm.isolated import generate_isolated
-from ..pipeline.types import Triple
+from ..types import Triple
 from .prompts import constructor_prompt, parse_constructor
 from .triples import entities
 

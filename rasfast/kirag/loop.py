@@ -29,7 +29,7 @@ from .._validate import check_int_arg, check_questions
 from ..llm.isolated import generate_isolated
 from ..ops.segment import segment_max_rank, segment_topk_scores
 from ..profile import Trace, span
-from ..pipeline.types import RetrievedPassage, Triple
+from ..types import RetrievedPassage, Triple
 from .constructor import ConstructorInput, Decision, HeuristicConstructor, LLMConstructor
 from .prompts import parse_answer, reader_prompt
 from .triples import TripleEmbeddings, TripleStore, chain_text

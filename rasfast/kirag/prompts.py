@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..pipeline.qgraph import normalize_entity
-from ..pipeline.types import RetrievedPassage, Triple
+from ..types import RetrievedPassage, Triple
 from .triples import chain_text
 
 ANSWER_MARK = "the answer is"

@@ -12,9 +12,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..pipeline.parse import clean_triples
+from ..parse import clean_triples
 from ..pipeline.qgraph import normalize_entity
-from ..pipeline.types import Triple
+from ..types import Triple
 
 
 def triple_text(t: Triple) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from ..llm.base import PartialBatchError
 from ..llm.openai_chat import server_unreachable
 from ..llm.prompts import TRIPLES_INSTRUCTION, _TRIPLE_SHOT, triples_messages
-from ..pipeline.parse import parse_triples
+from ..parse import parse_triples
 from .journal import Journal, JournalError, content_sha
 
 

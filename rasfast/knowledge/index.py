@@ -120,7 +120,7 @@ class KnowledgeIndex:
         """Passage id -> cleaned (s, p, o) triples (malformed raw entries dropped); computed
         once (and again after :meth:`add`)."""
         if self._by_pid is None:
-            from ..pipeline.parse import clean_triples
+            from ..parse import clean_triples
             self._by_pid = {pid: clean_triples(t) for pid, t in zip(self.pids, self.triples)}
         return self._by_pid
 

@@ -1,5 +1,5 @@
 """Adapters that plug LLM backends into the RAS loop (the protocols of
-:mod:`rasfast.pipeline.types`), all batched: one backend call per loop round.
+:mod:`rasfast.types`), all batched: one backend call per loop round.
 
 - :class:`LLMPlanner` / :class:`LLMAnswerer`: any :class:`~rasfast.llm.base.LLM` (OpenAIChat,
   HFCausalLM, VLLM) with the paper's instructions and few-shot chat prompts for API models.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..pipeline.parse import parse_triples
-from ..pipeline.types import LoopState, RetrievedPassage, Triple
+from ..parse import parse_triples
+from ..types import LoopState, RetrievedPassage, Triple
 from .base import PartialBatchError
 from .prompts import answerer_messages, planner_messages, step_segments, triples_messages
 from .training_data import GraphLLMSample
@@ -156,7 +156,7 @@ class LLMTripleExtractor:
     One backend call per batch for the passages not seen before (memoised by passage id, so a
     passage retrieved again in a later round or for another question costs nothing).
     ``parse`` turns the model's text into triples (default: the loop's tolerant
-    :func:`rasfast.pipeline.parse.parse_triples`; ``dropped`` counts the malformed fragments)."""
+    :func:`rasfast.parse.parse_triples`; ``dropped`` counts the malformed fragments)."""
 
     def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 256,
                  parse: Optional[Callable[[str], List[Triple]]] = None, memoise: bool = True):

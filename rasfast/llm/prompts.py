@@ -2,15 +2,15 @@
 instructions the GraphLLM is trained with, few-shot chat prompts for closed/API models, and
 the text-to-triples prompt. Triples are written ``(S> subject| P> predicate| O> object)``.
 
-Everything here is pure string formatting over :class:`~rasfast.pipeline.types.LoopState`
+Everything here is pure string formatting over :class:`~rasfast.types.LoopState`
 fields, so a prompt is the same whichever backend sends it.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from ..pipeline.parse import format_triples  # the loop's writer of the (S> s| P> p| O> o) form
-from ..pipeline.types import Triple
+from ..parse import format_triples  # the loop's writer of the (S> s| P> p| O> o) form
+from ..types import Triple
 
 PLANNER_INSTRUCTION = (
     "You plan retrieval for answering a question step by step. You see the question and the "

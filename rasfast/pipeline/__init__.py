@@ -5,12 +5,12 @@ metrics and evaluation."""
 from .extractors import CachedTripleExtractor, SentenceTripleExtractor
 from .heuristic import BeamAnswerer, GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
 from .loop import RAS, ErrorRecord, PlanStep, RASResult, call_isolated
-from .parse import (NoRetrieval, SubQuery, Sufficient, TripleParse, clean_triples, format_triples,
+from ..parse import (NoRetrieval, SubQuery, Sufficient, TripleParse, clean_triples, format_triples,
                     parse_plan, parse_triples)
 from .qgraph import QuestionGraph, merge_steps, normalize_entity
 from .retrievers import DenseRetriever, FaissRetriever, GraphExpandedRetriever, ThemeIndexRetriever
 from .system import EvalReport, build_ras, evaluate, make_encoder, make_retriever
-from .types import (Answerer, LoopState, Planner, RetrievedPassage, Retriever, Triple,
+from ..types import (Answerer, LoopState, Planner, RetrievedPassage, Retriever, Triple,
                     TripleExtractor)
 
 __all__ = ["RAS", "RASResult", "PlanStep", "ErrorRecord", "call_isolated",

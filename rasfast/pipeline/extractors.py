@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .parse import clean_triples
-from .types import RetrievedPassage, Triple, TripleExtractor
+from ..parse import clean_triples
+from ..types import RetrievedPassage, Triple, TripleExtractor
 
 
 class CachedTripleExtractor:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..encode import CachedEncoder
 from ..profile import TimedEncoder
-from .types import Triple
+from ..types import Triple
 
 
 class MeanTextGraphEncoder:

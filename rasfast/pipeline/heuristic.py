@@ -30,7 +30,7 @@ import numpy as np
 
 from ..profile import span
 from .qgraph import QuestionGraph, merge_steps
-from .types import LoopState
+from ..types import LoopState
 
 STOPWORDS = frozenset("""a an the of in on at to for by with from and or as is was were are be been
 being did does do has have had what which who whom whose where when why how that this these those

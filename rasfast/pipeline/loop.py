@@ -22,26 +22,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..llm.base import PartialBatchError
+from ..llm.isolated import BatchCallError, ErrorRecord, call_isolated  # noqa: F401 (re-exported)
 from .._validate import check_questions
 from ..profile import Trace, span
-from .parse import NoRetrieval, PlanAction, SubQuery, Sufficient, parse_plan
+from ..parse import NoRetrieval, PlanAction, SubQuery, Sufficient, parse_plan
 from .qgraph import QuestionGraph
-from .types import (Answerer, LoopState, Planner, RetrievedPassage, Retriever, Triple,
+from ..types import (Answerer, LoopState, Planner, RetrievedPassage, Retriever, Triple,
                     TripleExtractor)
-
-
-@dataclass
-class ErrorRecord:
-    """Why a question stopped early: the stage, the exception type and message, the round."""
-    stage: str
-    error_type: str
-    message: str
-    round: int
-
-    @classmethod
-    def of(cls, stage: str, exc: BaseException, rnd: int) -> "ErrorRecord":
-        return cls(stage, type(exc).__name__, str(exc), rnd)
 
 
 @dataclass
@@ -90,63 +77,8 @@ def _as_triple(t) -> Triple:
     return (str(t[0]), str(t[1]), str(t[2]))
 
 
-class BatchCallError(ValueError):
-    pass
-
-
-def call_isolated(fn: Callable[[Sequence[Any]], Sequence[Any]], items: Sequence[Any],
-                  concurrency: int = 1) -> Tuple[List[Any], Dict[int, BaseException]]:
-    """``fn(items)``; if it raises (or returns the wrong count), ``fn([item])`` per item.
-
-    If ``fn`` raises a :class:`~rasfast.llm.base.PartialBatchError` whose ``inputs`` are
-    these very items (same objects, same order), its per-item results are final: the
-    successes are kept and the failed items get their own exception, nothing is re-sent
-    (an LLM client has already applied its retry policy to each prompt).
-
-    ``concurrency`` > 1 runs the per-item retries on that many threads (for I/O-bound
-    components such as HTTP LLM clients, so isolating one bad request does not serialise
-    the whole batch). Returns (results with None at failed positions, {position: exception}).
-    """
-    if not items:
-        return [], {}
-    try:
-        out = list(fn(items))
-        if len(out) != len(items):
-            raise BatchCallError(f"returned {len(out)} results for {len(items)} inputs")
-        return out, {}
-    except PartialBatchError as partial:
-        if partial.is_for(items):
-            errs = partial.errors
-            return [None if j in errs else r for j, r in enumerate(partial.results)], errs
-        batch_exc: Exception = partial
-    except Exception as e:
-        batch_exc = e
-    if len(items) == 1:
-        return [None], {0: batch_exc}
-    results: List[Any] = [None] * len(items)
-    errors: Dict[int, BaseException] = {}
-
-    def one(j: int) -> None:
-        try:
-            r = list(fn([items[j]]))
-            if len(r) != 1:
-                raise BatchCallError(f"returned {len(r)} results for 1 input")
-            results[j] = r[0]
-        except Exception as e:
-            errors[j] = e
-
-    if concurrency > 1 and len(items) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
-            list(pool.map(one, range(len(items))))
-    else:
-        for j in range(len(items)):
-            one(j)
-    return results, dict(sorted(errors.items()))
-
-
 class RAS:
-    """The RAS loop over four batched components (see ``rasfast.pipeline.types``).
+    """The RAS loop over four batched components (see ``rasfast.types``).
 
     Args:
         retriever: ``retrieve(queries, k) -> passages per query``.

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from .types import Triple
+from ..types import Triple
 
 _WS = re.compile(r"\s+")
 _PUNCT = string.punctuation + " \t\r\n\u2018\u2019\u201c\u201d"

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ..profile import TimedEncoder, span
-from .types import RetrievedPassage
+from ..types import RetrievedPassage
 
 
 def _timed(encoder):

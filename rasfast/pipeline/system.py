@@ -8,25 +8,13 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ..encode import make_encoder  # noqa: F401 (re-exported: its old home)
 from ..profile import Trace
 from .extractors import CachedTripleExtractor, SentenceTripleExtractor
 from .heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
 from .loop import RAS, RASResult
 from .metrics import answer_scores, recall_at_k
 from .retrievers import DenseRetriever, FaissRetriever
-
-
-def make_encoder(name: Union[str, Any] = "minilm"):
-    """"minilm" (all-MiniLM-L6-v2 offline, hashing fallback when not installed), "hashing",
-    or an encoder object (returned as is)."""
-    from ..encode import HashingEncoder, default_encoder
-    if not isinstance(name, str):
-        return name
-    if name == "minilm":
-        return default_encoder("minilm")
-    if name == "hashing":
-        return HashingEncoder()
-    raise ValueError(f"encoder: expected 'minilm', 'hashing' or an encoder object, got {name!r}")
 
 
 RETRIEVERS = ("dense", "faiss", "gear")

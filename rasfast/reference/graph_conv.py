@@ -8,12 +8,13 @@ the training path of GraphEncoder runs exactly this code.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from ..ops.graph_conv_params import ConvWeights, NormWeights
+if TYPE_CHECKING:  # annotations only: the oracle does not depend on the ops layer
+    from ..ops.graph_conv_params import ConvWeights, NormWeights
 
 
 def edge_softmax(logits: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> torch.Tensor:

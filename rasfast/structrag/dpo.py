@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
-from ..pipeline.types import RetrievedPassage
+from ..types import RetrievedPassage
 from .prompts import router_text
 from .router import core_content
 from .types import STRUCTURE_TYPES

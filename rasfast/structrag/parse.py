@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Tuple
 
-from ..pipeline.parse import parse_triples
+from ..parse import parse_triples
 from .types import DEFAULT_TYPE, STRUCTURE_TYPES, TEXT_KIND, Structure
 
 _ROUTE = re.compile(r"\b(" + "|".join(STRUCTURE_TYPES) + r")s?\b", re.IGNORECASE)

@@ -21,7 +21,7 @@ from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
-from ..pipeline.types import RetrievedPassage
+from ..types import RetrievedPassage
 from ._llm import check_llm, generate_isolated
 from .prompts import router_messages
 from .types import STRUCTURE_TYPES

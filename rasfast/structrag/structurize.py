@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..pipeline.loop import ErrorRecord
-from ..pipeline.parse import clean_triples
-from ..pipeline.types import RetrievedPassage, Triple
+from ..llm.isolated import ErrorRecord
+from ..parse import clean_triples
+from ..types import RetrievedPassage, Triple
 from ._llm import check_llm, generate_isolated
 from .parse import markdown_table, parse_structure
 from .prompts import structurizer_messages

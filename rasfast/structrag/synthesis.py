@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..pipeline.metrics import token_f1
-from ..pipeline.types import RetrievedPassage
+from ..types import RetrievedPassage
 from ._llm import check_llm, generate_isolated
 from .dpo import Pair
 from .router import core_content

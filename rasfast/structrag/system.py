@@ -20,8 +20,8 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .._validate import check_questions
-from ..pipeline.loop import ErrorRecord, call_isolated
-from ..pipeline.types import RetrievedPassage, Triple
+from ..llm.isolated import ErrorRecord, call_isolated
+from ..types import RetrievedPassage, Triple
 from ..profile import Trace, span
 from .parse import parse_route
 from .router import HeuristicRouter, LLMRouter
@@ -210,7 +210,7 @@ __all__ = ["StructRAG", "from_components", "STAGES", "triples_by_pid"]
 
 def triples_by_pid(dataset) -> Dict[int, list]:
     """passage id -> cleaned triples of a QADataset (empty when it has none)."""
-    from ..pipeline.parse import clean_triples
+    from ..parse import clean_triples
     if getattr(dataset, "triples", None) is None:
         return {}
     return {p.pid: clean_triples(t) for p, t in zip(dataset.passages, dataset.triples)}

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ..pipeline.loop import ErrorRecord
-from ..pipeline.types import RetrievedPassage, Triple
+from ..llm.isolated import ErrorRecord
+from ..types import RetrievedPassage, Triple
 from ..profile import Trace
 
 # the five structure types of the paper, in the order its router prompt names them
