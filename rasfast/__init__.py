@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
+from . import _aliases
 from .dispatch import BackendUnavailable, backends, get_num_threads, set_num_threads
+
+_aliases.install()   # rasfast.pipeline, rasfast.kirag, rasfast.knowledge, ... (the old paths)
 
 __version__ = "0.1.0"
 
@@ -26,24 +29,25 @@ _LAZY: Dict[str, str] = {
     "transformer_conv": "rasfast.ops.graph_conv",
     "graph_transformer_pool": "rasfast.ops.graph_conv",
     # data structures and models
-    "ThemeIndex": "rasfast.index",
-    "DistributedThemeIndex": "rasfast.distributed",
+    "ThemeIndex": "rasfast.index.theme_index",
+    "DistributedThemeIndex": "rasfast.index.distributed",
     "TripleGraph": "rasfast.graph",
     "GraphEncoder": "rasfast.models.graph_encoder",
     "build_question_graph": "rasfast.models.question_graph",
     "GraphLLM": "rasfast.llm.graph_llm",
     # the loop
-    "RAS": "rasfast.pipeline",
+    "RAS": "rasfast.systems.ras",
     # the knowledge index and the system registry
-    "KnowledgeIndex": "rasfast.knowledge.index",
-    "build_system": "rasfast.systems",
+    "KnowledgeIndex": "rasfast.index.knowledge.index",
+    "build_system": "rasfast.systems.registry",
     "Trace": "rasfast.profile",
-    "KiRAG": "rasfast.kirag",
+    "KiRAG": "rasfast.systems.kirag",
 }
 
-_SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "gear", "models", "encode",
-               "llm", "pipeline", "profile", "data", "cli", "kernels", "distributed", "kirag",
-               "knowledge", "systems", "integrations")
+_SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "models", "encode", "types",
+               "parse", "llm", "profile", "data", "cli", "kernels", "systems", "integrations",
+               # old homes (rasfast._aliases): still importable
+               "gear", "pipeline", "distributed", "kirag", "knowledge", "structrag")
 
 __all__ = sorted(["backends", "BackendUnavailable", "__version__", "set_num_threads",
                   "get_num_threads", *_LAZY])

@@ -167,7 +167,7 @@ def test_streaming_peak_rss_stays_within_budget(tmp_path):
 
 
 def test_queries_are_validated_once_per_search(monkeypatch):
-    import rasfast.index as index_mod
+    import rasfast.index.theme_index as index_mod
     ppd, emb, qp, qe = _tied(300, 4, 3, 2, seed=8)
     idx = ThemeIndex.build(emb, ppd, shards=3)
     calls = []

@@ -8,8 +8,8 @@ top-level part, imports that run back up a layer, and circles.
 Only ``rasfast.*`` imports written in the source count (module level and inside functions),
 resolved to the top-level part they name: ``rasfast/kirag/loop.py`` importing
 ``..pipeline.types`` is an edge kirag -> pipeline. Layers are listed in LAYERS (top first); a
-module's part is its first path component under rasfast/ (``systems/kirag`` for the systems
-folder).
+module's part is its first path component under rasfast/, and in the two folders that hold
+several parts (``systems/``, ``index/``) the second too: ``systems.kirag``, ``index.store``.
 """
 from __future__ import annotations
 
@@ -21,13 +21,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "rasfast"
 
+# The architecture, top first: a part may import its own layer and the layers below it.
+LAYERS = [
+    ("package", ["rasfast"]),
+    ("cli", ["cli"]),
+    ("integrations", ["integrations"]),
+    ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
+                 "systems.structrag"]),
+    ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages",
+               "index.durable", "index.distributed", "index.knowledge", "distributed"]),
+    ("llm", ["llm"]),
+    ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench"]),
+    ("ops", ["ops", "parse", "types"]),
+    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "_aliases", "kernels"]),
+]
+LAYER_OF = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
+
 
 def part_of(mod: str) -> str:
     """'rasfast.systems.kirag.loop' -> 'systems.kirag'; 'rasfast.ops.select' -> 'ops'."""
     bits = mod.split(".")[1:]
     if not bits:
         return "rasfast"
-    if bits[0] in ("systems", "index") and len(bits) > 1 and (ROOT / bits[0] / bits[1]).is_dir():
+    if bits[0] in ("systems", "index") and len(bits) > 1:   # the folders of several parts
         return ".".join(bits[:2])
     return bits[0]
 
@@ -106,6 +122,18 @@ def cycles(edges):
     return out
 
 
+def upward(edges):
+    """Edges from a lower layer to a higher one, and parts that no layer names."""
+    up, unplaced = [], set()
+    for src, dsts in edges.items():
+        for dst in dsts:
+            if src not in LAYER_OF or dst not in LAYER_OF:
+                unplaced |= {x for x in (src, dst) if x not in LAYER_OF}
+            elif LAYER_OF[dst] < LAYER_OF[src]:
+                up.append((src, dst))
+    return sorted(up), sorted(unplaced)
+
+
 def main(argv):
     edges = graph()
     if "--json" in argv:
@@ -119,6 +147,12 @@ def main(argv):
     print(f"circles: {len(cyc)}")
     for c in cyc:
         print("  " + " -> ".join(c))
+    up, unplaced = upward(edges)
+    print(f"imports running back up a layer: {len(up)}")
+    for a, b in up:
+        print(f"  {a} ({LAYERS[LAYER_OF[a]][0]}) -> {b} ({LAYERS[LAYER_OF[b]][0]})")
+    if unplaced:
+        print(f"parts in no layer: {', '.join(unplaced)}")
     return 0
 
 

@@ -31,7 +31,7 @@ def _graph_encoder(args, encoder):
     kind = getattr(args, "graph_encoder", None)
     if not kind:
         return None
-    from ..pipeline import graph_encoding
+    from ..systems.ras import graph_encoding
     if kind == "gnn":
         try:
             return graph_encoding.GNNGraphEncoder(text_encoder=encoder)

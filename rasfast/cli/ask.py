@@ -12,10 +12,10 @@ from ._common import (_dataset, _encoder, _graph_encoder, _llm_components, _llm_
 
 def _ras_for(args):
     """(ras, dataset) from --index DIR or --dataset NAME."""
-    from ..pipeline.system import build_ras
+    from ..systems.ras.system import build_ras
     if getattr(args, "index", None):
-        from ..pipeline.corpus import load_index
-        from ..pipeline.retrievers import ThemeIndexRetriever
+        from ..systems.ras.corpus import load_index
+        from ..systems.ras.retrievers import ThemeIndexRetriever
         index, ds = load_index(args.index)
         built = index.encoder_name or ""
         built_with = "hashing" if built.startswith("hashing") else "minilm"

@@ -84,7 +84,7 @@ def kernel_speedups(kindex, encoder, subqueries: List[str], K: int, k: int, base
                     gnn=None, step_triples=()) -> List[dict]:
     """Replays the loop's kernel workload (its sub-queries, seeds and subgraphs) on the
     compiled backend and on the torch reference; best of 3 each."""
-    from ..gear import graph_expand
+    from ..systems.gear import graph_expand
     from ..ops.beam import triple_beam_search
     rows = []
     q = np.ascontiguousarray(encoder.encode(list(subqueries)), dtype=np.float32)
@@ -127,11 +127,11 @@ def kernel_speedups(kindex, encoder, subqueries: List[str], K: int, k: int, base
 
 def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> int:
     """The demo's default path (see the module docstring); ``args`` are the CLI's."""
-    from ..pipeline.metrics import golden_match
+    from ..systems.ras.metrics import golden_match
     from ..profile import Trace
-    from ..systems import build_system
-    from ..knowledge.extract import corpus_record
-    from ..knowledge.index import KnowledgeIndex
+    from ..systems.registry import build_system
+    from ..index.knowledge.extract import corpus_record
+    from ..index.knowledge.index import KnowledgeIndex
 
     t0 = time.perf_counter()
     n = len(world.passages)
@@ -150,10 +150,10 @@ def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> in
         expand = args.retriever == "gear"
         gnn = None
         if args.graph_encoder == "gnn":
-            from ..pipeline.graph_encoding import GNNGraphEncoder
+            from ..systems.ras.graph_encoding import GNNGraphEncoder
             gnn = GNNGraphEncoder(text_encoder=encoder)
         elif args.graph_encoder == "mean":
-            from ..pipeline.graph_encoding import MeanTextGraphEncoder
+            from ..systems.ras.graph_encoding import MeanTextGraphEncoder
             gnn = MeanTextGraphEncoder(encoder)
         system = build_system("ras", kindex, encoder=encoder, k=args.k, max_iters=args.max_iters,
                               scope_k=K, expand=expand, base_k=10, graph_encoder=gnn)

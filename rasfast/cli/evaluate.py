@@ -17,7 +17,7 @@ def _cmd_eval(args) -> int:
         return cmd_eval(args)
     if args.what == "gear":
         try:
-            from ..gear import evaluate_musique
+            from ..systems.gear import evaluate_musique
         except ImportError as e:
             raise SystemExit(f"eval gear: rasfast.gear is not available ({e})")
         out = evaluate_musique(data_root=args.data_root, encoder=_encoder(args))
@@ -32,7 +32,7 @@ def _cmd_eval(args) -> int:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1, default=str)
         return 0
-    from ..pipeline.system import build_ras, evaluate
+    from ..systems.ras.system import build_ras, evaluate
     names = DATASETS[:3] if args.dataset == "all" else (args.dataset,)
     enc = _encoder(args)
     planner, answerer = _llm_components(args)

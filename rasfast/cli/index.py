@@ -58,9 +58,9 @@ def _make_llm(args):
 
 
 def _errors():
-    from ..knowledge.build import UnparsedError
-    from ..knowledge.extract import ExtractionError
-    from ..knowledge.journal import JournalError
+    from ..index.knowledge.build import UnparsedError
+    from ..index.knowledge.extract import ExtractionError
+    from ..index.knowledge.journal import JournalError
     return (ValueError, FileNotFoundError, JournalError, ExtractionError, UnparsedError)
 
 
@@ -77,7 +77,7 @@ def _report(verb: str, rep) -> None:
 
 def cmd_add(args) -> int:
     from ..encode import make_encoder
-    from ..knowledge.build import add_to_knowledge_index
+    from ..index.knowledge.build import add_to_knowledge_index
     llm = _make_llm(args)
     try:
         rep = add_to_knowledge_index(args.index, args.corpus, make_encoder(args.encoder), llm=llm,
@@ -92,7 +92,7 @@ def cmd_add(args) -> int:
 
 def cmd_build(args) -> int:
     from ..encode import make_encoder
-    from ..knowledge.build import build_knowledge_index
+    from ..index.knowledge.build import build_knowledge_index
     if args.extract_triples and not args.llm:
         raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model)")
     llm = _make_llm(args)
@@ -113,7 +113,7 @@ def cmd_build(args) -> int:
 
 def _load(args):
     from ..encode import make_encoder
-    from ..knowledge.index import KnowledgeIndex
+    from ..index.knowledge.index import KnowledgeIndex
     try:
         ki = KnowledgeIndex.load(args.index)
     except ValueError as e:
@@ -126,7 +126,7 @@ def _load(args):
 
 
 def _system(args, ki, enc):
-    from ..systems import build_system
+    from ..systems.registry import build_system
     llm = None
     if getattr(args, "llm", None):
         from ..llm.adapters import make_llm
@@ -170,7 +170,7 @@ def cmd_eval(args) -> int:
     """Questions of --dataset answered by --system from --index (the index must hold that
     dataset's corpus in order, so gold passage ids line up)."""
     from ._common import _dataset
-    from ..pipeline.metrics import answer_scores, recall_at_k
+    from ..systems.ras.metrics import answer_scores, recall_at_k
     ki, enc = _load(args)
     ds = _dataset(args.dataset, args)
     titles = [p.title for p in ds.passages]

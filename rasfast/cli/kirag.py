@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..kirag.aligner import PAPER_TRAINING  # light: torch is imported only when training
+from ..systems.kirag.aligner import PAPER_TRAINING  # light: torch is imported only when training
 
 
 def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -44,8 +44,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args) -> int:
-    from ..kirag.aligner import save_aligner, train_aligner
-    from ..kirag.silver import load_musique_chains, training_pairs
+    from ..systems.kirag.aligner import save_aligner, train_aligner
+    from ..systems.kirag.silver import load_musique_chains, training_pairs
 
     ds, store, chains = load_musique_chains(args.data_root)
     pairs = training_pairs(chains, store, max_negatives=args.max_negatives, seed=args.seed)
@@ -61,7 +61,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args, encoder) -> int:
-    from ..kirag.eval import evaluate_kirag_musique, format_table
+    from ..systems.kirag.eval import evaluate_kirag_musique, format_table
 
     if args.dataset not in ("musique", "demo"):
         raise SystemExit("eval kirag: only --dataset musique has triples and decompositions")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
-from ..structrag.system import triples_by_pid
+from ..systems.structrag.system import triples_by_pid
 
 
 def _llm(args):
@@ -51,8 +51,8 @@ def build_for_dataset(dataset, args, encoder=None, **opts):
     """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples; ``opts``
     go to :func:`~rasfast.structrag.from_components`."""
     from ..encode import make_encoder
-    from ..pipeline.system import make_retriever
-    from ..structrag.system import from_components
+    from ..systems.ras.system import make_retriever
+    from ..systems.structrag.system import from_components
     enc = encoder or make_encoder(args.encoder)
     ret = make_retriever(getattr(args, "retriever", "dense"), dataset.passages, enc, dataset=dataset)
     return from_components(ret, triples_by_pid(dataset), ret.encoder, _llm(args), k=args.k, **opts)
@@ -64,7 +64,7 @@ DEMO_KG_HOPS, DEMO_EXTRACT_K = 1, 16
 def run_demo(args) -> int:
     """The demo world, StructRAG over it, answers and the per-stage table."""
     from ._common import _dataset, _encoder
-    from ..pipeline.metrics import golden_match
+    from ..systems.ras.metrics import golden_match
     from ..profile import Trace
     t0 = time.perf_counter()
     world = _dataset("demo", args)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Tuple
 def make_system(kindex, system, encoder, llm, opts: Dict[str, Any]):
     """``system`` is a registered name (built over ``kindex``) or a ready system object."""
     if isinstance(system, str):
-        from ..systems import build_system
+        from ..systems.registry import build_system
         if encoder is None:
             from ..encode import make_encoder
             name = kindex.encoder_name or ""

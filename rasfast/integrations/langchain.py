@@ -42,7 +42,7 @@ class RasfastRetriever(BaseRetriever):
 
     @classmethod
     def from_index(cls, path, system: Any = "ras", **kw) -> "RasfastRetriever":
-        from ..knowledge import KnowledgeIndex
+        from ..index.knowledge import KnowledgeIndex
         return cls(kindex=KnowledgeIndex.load(path), system=system, **kw)
 
     def _name(self) -> str:

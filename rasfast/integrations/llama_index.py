@@ -35,7 +35,7 @@ class RasfastRetriever(BaseRetriever):
 
     @classmethod
     def from_index(cls, path, system: Any = "ras", **kw) -> "RasfastRetriever":
-        from ..knowledge import KnowledgeIndex
+        from ..index.knowledge import KnowledgeIndex
         return cls(KnowledgeIndex.load(path), system=system, **kw)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:

@@ -34,7 +34,7 @@ class PartialBatchError(RuntimeError):
 
     ``results`` is aligned with ``inputs`` (the exact objects the call was made with): the
     item's result, or the exception of a failed item. A batch caller that sees this error
-    for the very inputs it passed (:func:`rasfast.pipeline.call_isolated` checks identity)
+    for the very inputs it passed (:func:`rasfast.llm.isolated.call_isolated` checks identity)
     keeps the successes and isolates only the failures, instead of re-sending every item."""
 
     def __init__(self, message: str, results: Sequence[Any], inputs: Sequence[Any]):

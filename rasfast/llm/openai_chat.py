@@ -10,7 +10,7 @@ backoff (a server's ``Retry-After`` is honoured, capped at ``max_backoff``); oth
 status, the URL, the attempt count and an excerpt of the body, so nothing hangs and nothing
 is swallowed. When only some prompts of a batch fail, the error raised is an
 :class:`LLMBatchError` that also carries the successful replies (``results``), so a caller
-that isolates failures (:func:`rasfast.pipeline.call_isolated`) never re-sends a prompt that
+that isolates failures (:func:`rasfast.llm.isolated.call_isolated`) never re-sends a prompt that
 already succeeded; ``generate(..., return_exceptions=True)`` returns the errors in their
 slots instead.
 """

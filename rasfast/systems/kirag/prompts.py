@@ -1,0 +1,123 @@
+"""KiRAG's LLM prompts and their tolerant parsers.
+
+The constructor prompt follows the paper's Reasoning Chain Constructor: the LLM sees the
+question, the chain so far and the aligner's candidate triples, and is asked to complete the
+whole chain with candidate triples, ending with "the answer is ...". The loop appends only the
+first triple it wrote that is one of the candidates (others are filtered out).
+
+Parsers never raise: any text (empty, truncated, chatty, malformed) parses to a
+:class:`ConstructorOutput`, possibly with no triple.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from ..ras.qgraph import normalize_entity
+from ...types import RetrievedPassage, Triple
+from .triples import chain_text
+
+ANSWER_MARK = "the answer is"
+
+CONSTRUCTOR_INSTRUCTION = (
+    "Given a question, the reasoning chain built so far and a list of candidate knowledge "
+    "triples, complete the reasoning chain: a sequence of knowledge triples, each connected "
+    "to the previous ones, that leads to the answer of the question. Use only the candidate "
+    "triples, copied exactly, in the form <subject; predicate; object>, one per line. When the "
+    "chain is enough to answer the question, end with \"the answer is <short answer>\". If the "
+    "existing chain already answers the question, write only \"the answer is <short answer>\"."
+)
+
+READER_INSTRUCTION = (
+    "Answer the question using the information in the documents. Reply with a short answer "
+    "only (an entity, a date, a number or a short phrase)."
+)
+
+
+def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Sequence[Triple]) -> str:
+    lines = "\n".join(f"<{s}; {p}; {o}>" for s, p, o in candidates)
+    return (f"{CONSTRUCTOR_INSTRUCTION}\n\nCandidate knowledge triples:\n{lines or '(none)'}\n\n"
+            f"Question: {question}\nExisting reasoning chain: {chain_text(chain) or '(empty)'}\n"
+            "Continue the reasoning chain:")
+
+
+def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[RetrievedPassage]) -> str:
+    """The reader's prompt over the ranked documents (and the chain, when given)."""
+    docs = "\n\n".join(f"Document {i + 1}: {p.title}\n{p.text}" for i, p in enumerate(passages))
+    triples = f"\n\nKnowledge triples: {chain_text(chain)}" if chain else ""
+    return f"{READER_INSTRUCTION}\n\n{docs}{triples}\n\nQuestion: {question}\nAnswer:"
+
+
+# A written triple: <s; p; o> (the prompt's form), or (s; p; o) / [s; p; o]. Names keep
+# their own brackets: "Boston (Lincolnshire)", "Blind Shaft (film)" are common titles. Inside
+# <...> a field may hold any parentheses; inside (...) or [...] one nested (...) group.
+_FIELD_ANGLE = r"[^<>;\n]+?"
+_FIELD_ROUND = r"(?:[^<>()\[\];\n]|\([^()\n;]*\))+?"
+_TRIPLE = re.compile(
+    rf"<\s*({_FIELD_ANGLE})\s*;\s*({_FIELD_ANGLE})\s*;\s*({_FIELD_ANGLE})\s*>"
+    rf"|[(\[]\s*({_FIELD_ROUND})\s*;\s*({_FIELD_ROUND})\s*;\s*({_FIELD_ROUND})\s*[)\]]")
+_ANSWER = re.compile(re.escape(ANSWER_MARK) + r"\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def _fields(m: "re.Match") -> tuple:
+    g = m.groups()
+    return g[:3] if g[0] is not None else g[3:]
+
+
+def _answer_outside(text: str, triples: List["re.Match"]) -> Optional["re.Match"]:
+    """The answer marker outside every written triple ("The Answer Is Blowin" may be a name)."""
+    masked = list(text)
+    for t in triples:
+        masked[t.start():t.end()] = " " * (t.end() - t.start())
+    return _ANSWER.search("".join(masked))
+
+
+def _answer_text(text: str, m: "re.Match") -> Optional[str]:
+    ans = text[m.start(1):].strip().split("\n")[0].strip().rstrip(".").strip()
+    return ans or None
+
+
+def _key(t: Sequence[str]) -> tuple:
+    return tuple(normalize_entity(x) for x in t)
+
+
+@dataclass
+class ConstructorOutput:
+    """What a constructor reply says: the triples it wrote (in order, as candidate indices;
+    None for a triple outside the candidates), where "the answer is" first occurs relative
+    to them, and the answer text."""
+    written: List[Optional[int]] = field(default_factory=list)
+    answer_after: Optional[int] = None   # number of triples written before "the answer is"
+    answer: Optional[str] = None
+
+
+def parse_constructor(text, candidates: Sequence[Triple]) -> ConstructorOutput:
+    if not isinstance(text, str):
+        return ConstructorOutput()
+    index: Dict[tuple, int] = {}
+    for i, t in enumerate(candidates):
+        index.setdefault(_key(t), i)
+    out = ConstructorOutput()
+    triples = list(_TRIPLE.finditer(text))
+    m = _answer_outside(text, triples)
+    cut = m.start() if m else len(text)
+    for t in triples:
+        if t.start() >= cut and out.answer_after is None and m:
+            out.answer_after = len(out.written)
+        out.written.append(index.get(_key(_fields(t))))
+    if m:
+        if out.answer_after is None:
+            out.answer_after = len(out.written)
+        out.answer = _answer_text(text, m)
+    return out
+
+
+def parse_answer(text) -> Optional[str]:
+    if not isinstance(text, str):
+        return None
+    m = _answer_outside(text, list(_TRIPLE.finditer(text)))
+    if m is None:
+        ans = text.strip().split("\n")[0].strip().rstrip(".").strip()
+        return ans or None
+    return _answer_text(text, m)

@@ -1,0 +1,57 @@
+"""The package reads as its architecture (tools/import_graph.py): no import circle, at most
+two imports running back up a layer, every part in a layer; the module paths from before the
+systems/ and index/ folders still import, as the very same modules."""
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import import_graph  # noqa: E402
+
+
+def test_no_import_circle():
+    assert import_graph.cycles(import_graph.graph()) == []
+
+
+def test_at_most_two_imports_back_up_a_layer_and_every_part_placed():
+    up, unplaced = import_graph.upward(import_graph.graph())
+    assert not unplaced, f"parts in no layer of tools/import_graph.py LAYERS: {unplaced}"
+    assert len(up) <= 2, up
+
+
+def test_the_checker_sees_a_circle():
+    assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    up, _ = import_graph.upward({"ops": {"systems.ras"}})
+    assert up == [("ops", "systems.ras")]
+
+
+@pytest.mark.parametrize("old,new", [
+    ("rasfast.pipeline", "rasfast.systems.ras"),
+    ("rasfast.pipeline.loop", "rasfast.systems.ras.loop"),
+    ("rasfast.pipeline.types", "rasfast.systems.ras.types"),
+    ("rasfast.gear", "rasfast.systems.gear"),
+    ("rasfast.kirag", "rasfast.systems.kirag"),
+    ("rasfast.kirag.aligner", "rasfast.systems.kirag.aligner"),
+    ("rasfast.structrag.router", "rasfast.systems.structrag.router"),
+    ("rasfast.knowledge", "rasfast.index.knowledge"),
+    ("rasfast.knowledge.index", "rasfast.index.knowledge.index"),
+    ("rasfast._index_store", "rasfast.index.store"),
+    ("rasfast._durable", "rasfast.index.durable"),
+])
+def test_old_paths_are_the_same_modules(old, new):
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_public_api_unchanged():
+    import rasfast
+    from rasfast.index import ThemeIndex
+    from rasfast.kirag import KiRAG
+    from rasfast.knowledge import KnowledgeIndex
+    from rasfast.pipeline import RAS
+    from rasfast.systems import build_system
+    assert rasfast.ThemeIndex is ThemeIndex and rasfast.KiRAG is KiRAG and rasfast.RAS is RAS
+    assert rasfast.KnowledgeIndex is KnowledgeIndex and rasfast.build_system is build_system
+    from rasfast.distributed import DistributedThemeIndex
+    assert rasfast.DistributedThemeIndex is DistributedThemeIndex
