@@ -28,7 +28,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-# The loop's stages, in pipeline order (the summary lists known stages in this order).
+# The RAS loop's stages, in pipeline order: the default order of a summary. Each system
+# declares its own order (rasfast.systems.*: STAGES) and passes it as Trace(stages=...).
 STAGES = ("plan", "encode", "scope", "dense", "expand", "extract", "graph_build",
           "graph_encode", "answer")
 
@@ -63,8 +64,12 @@ def _cuda_available() -> bool:
 class Trace:
     """A collection of timed spans; see the module docstring."""
 
-    def __init__(self, name: str = "rasfast", cuda: Optional[bool] = None, nvtx: Optional[bool] = None):
+    def __init__(self, name: str = "rasfast", cuda: Optional[bool] = None, nvtx: Optional[bool] = None,
+                 stages: Optional[Sequence[str]] = None):
+        """``stages``: the system's stage order, which the summary follows (stages it does not
+        name come after, in recording order); default the RAS loop's (``STAGES``)."""
         self.name = name
+        self.stages = tuple(STAGES if stages is None else stages)
         self.spans: List[Span] = []
         self._t0 = time.perf_counter_ns()
         has_cuda = _cuda_available()
@@ -145,8 +150,8 @@ class Trace:
 
     def _ordered_names(self) -> List[str]:
         names = list(dict.fromkeys(sp.name for sp in sorted(self.spans, key=lambda s: s.start_ns)))
-        known = [s for s in STAGES if s in names]
-        return known + [n for n in names if n not in STAGES]
+        known = [s for s in self.stages if s in names]
+        return known + [n for n in names if n not in self.stages]
 
     def summary_rows(self) -> List[Dict[str, Any]]:
         """One dict per stage: stage, count, total_ms, mean_ms, p50_ms, p95_ms (+ gpu_ms)."""

@@ -176,3 +176,14 @@ def test_cuda_events_and_nvtx(tmp_path):
 def test_cuda_off_without_a_device():
     tr = Trace(cuda=True, nvtx=True)
     assert tr.cuda is False and tr.nvtx is False
+
+
+def test_each_system_declares_its_stage_order():
+    from rasfast.profile import STAGES as RAS_STAGES
+    from rasfast.systems.kirag.loop import STAGES as KIRAG
+    from rasfast.systems.structrag import STAGES as STRUCTRAG
+    tr = Trace("k", stages=KIRAG)
+    for name in ("answer", "rank", "extra", "retrieve"):
+        tr.add(name, 0, 1_000_000)
+    assert [r["stage"] for r in tr.summary_rows()][:4] == ["retrieve", "rank", "answer", "extra"]
+    assert Trace().stages == tuple(RAS_STAGES) and STRUCTRAG[0] == "retrieve"

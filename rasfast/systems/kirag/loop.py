@@ -34,6 +34,10 @@ from .constructor import ConstructorInput, Decision, HeuristicConstructor, LLMCo
 from .prompts import parse_answer, reader_prompt
 from .triples import TripleEmbeddings, TripleStore, chain_text
 
+# KiRAG's stages in order, for the profiler: retrieve K0 passages, align (score their triples),
+# construct (extend each chain), rank documents by their best triple, answer (the reader).
+STAGES = ("retrieve", "align", "construct", "rank", "answer")
+
 QUERY_JOIN = " knowledge triples: "
 
 
@@ -126,7 +130,7 @@ class KiRAG:
 
     def run_batch(self, questions: Sequence[str], trace: Optional[Trace] = None) -> List[KiRAGResult]:
         questions = check_questions(questions)
-        trace = trace if trace is not None else Trace("kirag")
+        trace = trace if trace is not None else Trace("kirag", stages=STAGES)
         states = [_State(q) for q in questions]
         with trace.activate(), trace.span("kirag", category="loop", batch=len(states)):
             for rnd in range(self.L):

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...llm.isolated import BatchCallError, ErrorRecord, call_isolated  # noqa: F401 (re-exported)
 from ..._validate import check_questions
-from ...profile import Trace, span
+from ...profile import STAGES, Trace, span  # STAGES: this loop's stage order
 from ...parse import NoRetrieval, PlanAction, SubQuery, Sufficient, parse_plan
 from .qgraph import QuestionGraph
 from ...types import (Answerer, LoopState, Planner, RetrievedPassage, Retriever, Triple,

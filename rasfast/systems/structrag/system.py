@@ -109,7 +109,7 @@ class StructRAG:
         if any(d is None for d in docs) and self.retriever is None:
             raise ValueError("documents: give documents for every question, or build StructRAG with a retriever")
 
-        trace = trace if trace is not None else Trace()
+        trace = trace if trace is not None else Trace("structrag", stages=STAGES)
         errors: List[Optional[ErrorRecord]] = [None] * n
         kinds: List[Optional[str]] = [None] * n
         raw_route: List[str] = [""] * n
