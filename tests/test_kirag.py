@@ -123,11 +123,11 @@ def test_llm_constructor_over_http(server, parts):
     server.script([
         # question 1: round 1 picks Alice's triple (a triple outside the candidates comes first
         # and is filtered), round 2 completes the chain and answers
-        {"contains": ["Where was Alice", "Existing reasoning chain: (empty)"],
-         "reply": "<Moon; made of; cheese>\n<Alice; born in; Paris>\n<Paris; capital of; France>\n"
-                  "the answer is France"},
-        {"contains": ["Where was Alice", "Existing reasoning chain: <Alice"],
-         "reply": "<Paris; capital of; France>\nthe answer is France"},
+        {"contains": ["Where was Alice", "capital of?\nThought: <Alice; born in; Paris>,"],
+         "reply": " <Paris; capital of; France>. So the answer is France."},
+        {"contains": ["Where was Alice", "capital of?\nThought:"],
+         "reply": " <Moon; made of; cheese>, <Alice; born in; Paris>, <Paris; capital of; France>. "
+                  "So the answer is France."},
         # question 2: garbage every round -> heuristic fallback, never a crash
         {"contains": "What does Bob like", "reply": "I cannot help with that ;;; <<>>"},
         # question 3: answers at once
@@ -414,3 +414,22 @@ def test_training_negatives_come_from_the_step_retrieval_and_chains_are_reader_c
     llm = ScriptedLLM(reader={"Alice": "the answer is France", "Bob": "Paris"})
     kept = verify_chains([good, bad], store, {"q1": ["France"], "q2": ["milk"]}, llm)
     assert [c.qid for c in kept] == ["q1"]
+
+
+def test_constructor_prompt_has_the_papers_structure():
+    """Figure 7 of the KiRAG paper: instruction, worked examples, then Context (candidate
+    triples), Question, and Thought holding the chain so far, which the model continues."""
+    from rasfast.kirag.prompts import CONSTRUCTOR_EXAMPLES, constructor_prompt, parse_constructor
+    cands = [("Paris", "capital of", "France"), ("Alice", "born in", "Paris (Texas)")]
+    p = constructor_prompt("Where was Alice born?", [], cands)
+    head, inputs = p.rsplit("\n\n", 1)
+    assert inputs == ("Context: <Paris; capital of; France>, <Alice; born in; Paris (Texas)>\n"
+                      "Question: Where was Alice born?\nThought:")
+    assert head.count("Thought: <") == len(CONSTRUCTOR_EXAMPLES) >= 1 and "So the answer is" in head
+    p2 = constructor_prompt("Where was Alice born?", [cands[1]], cands)
+    assert p2.endswith("Thought: <Alice; born in; Paris (Texas)>,")
+    # every example's thought parses as a chain over its own context, ending in the answer
+    for context, _, thought in CONSTRUCTOR_EXAMPLES:
+        ctx = [tuple(x.strip() for x in t.split(";")) for t in context.strip("<>").split(">, <")]
+        out = parse_constructor(thought, ctx)
+        assert out.written and None not in out.written and out.answer and out.answer_after == len(out.written)

@@ -1,8 +1,9 @@
 """KiRAG's LLM prompts and their tolerant parsers.
 
-The constructor prompt follows the paper's Reasoning Chain Constructor: the LLM sees the
-question, the chain so far and the aligner's candidate triples, and is asked to complete the
-whole chain with candidate triples, ending with "the answer is ...". The loop appends only the
+The constructor prompt follows the structure of the paper's Reasoning Chain Constructor
+(appendix, Figure 7): worked examples, then the aligner's candidate triples as the context,
+the question, and the chain so far as the thought the LLM continues, completing the whole
+chain with candidate triples and ending with "So the answer is ...". The loop appends only the
 first triple it wrote that is one of the candidates (others are filtered out).
 
 Parsers never raise: any text (empty, truncated, chatty, malformed) parses to a
@@ -20,13 +21,31 @@ from .triples import chain_text
 
 ANSWER_MARK = "the answer is"
 
+# The paper's Reasoning Chain Constructor prompt (its appendix, Figure 7) has this structure:
+# an instruction to reason step by step and give the answer, worked examples whose thought is
+# a chain of <head; relation; tail> triples ending "So the answer is ...", then the inputs
+# "Context: {candidate triples} Question: {question} Thought: {the chain so far}", which the
+# model continues. The wording and the examples below are rasfast's own.
 CONSTRUCTOR_INSTRUCTION = (
-    "Given a question, the reasoning chain built so far and a list of candidate knowledge "
-    "triples, complete the reasoning chain: a sequence of knowledge triples, each connected "
-    "to the previous ones, that leads to the answer of the question. Use only the candidate "
-    "triples, copied exactly, in the form <subject; predicate; object>, one per line. When the "
-    "chain is enough to answer the question, end with \"the answer is <short answer>\". If the "
-    "existing chain already answers the question, write only \"the answer is <short answer>\"."
+    "Follow the examples: answer the question by reasoning step by step over the knowledge "
+    "triples in the context. Write the reasoning as a chain of triples copied exactly from the "
+    "context, in the form <head entity; relation; tail entity>, each one linked to the one "
+    "before it, then write \"So the answer is\" and a short answer."
+)
+
+CONSTRUCTOR_EXAMPLES = (
+    ("<Harbor Point; opened in; 1990>, <Harbor Point; located in; Marlow County>, "
+     "<Marlow County; county seat; Eastbridge>, <Eastbridge; founded in; 1842>, "
+     "<Eastbridge; population; 12,400>",
+     "When was the seat of the county that contains Harbor Point founded?",
+     "<Harbor Point; located in; Marlow County>, <Marlow County; county seat; Eastbridge>, "
+     "<Eastbridge; founded in; 1842>. So the answer is 1842."),
+    ("<The Glass Orchard; directed by; Tobin Hale>, <Mara Quell; born in; Lisbon>, "
+     "<Mara Quell; played Iris in; The Glass Orchard (2004 film)>, "
+     "<The Glass Orchard (2004 film); directed by; Ines Varga>",
+     "Who directed the film in which Mara Quell played Iris?",
+     "<Mara Quell; played Iris in; The Glass Orchard (2004 film)>, "
+     "<The Glass Orchard (2004 film); directed by; Ines Varga>. So the answer is Ines Varga."),
 )
 
 READER_INSTRUCTION = (
@@ -36,17 +55,20 @@ READER_INSTRUCTION = (
 
 
 def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Sequence[Triple]) -> str:
-    lines = "\n".join(f"<{s}; {p}; {o}>" for s, p, o in candidates)
-    return (f"{CONSTRUCTOR_INSTRUCTION}\n\nCandidate knowledge triples:\n{lines or '(none)'}\n\n"
-            f"Question: {question}\nExisting reasoning chain: {chain_text(chain) or '(empty)'}\n"
-            "Continue the reasoning chain:")
+    """Instruction, worked examples, then Context (the aligner's candidate triples), Question
+    and Thought holding the chain so far: the model continues the thought."""
+    shots = "\n\n".join(f"Context: {c}\nQuestion: {q}\nThought: {t}" for c, q, t in CONSTRUCTOR_EXAMPLES)
+    context = ", ".join(f"<{s}; {p}; {o}>" for s, p, o in candidates) or "(none)"
+    thought = chain_text(chain)
+    return (f"{CONSTRUCTOR_INSTRUCTION}\n\nExamples:\n\n{shots}\n\n"
+            f"Context: {context}\nQuestion: {question}\nThought:" + (f" {thought}," if thought else ""))
 
 
 def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[RetrievedPassage]) -> str:
     """The reader's prompt over the ranked documents (and the chain, when given)."""
     docs = "\n\n".join(f"Document {i + 1}: {p.title}\n{p.text}" for i, p in enumerate(passages))
     triples = f"\n\nKnowledge triples: {chain_text(chain)}" if chain else ""
-    return f"{READER_INSTRUCTION}\n\n{docs}{triples}\n\nQuestion: {question}\nAnswer:"
+    return f"{READER_INSTRUCTION}\n\nContext:\n{docs}{triples}\n\nQuestion: {question}\nAnswer:"
 
 
 # A written triple: <s; p; o> (the prompt's form), or (s; p; o) / [s; p; o]. Names keep
