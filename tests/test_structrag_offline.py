@@ -164,3 +164,32 @@ def test_call_isolated_concurrent_retries_keep_order():
     assert peak[0] > 1
     out1, errs1 = call_isolated(fn, list(range(8)))
     assert out1 == out and sorted(errs1) == [0, 3, 6]
+
+
+def test_a_trained_router_beside_the_index_is_used(tmp_path, world):
+    """The paper's router is the trained one: saved into <index>/structrag_router, it routes
+    every question of build_system("structrag") (here trained to always pick 'table')."""
+    from rasfast.encode import HashingEncoder
+    from rasfast.knowledge import KnowledgeIndex
+    from rasfast.knowledge.extract import corpus_record
+    from rasfast.structrag import ROUTER_DIR, EmbeddingRouter, load_router
+    from rasfast.systems import build_system
+    enc = HashingEncoder()
+    ki = KnowledgeIndex.build(world.passages[:200], world.triples[:200], enc, corpus_record("demo"), num_themes=4)
+    ki.save(tmp_path / "ix")
+    ki = KnowledgeIndex.load(tmp_path / "ix")
+    qs = [q.question for q in world.questions[:6]]
+    before = [r.structure_type for r in build_system("structrag", ki, encoder=enc, k=3).run_batch(qs)]
+    router = EmbeddingRouter(enc, hidden=16)
+    router.fit(examples=[(q, "anything", "table") for q in qs] + [("x", "y", "table")], epochs=100)
+    router.save(tmp_path / "ix" / ROUTER_DIR)
+    after = build_system("structrag", ki, encoder=enc, k=3).run_batch(qs)
+    assert [r.structure_type for r in after] == ["table"] * len(qs) != before
+    # the same weights come back; a different encoder is refused by name
+    again = load_router(tmp_path / "ix" / ROUTER_DIR, enc)
+    items = [(q, []) for q in qs]
+    assert again.route(items) == router.route(items)
+    with pytest.raises(ValueError, match="encoder"):
+        load_router(tmp_path / "ix" / ROUTER_DIR, HashingEncoder(dim=enc.dim * 2))
+    with pytest.raises(ValueError, match="directory"):
+        load_router(tmp_path, enc)

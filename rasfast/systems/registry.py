@@ -27,6 +27,7 @@ expansion, 10) and ``expand_kwargs`` (for ``rasfast.gear.graph_expand``); ras ta
 from __future__ import annotations
 
 import importlib
+import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -169,6 +170,13 @@ def _components_factory(name: str, module: str) -> Factory:
             g = kindex.graph
             opts.setdefault("triple_table", (np.asarray(kindex.triple_emb, dtype=np.float32),
                                              np.asarray(g.passage_ids), g.texts))
+        if name == "structrag" and "router" not in opts and kindex.path is not None:
+            # a trained router saved beside the index (rasfast.structrag.ROUTER_DIR) is the
+            # paper's router: used when present, over the prompt and cue-word routers
+            from .structrag.router import ROUTER_DIR, load_router
+            saved = pathlib.Path(kindex.path) / ROUTER_DIR
+            if (saved / "router.json").is_file():
+                opts["router"] = load_router(saved, encoder)
         return fc(_retriever(kindex, encoder, scope_k, backend), kindex.triples_by_pid, encoder,
                   llm=llm, **opts)
     return factory

@@ -16,7 +16,7 @@ Stages (one span each): ``retrieve``, ``route``, ``structurize``, ``decompose``,
 ``infer``. See :mod:`rasfast.structrag.system` for robustness rules.
 """
 from .parse import markdown_table, parse_route, parse_structure, parse_subquestions
-from .router import EmbeddingRouter, HeuristicRouter, LLMRouter, core_content
+from .router import ROUTER_DIR, EmbeddingRouter, HeuristicRouter, LLMRouter, core_content, load_router
 from .structurize import (HybridStructurizer, LLMStructurizer, StructTask, StructureSet, chunk_structures,
                           graph_structure, table_structure)
 from .system import STAGES, StructRAG, from_components
@@ -25,6 +25,7 @@ from .utilize import KnowledgeCutWarning, Selection, Utilizer
 
 __all__ = ["StructRAG", "from_components", "STAGES", "StructRAGResult", "Structure", "STRUCTURE_TYPES",
            "DEFAULT_TYPE", "TEXT_KIND", "as_documents", "LLMRouter", "HeuristicRouter", "EmbeddingRouter",
+           "load_router", "ROUTER_DIR",
            "core_content", "HybridStructurizer", "LLMStructurizer", "StructTask", "StructureSet",
            "graph_structure", "table_structure", "chunk_structures", "Utilizer", "Selection",
            "KnowledgeCutWarning",

@@ -16,6 +16,9 @@ text per question; :class:`~rasfast.structrag.StructRAG` parses replies with
 """
 from __future__ import annotations
 
+import json
+import pathlib
+
 import re
 from typing import Any, List, Sequence, Tuple
 
@@ -165,5 +168,47 @@ class EmbeddingRouter:
         lg = self.logits([q for q, _ in items], [core_content(d) for _, d in items])
         return [STRUCTURE_TYPES[int(i)] for i in lg.argmax(1)]
 
+    def save(self, directory) -> pathlib.Path:
+        """Writes ``router.json`` (what it needs: encoder name and dim, hidden size, types)
+        and ``router.pt`` (the MLP's weights) into ``directory``; returns the directory."""
+        import torch
+        d = pathlib.Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        torch.save(self.net.state_dict(), d / "router.pt")
+        meta = {"kind": "embedding", "format": 1, "encoder": getattr(self.encoder, "name", None),
+                "dim": int(self.encoder.dim), "hidden": int(self.net[0].out_features),
+                "types": list(STRUCTURE_TYPES)}
+        (d / "router.json").write_text(json.dumps(meta, indent=1))
+        return d
 
-__all__ = ["core_content", "LLMRouter", "HeuristicRouter", "EmbeddingRouter"]
+
+# A knowledge index may hold a trained router here; build_system("structrag") then uses it.
+ROUTER_DIR = "structrag_router"
+
+
+def load_router(directory, encoder) -> EmbeddingRouter:
+    """The :class:`EmbeddingRouter` saved in ``directory``, embedding with ``encoder`` (the
+    one it was trained with: same name and dimension, else ``ValueError``)."""
+    import torch
+    d = pathlib.Path(directory)
+    if not (d / "router.json").is_file() or not (d / "router.pt").is_file():
+        raise ValueError(f"directory: no saved router (router.json + router.pt) in {d}")
+    try:
+        meta = json.loads((d / "router.json").read_text())
+    except ValueError as e:
+        raise ValueError(f"directory: {d / 'router.json'} is not valid JSON ({e})") from None
+    if meta.get("kind") != "embedding" or meta.get("types") != list(STRUCTURE_TYPES):
+        raise ValueError(f"directory: {d} holds a router of kind {meta.get('kind')!r} over types "
+                         f"{meta.get('types')!r}; expected an embedding router over {list(STRUCTURE_TYPES)}")
+    dim, name = getattr(encoder, "dim", None), getattr(encoder, "name", None)
+    if dim != meta.get("dim") or (meta.get("encoder") and name != meta.get("encoder")):
+        raise ValueError(f"encoder: the router in {d} was trained with {meta.get('encoder')!r} "
+                         f"(dim {meta.get('dim')}); got {name!r} (dim {dim})")
+    router = EmbeddingRouter(encoder, hidden=int(meta["hidden"]))
+    router.net.load_state_dict(torch.load(d / "router.pt", map_location="cpu", weights_only=True))
+    router.net.eval()
+    return router
+
+
+__all__ = ["core_content", "LLMRouter", "HeuristicRouter", "EmbeddingRouter", "load_router",
+           "ROUTER_DIR"]

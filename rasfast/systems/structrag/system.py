@@ -16,6 +16,7 @@ counted in ``stats["route_fallback"]`` and marked ``result.route_fallback``.
 """
 from __future__ import annotations
 
+import pathlib
 from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -201,7 +202,11 @@ def from_components(retriever, triples_by_pid: Optional[Mapping[int, Sequence[Tr
     ``retriever`` follows the pipeline Retriever protocol, ``triples_by_pid`` maps passage id
     -> (s, p, o) triples (model-free graph/table structures), ``encoder`` embeds sub-questions
     and structure items for extraction. ``opts`` go to :class:`StructRAG` (k, router,
-    structurizer, utilizer, default_type, kg_hops, extract_k)."""
+    structurizer, utilizer, default_type, kg_hops, extract_k); ``router`` may also be the
+    directory of a saved :class:`~.router.EmbeddingRouter` (loaded with ``encoder``)."""
+    if isinstance(opts.get("router"), (str, pathlib.Path)):
+        from .router import load_router
+        opts["router"] = load_router(opts["router"], encoder)
     return StructRAG(llm, retriever, encoder=encoder, triples_by_pid=triples_by_pid, **opts)
 
 
