@@ -215,10 +215,12 @@ class TripleGraph:
         base = self._delta_base
         if base is not None and not m["removed"]:
             n0, e0, rows0, ents0 = base
-            rows = m["changed"]
+            rows = m["changed"]                     # sorted, unique
+            rows = rows[:np.searchsorted(rows, n0)]
             ents = np.unique(np.concatenate([nh, nt]))
-            g._delta_base = (n0, e0, np.union1d(rows0, rows[rows < n0]),
-                             np.union1d(ents0, ents[ents < e0]))
+            ents = ents[:np.searchsorted(ents, e0)]
+            g._delta_base = (n0, e0, np.union1d(rows0, rows) if rows0.size else rows,
+                             np.union1d(ents0, ents) if ents0.size else ents)
         else:
             g._delta_base = None
         return g

@@ -178,9 +178,13 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
       const int64_t hj = j < n_old ? head[j] : nh[j - n_old], tj = j < n_old ? tail[j] : nt[j - n_old];
       return (link_new(h) && (hj == h || tj == h)) || (link_new(t) && (hj == t || tj == t));
     };
-    auto hub_row = [&](int64_t i) { return became_hub(head[i]) || became_hub(tail[i]); };
-    // emit(r, out): row r of the merged graph (counted only when out is null)
-    auto emit = [&](int64_t r, int64_t* out) -> int64_t {
+    // per-entity flags (1 byte each, cache friendly): 1 = gains linking new members,
+    // 2 = stopped linking; a row whose entities have neither is copied unchanged
+    std::vector<uint8_t> eflag(static_cast<size_t>(n_entities), 0);
+    for (int64_t e = 0; e < n_entities; ++e)
+      eflag[e] = static_cast<uint8_t>((tslot[e] >= 0 ? 1 : 0) | (became_hub(e) ? 2 : 0));
+    // emit(r, kind, out): row r of the merged graph (counted only when out is null)
+    auto emit = [&](int64_t r, uint8_t kind, int64_t* out) -> int64_t {
       const int64_t *a, *ae, *b, *be;
       if (r >= n_old) {
         const int64_t j = r - n_old;
@@ -190,7 +194,7 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
       const int64_t h = head[r], t = tail[r];
       int64_t c = 0;
       const int64_t s = indptr[r], e = indptr[r + 1];
-      if (!hub_row(r)) {
+      if (!(kind & 2)) {
         c = e - s;
         if (out && c) std::memcpy(out, indices + s, static_cast<size_t>(c) * sizeof(int64_t));
       } else {
@@ -208,38 +212,57 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
     };
 
     const int64_t n = n_old + m;
-    std::vector<char> row_changed(n_old, 0);
+    std::vector<uint8_t> rkind(n_old, 0);
     int flag_removed = 0;
-#pragma omp parallel for schedule(dynamic, 1024) reduction(| : flag_removed)
+#pragma omp parallel for schedule(dynamic, 4096) reduction(| : flag_removed)
     for (int64_t r = 0; r < n; ++r) {
-      const int64_t c = emit(r, nullptr);
-      out_ptr[r + 1] = c;
-      if (r < n_old) {
-        const int64_t was = indptr[r + 1] - indptr[r];
-        const bool hub = hub_row(r);
-        if (c != was || hub) row_changed[r] = 1;
-        if (hub) {   // a hub row may lose entries and gain others: removed if any old one went
-          int64_t kept = 0;
-          for (int64_t p = indptr[r]; p < indptr[r + 1]; ++p) {
-            const int64_t j = indices[p];
-            if (j >= 0 && j < n_old && keeps(head[r], tail[r], j)) ++kept;
-          }
-          if (kept < was) flag_removed = 1;
+      if (r >= n_old) {
+        out_ptr[r + 1] = emit(r, 0, nullptr);
+        continue;
+      }
+      const uint8_t kind = static_cast<uint8_t>(eflag[head[r]] | eflag[tail[r]]);
+      rkind[r] = kind;
+      const int64_t was = indptr[r + 1] - indptr[r];
+      out_ptr[r + 1] = kind ? emit(r, kind, nullptr) : was;
+      if (kind & 2) {   // a row may lose entries and gain others: removed if any old one went
+        int64_t kept = 0;
+        for (int64_t p = indptr[r]; p < indptr[r + 1]; ++p) {
+          const int64_t j = indices[p];
+          if (j >= 0 && j < n_old && keeps(head[r], tail[r], j)) ++kept;
         }
+        if (kept < was) flag_removed = 1;
       }
     }
     removed = flag_removed != 0;
     for (int64_t r = 0; r < n; ++r) out_ptr[r + 1] += out_ptr[r];
     for (int64_t r = 0; r < n_old; ++r)
-      if (row_changed[r]) changed.push_back(r);
+      if (rkind[r]) changed.push_back(r);
     int64_t* ind = nullptr;
     {
       py::gil_scoped_acquire gil;
       out_idx = py::array_t<int64_t>(static_cast<py::ssize_t>(out_ptr[n]));
       ind = out_idx.mutable_data();
     }
-#pragma omp parallel for schedule(dynamic, 1024)
-    for (int64_t r = 0; r < n; ++r) emit(r, ind + out_ptr[r]);
+    // fill: a run of unchanged old rows is one memcpy (their entries are contiguous in both)
+    const int64_t chunk = 4096, n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t lo = c * chunk, hi = std::min(n, lo + chunk);
+      int64_t run = -1;   // first row of the current run of unchanged old rows
+      for (int64_t r = lo; r <= hi; ++r) {
+        const bool plain = r < hi && r < n_old && rkind[r] == 0;
+        if (plain) {
+          if (run < 0) run = r;
+          continue;
+        }
+        if (run >= 0) {
+          const int64_t len = indptr[r] - indptr[run];
+          if (len) std::memcpy(ind + out_ptr[run], indices + indptr[run], static_cast<size_t>(len) * sizeof(int64_t));
+          run = -1;
+        }
+        if (r < hi) emit(r, r < n_old ? rkind[r] : 0, ind + out_ptr[r]);
+      }
+    }
   }
   py::dict out;
   out["indptr"] = vec_to_numpy(out_ptr);
