@@ -43,7 +43,7 @@ FIELDS = ("indptr", "indices", "head", "tail", "entity_degree", "passage_ids", "
 
 
 def load_avg() -> str:
-    return open("/proc/loadavg").read().split()[:3].__str__()
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def lscpu_model() -> str:
