@@ -289,3 +289,21 @@ def test_corrupt_delta_part_is_named(tmp_path):
     (d / part["graph"] / "csr_ptr.npy").unlink()
     with pytest.raises(ValueError, match="csr_ptr.npy: missing"):
         KnowledgeIndex.load(d)
+
+
+def test_version_2_directory_loads_and_grows_by_a_part(tmp_path):
+    rows = [[(f"p{i}", "in", f"town{i % 3}"), (f"town{i % 3}", "near", "lake")] for i in range(9)]
+    d = tmp_path / "ix"
+    KnowledgeIndex.build(_passages(rows[:6], 0), rows[:6], ENC, EX, num_themes=2).save(d)
+    m = json.loads((d / "knowledge.json").read_text())
+    del m["parts"]                        # what rasfast wrote before parts existed
+    m["version"] = 2
+    (d / "knowledge.json").write_text(json.dumps(m))
+    assert_same(KnowledgeIndex.load(d).graph, _fresh(rows[:6], None))
+    ki = KnowledgeIndex.load(d)
+    ki.add(_passages(rows[6:], 6), rows[6:], ENC, EX)
+    ki.save(d)
+    m = json.loads((d / "knowledge.json").read_text())
+    assert m["version"] == 3 and [p["csr"]["kind"] for p in m["parts"]] == ["full", "delta"]
+    assert m["parts"][0]["graph"] == "graph.1"
+    assert_same(KnowledgeIndex.load(d).graph, _fresh(rows, None))
