@@ -51,10 +51,18 @@ def lscpu_model() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
 
 
-def timed(fn):
-    t0 = time.perf_counter()
+CPU = {}   # label -> CPU seconds of this process (all threads) of the last timed() call
+
+
+def timed(fn, label=None):
+    """Wall seconds and result of fn(); its process CPU time goes to CPU[label]: on a shared
+    machine CPU time depends much less on the other jobs than wall time does."""
+    c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
-    return time.perf_counter() - t0, out
+    t1, c1 = time.perf_counter(), time.process_time()
+    if label:
+        CPU[label] = c1 - c0
+    return t1 - t0, out
 
 
 def same(a, b) -> bool:
@@ -74,25 +82,28 @@ def graph_bench(label, n, add, n_ent, zipf, offset, md, repeats):
     e_old = g.num_entities
     cpu = _bk.cpu_module()
     times = {"merge": [], "kernel": [], "rebuild": [], "copy": []}
+    cpu_s = {k: [] for k in times}
     info = {}
     for r in range(repeats):
         g._entity_ids = ids
-        dt, m = timed(lambda: g.merge(new))
+        dt, m = timed(lambda: g.merge(new), "merge")
         times["merge"].append(dt)
         for key in m.entities[e_old:]:               # give the table back its old contents
             del ids[key]
         nh, nt = m.head[n:].copy(), m.tail[n:].copy()
         dt, k = timed(lambda: cpu.triple_graph_merge(g.indptr, g.indices, g.head, g.tail, g.entity_degree,
                                                      nh, nt, m.num_entities, -1 if md is None else md,
-                                                     2 ** 62))
+                                                     2 ** 62), "kernel")
         times["kernel"].append(dt)
         if r == 0:
             info = {"changed_old_rows": int(k["changed"].shape[0]), "removed": bool(k["removed"])}
         del k
-        dt, _ = timed(lambda: g.indices.copy())
+        dt, _ = timed(lambda: g.indices.copy(), "copy")
         times["copy"].append(dt)
-        dt, rb = timed(lambda: TripleGraph.from_triples(union, max_degree=md))
+        dt, rb = timed(lambda: TripleGraph.from_triples(union, max_degree=md), "rebuild")
         times["rebuild"].append(dt)
+        for key in cpu_s:
+            cpu_s[key].append(CPU[key])
         if r == 0:
             assert same(m, rb), "merged graph differs from the rebuilt one"
             info.update(nnz_old=g.num_edges, nnz_new=rb.num_edges, entities_old=e_old,
@@ -103,6 +114,7 @@ def graph_bench(label, n, add, n_ent, zipf, offset, md, repeats):
     med = {k: statistics.median(v) for k, v in times.items()}
     res = dict(label=label, n=n, add=add, n_entities_drawn=n_ent, zipf=zipf, offset=offset,
                max_degree=md, repeats=repeats, median_s=med, all_s=times, cold_merge_s=cold_t,
+               cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()}, cpu_all_s=cpu_s,
                load_before=la0, load_after=load_avg(), **info)
     print(f"  median: {med}, cold merge {cold_t:.3f}s; rebuild/merge = {med['rebuild'] / med['merge']:.1f}x",
           flush=True)
@@ -151,6 +163,7 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
     os.environ["RASFAST_CACHE"] = str(cache)
     times = {f"{impl}_{step}": [] for impl in ("new", "base") for step in ("load", "add", "save")}
     written, graphs = {}, {}
+    cpu_s = {k: [] for k in times}
     la0 = load_avg()
     for r in range(repeats):
         order = [("new", KnowledgeIndex, tpl_new), ("base", base_mod.KnowledgeIndex, tpl_old)]
@@ -161,12 +174,14 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
             shutil.copytree(tpl, d)
             shutil.rmtree(cache, ignore_errors=True)     # both encode the new triples afresh
             before = _dir_bytes(d)
-            dt, k = timed(lambda: cls.load(d))
+            dt, k = timed(lambda: cls.load(d), "load")
             times[f"{impl}_load"].append(dt)
-            dt, _ = timed(lambda: k.add(add_passages, add_rows, enc, ex))
+            dt, _ = timed(lambda: k.add(add_passages, add_rows, enc, ex), "add")
             times[f"{impl}_add"].append(dt)
-            dt, _ = timed(lambda: k.save(d))
+            dt, _ = timed(lambda: k.save(d), "save")
             times[f"{impl}_save"].append(dt)
+            for step in ("load", "add", "save"):
+                cpu_s[f"{impl}_{step}"].append(CPU[step])
             after = _dir_bytes(d)
             written[impl] = sum(s - before.get(p, 0) for p, s in after.items() if s != before.get(p))
             if r == 0:
@@ -179,7 +194,8 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
     med = {k: statistics.median(v) for k, v in times.items()}
     ratios = [(times["base_add"][r] + times["base_save"][r]) / (times["new_add"][r] + times["new_save"][r])
               for r in range(repeats)]
-    return dict(ratios_add_save=ratios, passages=len(passages), triples=len(old), add_passages=len(add_passages),
+    return dict(ratios_add_save=ratios, cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()},
+                cpu_all_s=cpu_s, passages=len(passages), triples=len(old), add_passages=len(add_passages),
                 add_triples=len(new), build_s=t_build, repeats=repeats, median_s=med, all_s=times,
                 bytes_written=written, load_before=la0, load_after=load_avg())
 
@@ -236,19 +252,23 @@ def report(R, args) -> str:
          "over the old entity strings) inside; kernel = the C++ `triple_graph_merge` alone; "
          "rebuild = `TripleGraph.from_triples(old + new)`, what `add` did before; copy = "
          "`indices.copy()` of the old graph, the floor of any merge that returns new arrays. "
-         "Medians of the interleaved repeats; the merged graph equals the rebuilt one (checked). "
+         "Medians of the interleaved repeats (wall time; CPU s = this process's CPU time, all "
+         "threads, which the other jobs on the machine disturb much less); the merged graph equals the rebuilt one (checked). "
          "The first repeat of each row is the first time the process writes that much fresh "
          "memory: on this VM its page faults cost about a second (a plain 630 MB copy measured "
          "1.2 s on first touch, 0.06 s after), whichever code pays them.", "",
          "| graph | old adjacency entries | new entries | old rows changed | merge (s) | cold merge (s) "
-         "| kernel (s) | old-indices copy (s) | rebuild (s) | rebuild / merge | load avg start → end |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| kernel (s) | old-indices copy (s) | rebuild (s) | rebuild / merge | CPU s: merge / rebuild "
+         "| load avg start → end |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in R["graph"]:
         m = g["median_s"]
         L.append(f"| {g['n']:,} + {g['add']:,} triples, {g['label']} | {g['nnz_old']:,} | "
                  f"{g['nnz_new'] - g['nnz_old']:+,} | {g['changed_old_rows']:,} | {m['merge']:.3f} | "
                  f"{g['cold_merge_s']:.3f} | {m['kernel']:.3f} | {m['copy']:.3f} | {m['rebuild']:.3f} | "
-                 f"{m['rebuild'] / m['merge']:.1f}x | {g['load_before']} → {g['load_after']} |")
+                 f"{m['rebuild'] / m['merge']:.1f}x | {g['cpu_median_s']['merge']:.3f} / "
+                 f"{g['cpu_median_s']['rebuild']:.3f} = {g['cpu_median_s']['rebuild'] / g['cpu_median_s']['merge']:.1f}x | "
+                 f"{g['load_before']} → {g['load_after']} |")
     L.append("")
     for g in R["graph"]:
         L.append(f"- {g['label']}: all repeats (s): " + "; ".join(
@@ -267,11 +287,14 @@ def report(R, args) -> str:
               "every knowledge file rewritten), same ThemeIndex code. Each repeat starts from a "
               "fresh copy of the saved directory and an empty embedding cache; medians of "
               f"{e['repeats']} interleaved repeats. Bytes written = growth of the directory's files.", "",
-              "| code | load (s) | add (s) | save (s) | add + save (s) | bytes written by the save |",
-              "|---|---|---|---|---|---|"]
+              "| code | load (s) | add (s) | save (s) | add + save (s) | CPU s: load / add / save "
+              "| bytes written by the save |",
+              "|---|---|---|---|---|---|---|"]
+        c = e["cpu_median_s"]
         for k in ("new", "base"):
             L.append(f"| {k} | {m[f'{k}_load']:.2f} | {m[f'{k}_add']:.2f} | {m[f'{k}_save']:.2f} | "
-                     f"{tot[k]:.2f} | {e['bytes_written'][k]:,} |")
+                     f"{tot[k]:.2f} | {c[f'{k}_load']:.2f} / {c[f'{k}_add']:.2f} / {c[f'{k}_save']:.2f} "
+                     f"| {e['bytes_written'][k]:,} |")
         L += ["", f"add + save: base / new = {tot['base'] / tot['new']:.1f}x (ratio of medians); per "
               "repeat (the two codes back to back, the order alternating): "
               + ", ".join(f"{x:.1f}x" for x in e["ratios_add_save"])

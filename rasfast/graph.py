@@ -178,6 +178,15 @@ class TripleGraph:
         cpu = _bk.cpu_module()
         r = cpu.triple_graph_entities(items, bool(self.normalize), _normalize_many)
         ids = self._entity_index()
+        self._entity_ids = None   # taken: a concurrent merge of this graph builds its own
+        try:
+            return self._merge(cpu, r, ids, items, pids, max_edges)
+        except BaseException:
+            self._entity_ids = ids          # unchanged: the table is only extended on success
+            raise
+
+    def _merge(self, cpu, r, ids: Dict[str, int], items: list, pids: np.ndarray,
+               max_edges: int) -> "TripleGraph":
         e_old = self.num_entities
         local = r["entities"]
         new_entities: List[str] = []
@@ -211,7 +220,7 @@ class TripleGraph:
         # the entity table moves to the new graph (this one rebuilds it if it merges again)
         for key in new_entities:
             ids[key] = len(ids)
-        g._entity_ids, self._entity_ids = ids, None
+        g._entity_ids = ids
         base = self._delta_base
         if base is not None and not m["removed"]:
             n0, e0, rows0, ents0 = base
