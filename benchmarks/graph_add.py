@@ -123,16 +123,24 @@ def graph_bench(label, n, add, n_ent, zipf, offset, md, repeats):
 
 
 def _old_index_module(ref: str):
-    """rasfast/knowledge/index.py as of ``ref`` (rebuild + full rewrite), as a module of the
-    installed package (same relative imports; the compiled module is a superset)."""
-    src = subprocess.run(["git", "show", f"{ref}:rasfast/knowledge/index.py"], capture_output=True,
-                         text=True, check=True, cwd=HERE.parent).stdout
+    """The knowledge index module as of ``ref`` (rebuild + full rewrite), loaded as a module of
+    the installed package (same relative imports; the compiled module is a superset)."""
+    for rel, package in (("rasfast/index/knowledge/index.py", "rasfast.index.knowledge"),
+                         ("rasfast/knowledge/index.py", "rasfast.knowledge")):
+        got = subprocess.run(["git", "show", f"{ref}:{rel}"], capture_output=True, text=True,
+                             cwd=HERE.parent)
+        if got.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"--base-ref {ref}: no knowledge index module there")
     path = pathlib.Path(tempfile.mkdtemp()) / "index_base.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("rasfast.knowledge._index_base", path)
+    path.write_text(got.stdout)
+    spec = importlib.util.spec_from_file_location(f"{package}._index_base", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
+    mod.RESOLVED = subprocess.run(["git", "rev-parse", "--short", ref], capture_output=True, text=True,
+                                  cwd=HERE.parent).stdout.strip()
     return mod
 
 
@@ -205,7 +213,7 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
     med = {k: statistics.median(v) for k, v in times.items()}
     ratios = [(times["base_add"][r] + times["base_save"][r]) / (times["new_add"][r] + times["new_save"][r])
               for r in range(repeats)]
-    return dict(load_only=only, ratios_add_save=ratios, cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()},
+    return dict(base_commit=base_mod.RESOLVED, load_only=only, ratios_add_save=ratios, cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()},
                 cpu_all_s=cpu_s, passages=len(passages), triples=len(old), add_passages=len(add_passages),
                 add_triples=len(new), build_s=t_build, repeats=repeats, median_s=med, all_s=times,
                 bytes_written=written, load_before=la0, load_after=load_avg())
@@ -294,7 +302,8 @@ def report(R, args) -> str:
               f"{e['passages']:,} passages with {e['triples']:,} triples (4 per passage, the first "
               f"graph above), HashingEncoder(64), 16 themes; add {e['add_passages']:,} passages with "
               f"{e['add_triples']:,} triples (the same new triples). `new` = this branch (merge, "
-              f"appended part); `base` = rasfast/knowledge/index.py of `{args.base_ref}` (rebuild, "
+              f"appended part); `base` = the knowledge index module of `{args.base_ref}` "
+              f"(commit {e['base_commit']}; rebuild, "
               "every knowledge file rewritten), same ThemeIndex code. Each repeat starts from a "
               "fresh copy of the saved directory and an empty embedding cache; medians of "
               f"{e['repeats']} interleaved repeats. Bytes written = growth of the directory's files.", "",
