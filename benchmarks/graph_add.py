@@ -9,7 +9,7 @@
    The merged graph is checked equal to the rebuilt one.
 2. End to end: a KnowledgeIndex with the same triples (4 per passage, HashingEncoder(64)),
    saved; then load + add + save into the same directory, with this branch's code and with
-   the code of main (rasfast/knowledge/index.py at ``--base-ref``: rebuild + full rewrite),
+   the code of ``--base-ref`` (its knowledge index module: rebuild + full rewrite),
    each on a fresh copy of the saved directory, interleaved, median of --e2e-repeats.
 
 Writes benchmarks/results/graph_add.md (+ .json).
@@ -151,8 +151,8 @@ def _dir_bytes(d: pathlib.Path) -> dict:
 def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
     from rasfast.data.qa import Passage
     from rasfast.encode import HashingEncoder
-    from rasfast.knowledge import KnowledgeIndex
-    from rasfast.knowledge.extract import corpus_record
+    from rasfast.index.knowledge import KnowledgeIndex
+    from rasfast.index.knowledge.extract import corpus_record
     enc, ex = HashingEncoder(64), corpus_record("synthetic")
     per = 4
     rows = [list(map(list, old[i:i + per])) for i in range(0, len(old), per)]

@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 import rasfast.dispatch as _bk
 from rasfast.encode import HashingEncoder
 from rasfast.graph import TripleGraph, synthetic_triples
-from rasfast.knowledge import KnowledgeIndex
-from rasfast.knowledge.extract import corpus_record
+from rasfast.index.knowledge import KnowledgeIndex
+from rasfast.index.knowledge.extract import corpus_record
 from rasfast.data.qa import Passage
 
 from test_triple_graph import ENTITY_POOL, PREDICATES, check_csr, random_triples

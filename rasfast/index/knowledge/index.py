@@ -388,7 +388,7 @@ def _write_part(d: pathlib.Path, g: int, ki: "KnowledgeIndex", start) -> Dict[st
     (passages, triples, entities) already on disk; the adjacency as a delta block when the
     graph only grew since that state (TripleGraph._delta_base), else in full. Returns its
     manifest entry."""
-    from .. import _durable
+    from .. import durable as _durable
     p0, t0, e0 = start
     gr = ki.graph
     nt, ne = gr.num_triples, gr.num_entities
@@ -459,7 +459,7 @@ def _delta_block(indptr, indices, changed, t0: int, nt: int):
 def _load_graph_parts(d: pathlib.Path, parts, nt: int, ne: int, dim: int, nnz: int, mmap: bool):
     """The graph arrays, entity strings and triple embeddings of the parts (see the module
     docstring); one full part is returned as read (mapped with ``mmap``)."""
-    from .. import dispatch as _bk
+    from ... import dispatch as _bk
     i8 = np.dtype("<i8")
     rows = {name: [] for name in ROW_ARRAYS}
     entities: List[str] = []
