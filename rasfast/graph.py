@@ -108,9 +108,9 @@ class TripleGraph:
         self._passage_csr = None
         self._entity_ids: Optional[Dict[str, int]] = None   # built on the first merge
         # what changed since a base state of this graph (a save of a knowledge index):
-        # (base triples, base entities, changed rows < base, changed entities < base), or
-        # None when rows lost entries (then only a full write describes it)
-        self._delta_base = (self.num_triples, len(entities), _EMPTY, _EMPTY)
+        # (base triples, base entities, changed rows < base, changed entities < base, rows
+        # < base that may have lost entries (hub guard) and must be rewritten whole)
+        self._delta_base = (self.num_triples, len(entities), _EMPTY, _EMPTY, _EMPTY)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -221,17 +221,13 @@ class TripleGraph:
         for key in new_entities:
             ids[key] = len(ids)
         g._entity_ids = ids
-        base = self._delta_base
-        if base is not None and not m["removed"]:
-            n0, e0, rows0, ents0 = base
-            rows = m["changed"]                     # sorted, unique
-            rows = rows[:np.searchsorted(rows, n0)]
-            ents = np.unique(np.concatenate([nh, nt]))
-            ents = ents[:np.searchsorted(ents, e0)]
-            g._delta_base = (n0, e0, np.union1d(rows0, rows) if rows0.size else rows,
-                             np.union1d(ents0, ents) if ents0.size else ents)
-        else:
-            g._delta_base = None
+        n0, e0, rows0, ents0, rep0 = self._delta_base
+        rows, rep = m["changed"], m["replaced"]     # sorted, unique
+        rows, rep = rows[:np.searchsorted(rows, n0)], rep[:np.searchsorted(rep, n0)]
+        ents = np.unique(np.concatenate([nh, nt]))
+        ents = ents[:np.searchsorted(ents, e0)]
+        union = lambda a, b: np.union1d(a, b) if a.size else b   # noqa: E731
+        g._delta_base = (n0, e0, union(rows0, rows), union(ents0, ents), union(rep0, rep))
         return g
 
     def _entity_index(self) -> Dict[str, int]:

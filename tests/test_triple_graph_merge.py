@@ -96,7 +96,7 @@ def test_add_hitting_a_hub():
     for md in (None, 200, 215, 300):      # 215: the hub stops linking during the add
         assert_same(merged_chain([old, new], max_degree=md), rebuilt([old, new], max_degree=md))
     g = TripleGraph.from_triples(old, max_degree=215).merge(new)
-    assert g._delta_base is None          # rows lost neighbours: a save writes the full CSR
+    assert g._delta_base[4].tolist() == list(range(200))   # rows that lost neighbours: stored whole
     assert g.n_hubs == 1
 
 
@@ -180,6 +180,11 @@ def test_kernel_bad_buffers_raise_value_error():
         cpu.csr_concat_blocks(-1, [])
     ptr, ind = cpu.csr_concat_blocks(3, [(None, i8(0, 1, 1), i8(9)), (i8(0, 2), i8(0, 1, 3), i8(4, 5, 6))])
     assert ptr.tolist() == [0, 2, 2, 4] and ind.tolist() == [9, 4, 5, 6]
+    ptr, ind = cpu.csr_concat_blocks(2, [(None, i8(0, 2, 3), i8(7, 8, 9)),
+                                         (i8(0, 1), i8(0, 1, 3), i8(5, 1, 2), i8(1))])
+    assert ptr.tolist() == [0, 3, 5] and ind.tolist() == [7, 8, 5, 1, 2]   # row 1 replaced
+    with pytest.raises(ValueError, match="replace"):
+        cpu.csr_concat_blocks(3, [(None, i8(0, 1, 1), i8(9)), (i8(0,), i8(0, 1), i8(4), i8(2))])
 
 
 # ---------------------------------------------------------------------------- knowledge index
@@ -261,17 +266,24 @@ def test_knowledge_part_holds_only_the_new_rows(tmp_path):
     assert_same(full, _fresh(rows, None))
 
 
-def test_knowledge_hub_removal_writes_a_full_part(tmp_path):
-    first = [[("Hub", "r", f"x{i}")] for i in range(6)]
+def test_knowledge_hub_removal_stores_those_rows_whole(tmp_path):
+    first = [[("Hub", "r", f"x{i}"), (f"x{i}", "r", "Other")] for i in range(3)]
     more = [[("hub", "r", "y")], [("y", "r", "z")]]
+    again = [[("other", "r", "z")], [("Other", "r", "w"), ("w", "r", "x0")]]
     d = tmp_path / "ix"
-    KnowledgeIndex.build(_passages(first, 0), first, ENC, EX, num_themes=2, max_degree=6).save(d)
+    KnowledgeIndex.build(_passages(first, 0), first, ENC, EX, num_themes=2, max_degree=3).save(d)
     ki = KnowledgeIndex.load(d)
-    ki.add(_passages(more, 6), more, ENC, EX)
+    ki.add(_passages(more, 3), more, ENC, EX)          # "hub" reaches degree 4: stops linking
+    ki.save(d)
+    assert_same(KnowledgeIndex.load(d).graph, _fresh(first + more, 3))
+    ki.add(_passages(again[:1], 5), again[:1], ENC, EX)   # two adds, one save; "other" stops linking
+    ki.add(_passages(again[1:], 6), again[1:], ENC, EX)
     ki.save(d)
     m = json.loads((d / "knowledge.json").read_text())
-    assert [p["csr"]["kind"] for p in m["parts"]] == ["full", "full"]
-    assert_same(KnowledgeIndex.load(d).graph, _fresh(first + more, 6))
+    assert [p["csr"]["kind"] for p in m["parts"]] == ["full", "delta", "delta"]
+    assert m["parts"][1]["csr"]["replace"] == 3 and m["parts"][2]["csr"]["replace"] == 3
+    for mmap in (False, True):
+        assert_same(KnowledgeIndex.load(d, mmap=mmap).graph, _fresh(first + more + again, 3))
 
 
 def test_corrupt_delta_part_is_named(tmp_path):

@@ -24,7 +24,8 @@
 // csr_concat_blocks assembles a CSR from blocks (rows, ptr, entries): row i is the
 // concatenation of its segments in block order. A grown knowledge index stores its graph as
 // a full block plus one block per add of the rows that changed and only their new entries
-// (the appended neighbours above), so a save writes O(new) graph data.
+// (the appended neighbours above), so a save writes O(new) graph data; the few rows that lost
+// neighbours under the hub guard are stored whole and marked as replacing the earlier ones.
 #include <omp.h>
 
 #include <algorithm>
@@ -73,7 +74,7 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
   require(n_entities >= e_old, "n_entities: must be >= the old graph's entity count");
 
   std::vector<int64_t> deg, out_ptr(n_old + m + 1, 0);
-  std::vector<int64_t> changed;
+  std::vector<int64_t> changed, replaced;
   py::array_t<int64_t> out_idx;
   int64_t n_hubs = 0;
   bool removed = false;
@@ -235,8 +236,10 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
     }
     removed = flag_removed != 0;
     for (int64_t r = 0; r < n; ++r) out_ptr[r + 1] += out_ptr[r];
-    for (int64_t r = 0; r < n_old; ++r)
+    for (int64_t r = 0; r < n_old; ++r) {
       if (rkind[r]) changed.push_back(r);
+      if (rkind[r] & 2) replaced.push_back(r);   // may have lost entries: not an append
+    }
     int64_t* ind = nullptr;
     {
       py::gil_scoped_acquire gil;
@@ -270,20 +273,24 @@ py::dict triple_graph_merge(py::array indptr_a, py::array indices_a, py::array h
   out["entity_degree"] = vec_to_numpy(deg);
   out["n_hubs"] = n_hubs;
   out["changed"] = vec_to_numpy(changed);
+  out["replaced"] = vec_to_numpy(replaced);
   out["removed"] = removed;
   return out;
 }
 
-// blocks: a list of (rows, ptr, entries); rows None = rows 0..len(ptr)-2. Row i of the result
-// is the concatenation of row i's segments over the blocks, in order.
+// blocks: a list of (rows, ptr, entries[, replace]); rows None = rows 0..len(ptr)-2. Row i of
+// the result is the concatenation of row i's segments over the blocks, in order, starting at
+// the last block that lists i in its (ascending) `replace` rows: that segment is the whole row
+// (a row that lost neighbours when an entity stopped linking).
 py::tuple csr_concat_blocks(int64_t n_rows, py::list blocks) {
   require(n_rows >= 0, "n_rows: must be >= 0");
   struct Block { const int64_t* rows; int64_t nr; const int64_t* ptr; const int64_t* ent; };
+  std::vector<int32_t> start(static_cast<size_t>(n_rows), 0);   // first block that counts per row
   std::vector<Block> bs;
   std::vector<py::array> keep;   // holds the buffers alive
   for (py::handle h : blocks) {
     py::tuple t = py::reinterpret_borrow<py::tuple>(h);
-    require(t.size() == 3, "blocks: expected (rows, ptr, entries) tuples");
+    require(t.size() == 3 || t.size() == 4, "blocks: expected (rows, ptr, entries[, replace]) tuples");
     py::array ptr = py::array::ensure(t[1]);
     require(ptr && ptr.ndim() == 1 && ptr.shape(0) >= 1, "blocks: ptr must be a 1-d array of offsets");
     const int64_t nr = ptr.shape(0) - 1;
@@ -305,23 +312,44 @@ py::tuple csr_concat_blocks(int64_t n_rows, py::list blocks) {
     } else {
       require(nr <= n_rows, "blocks: a full block has more rows than n_rows");
     }
+    if (t.size() == 4 && !t[3].is_none()) {
+      py::array rep = py::array::ensure(t[3]);
+      require(rep && rep.ndim() == 1, "blocks: replace must be a 1-d array");
+      const int64_t* rp = i64_buffer(rep, "blocks replace", rep.shape(0));
+      for (int64_t k = 0; k < rep.shape(0); ++k) {
+        const int64_t r = rp[k];
+        const bool in_block = rows ? std::binary_search(rows, rows + nr, r) : (r >= 0 && r < nr);
+        require(in_block && (k == 0 || r > rp[k - 1]),
+                "blocks: replace must be ascending rows of its block");
+        start[r] = static_cast<int32_t>(bs.size());
+      }
+      keep.push_back(rep);
+    }
     keep.push_back(ptr);
     keep.push_back(ent);
     bs.push_back({rows, nr, p, e});
   }
   std::vector<int64_t> indptr(n_rows + 1, 0);
-  for (const Block& b : bs)
-    for (int64_t k = 0; k < b.nr; ++k) indptr[(b.rows ? b.rows[k] : k) + 1] += b.ptr[k + 1] - b.ptr[k];
+  for (size_t bi = 0; bi < bs.size(); ++bi) {
+    const Block& b = bs[bi];
+    for (int64_t k = 0; k < b.nr; ++k) {
+      const int64_t r = b.rows ? b.rows[k] : k;
+      if (static_cast<int32_t>(bi) >= start[r]) indptr[r + 1] += b.ptr[k + 1] - b.ptr[k];
+    }
+  }
   for (int64_t i = 0; i < n_rows; ++i) indptr[i + 1] += indptr[i];
   py::array_t<int64_t> out(static_cast<py::ssize_t>(indptr[n_rows]));
   int64_t* o = out.mutable_data();
   {
     py::gil_scoped_release nogil;
     std::vector<int64_t> cur(indptr.begin(), indptr.end() - 1);
-    for (const Block& b : bs) {
+    for (size_t bi = 0; bi < bs.size(); ++bi) {
+      const Block& b = bs[bi];
+      const int32_t me = static_cast<int32_t>(bi);
 #pragma omp parallel for schedule(dynamic, 4096)
       for (int64_t k = 0; k < b.nr; ++k) {
         const int64_t r = b.rows ? b.rows[k] : k, len = b.ptr[k + 1] - b.ptr[k];
+        if (me < start[r]) continue;
         if (len) std::memcpy(o + cur[r], b.ent + b.ptr[k], static_cast<size_t>(len) * sizeof(int64_t));
         cur[r] += len;
       }
@@ -336,10 +364,11 @@ void bind(py::module_& m) {
         py::arg("new_tail"), py::arg("n_entities"), py::arg("max_degree"), py::arg("max_edges"),
         "Merges new triples (entity ids new_head/new_tail) into a triple adjacency: indptr, "
         "indices, entity_degree, n_hubs of the merged graph, the old rows that changed, and "
-        "whether any old entry was removed (an entity stopped linking).");
+        "whether any old entry was removed (an entity stopped linking) and the old rows of "
+        "such entities (replaced: rewritten, not appended to).");
   m.def("csr_concat_blocks", &csr_concat_blocks, py::arg("n_rows"), py::arg("blocks"),
         "(indptr, indices) whose row i concatenates row i's segments of the (rows, ptr, "
-        "entries) blocks in order.");
+        "entries[, replace]) blocks in order, from the last block whose replace lists i.");
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ disk it is the ThemeIndex directory plus::
                           passage_ids, source_index (.npy), entities.json; the adjacency as a
                           full CSR (indptr.npy, indices.npy) or as a delta block (csr_rows.npy,
                           csr_ptr.npy, csr_indices.npy: the rows that changed and only the
-                          neighbours appended to them); entity degrees in full
+                          neighbours appended to them; csr_replace.npy: the rows stored whole
+                          because the hub guard removed neighbours); entity degrees in full
                           (entity_degree.npy) or as updates (degree_ids.npy + entity_degree.npy)
     triple_emb.<g>.npy    float32 [triples part <g> added, D]
     journal.jsonl         the extraction journal (only for LLM-extracted indexes; journal.py)
@@ -258,7 +259,7 @@ class KnowledgeIndex:
             }
             _durable.atomic_write_json(d / MANIFEST, manifest)
         self.path = d
-        g_._delta_base = (g_.num_triples, g_.num_entities, _EMPTY, _EMPTY)   # d holds it now
+        g_._delta_base = (g_.num_triples, g_.num_entities, _EMPTY, _EMPTY, _EMPTY)   # d holds it now
         return d
 
     @staticmethod
@@ -386,8 +387,8 @@ def _check_parts(mpath: pathlib.Path, parts, n: int, nt: int, ne: int) -> None:
 def _write_part(d: pathlib.Path, g: int, ki: "KnowledgeIndex", start) -> Dict[str, Any]:
     """Writes the files of part ``g``: passages, triples and entities from ``start`` =
     (passages, triples, entities) already on disk; the adjacency as a delta block when the
-    graph only grew since that state (TripleGraph._delta_base), else in full. Returns its
-    manifest entry."""
+    graph grew from that state by merges (TripleGraph._delta_base), else in full. Returns
+    its manifest entry."""
     from .. import durable as _durable
     p0, t0, e0 = start
     gr = ki.graph
@@ -405,12 +406,14 @@ def _write_part(d: pathlib.Path, g: int, ki: "KnowledgeIndex", start) -> Dict[st
     _durable.write_new_file(gd / "entities.json",
                             [json.dumps(list(gr.entities[e0:]), ensure_ascii=False).encode("utf-8")])
     base = gr._delta_base
-    if t0 > 0 and base is not None and base[0] == t0 and base[1] == e0:
-        rows, ptr, entries = _delta_block(gr.indptr, gr.indices, base[2], t0, nt)
+    if t0 > 0 and base[0] == t0 and base[1] == e0:
+        rows, ptr, entries = _delta_block(gr.indptr, gr.indices, base[2], base[4], t0, nt)
         _write_npy(gd / "csr_rows.npy", rows)
         _write_npy(gd / "csr_ptr.npy", ptr)
         _write_npy(gd / "csr_indices.npy", entries)
-        part["csr"] = {"kind": "delta", "rows": int(rows.shape[0]), "nnz": int(entries.shape[0])}
+        _write_npy(gd / "csr_replace.npy", _i8(base[4]))
+        part["csr"] = {"kind": "delta", "rows": int(rows.shape[0]), "nnz": int(entries.shape[0]),
+                       "replace": int(base[4].shape[0])}
         ids = np.union1d(base[3], np.arange(e0, ne, dtype=np.int64)).astype("<i8")
         _write_npy(gd / "degree_ids.npy", ids)
         _write_npy(gd / "entity_degree.npy", _i8(np.asarray(gr.entity_degree)[ids]))
@@ -427,13 +430,15 @@ def _write_part(d: pathlib.Path, g: int, ki: "KnowledgeIndex", start) -> Dict[st
     return part
 
 
-def _delta_block(indptr, indices, changed, t0: int, nt: int):
+def _delta_block(indptr, indices, changed, replaced, t0: int, nt: int):
     """(rows, ptr, entries): the changed old rows (< t0) with only their entries >= t0 (all a
-    merge appended: rows stay sorted), then every row from t0 on in full."""
+    merge appended: rows stay sorted) -- the ``replaced`` ones (a subset: rows that may have
+    lost entries) whole --, then every row from t0 on in full."""
     indptr = np.asarray(indptr)
     changed = np.asarray(changed, dtype=np.int64)
     lo, hi = indptr[changed].astype(np.int64), indptr[changed + 1].astype(np.int64)
-    a, b = lo.copy(), hi.copy()             # binary search for the first entry >= t0, all rows at once
+    whole = np.isin(changed, replaced)
+    a, b = lo.copy(), np.where(whole, lo, hi)   # binary search for the first entry >= t0, all rows at once
     while True:
         open_ = a < b
         if not open_.any():
@@ -487,10 +492,11 @@ def _load_graph_parts(d: pathlib.Path, parts, nt: int, ne: int, dim: int, nnz: i
             blocks = [(None, _read_npy(gd / "indptr.npy", i8, (int(c["rows"]) + 1,), mmap),
                        _read_npy(gd / "indices.npy", i8, (int(c["nnz"]),), mmap))]
         else:
-            k = int(c["rows"])
+            k, nrep = int(c["rows"]), int(c.get("replace", 0))
             blocks.append((_read_npy(gd / "csr_rows.npy", i8, (k,), mmap),
                            _read_npy(gd / "csr_ptr.npy", i8, (k + 1,), mmap),
-                           _read_npy(gd / "csr_indices.npy", i8, (int(c["nnz"]),), mmap)))
+                           _read_npy(gd / "csr_indices.npy", i8, (int(c["nnz"]),), mmap),
+                           _read_npy(gd / "csr_replace.npy", i8, (nrep,), mmap) if nrep else None))
         dg = part["degree"]
         if dg["kind"] == "full":
             degree = _read_npy(gd / "entity_degree.npy", i8, (int(dg["count"]),), mmap)
@@ -512,8 +518,8 @@ def _load_graph_parts(d: pathlib.Path, parts, nt: int, ne: int, dim: int, nnz: i
     else:
         try:
             arrays["indptr"], arrays["indices"] = _bk.cpu_module().csr_concat_blocks(
-                nt, [(r, _i8(p), _i8(e)) if r is None else (_i8(r), _i8(p), _i8(e))
-                     for r, p, e in blocks])
+                nt, [(None if b[0] is None else _i8(b[0]), _i8(b[1]), _i8(b[2]),
+                      None if len(b) < 4 or b[3] is None else _i8(b[3])) for b in blocks])
         except ValueError as e:
             raise ValueError(f"{d / parts[-1]['graph']}: the graph blocks do not fit together ({e})") from None
     if arrays["indices"].shape[0] != nnz:
