@@ -264,7 +264,7 @@ def report(R, args) -> str:
          "interleaved repeats; load averages (1, 5, 15 min) are those read at the start and end of "
          "each section.", "",
          f"Command: `.venv/bin/python benchmarks/graph_add.py --n {args.n} --add {args.add} "
-         f"--repeats {args.repeats} --e2e-repeats {args.e2e_repeats}`", "",
+         f"--repeats {args.repeats} --e2e-repeats {args.e2e_repeats} --base-ref {args.base_ref}`", "",
          "## TripleGraph: merge vs rebuild", "",
          "merge = `TripleGraph.merge(new)` with the entity table already built (a graph that merged "
          "before, or the second add of a session); cold = the same, building the table (one pass "
