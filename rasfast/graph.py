@@ -17,6 +17,9 @@ Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them 
   :func:`rasfast.reference.triple_graph.normalize_entity` (Python's Unicode tables).
   Predicates are never normalised. ``normalize=False`` compares strings exactly.
 - Entity ids follow first appearance (subject, then object, of each kept triple in order).
+- Growing: :meth:`TripleGraph.merge` adds triples to a copy of the graph without rebuilding
+  it (csrc/graph/triple_graph_merge_cpu.cpp); the result equals ``from_triples`` on the old
+  input followed by the new triples, bit for bit (old ids unchanged, new entities appended).
 - Hub guard ``max_degree``: an entity's degree is the number of kept triples that mention it
   (as subject or object). An entity of degree > ``max_degree`` links no triples: two triples
   that share ONLY hub entities are not neighbours. Triples keep their entity ids either way.
@@ -36,6 +39,7 @@ from .reference.triple_graph import normalize_entity
 
 
 DEFAULT_MAX_EDGES = 2 ** 31
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _normalize_many(strings: List[str]) -> List[str]:
@@ -102,6 +106,11 @@ class TripleGraph:
         self.embeddings: Optional[np.ndarray] = None
         self._texts: Optional[List[str]] = None
         self._passage_csr = None
+        self._entity_ids: Optional[Dict[str, int]] = None   # built on the first merge
+        # what changed since a base state of this graph (a save of a knowledge index):
+        # (base triples, base entities, changed rows < base, changed entities < base, rows
+        # < base that may have lost entries (hub guard) and must be rewritten whole)
+        self._delta_base = (self.num_triples, len(entities), _EMPTY, _EMPTY, _EMPTY)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -148,6 +157,87 @@ class TripleGraph:
         return cls.from_triples(flat, pids, normalize=normalize, max_degree=max_degree,
                                 max_edges=max_edges)
 
+    def merge(self, triples: Sequence, passage_ids=None,
+              max_edges: int = DEFAULT_MAX_EDGES) -> "TripleGraph":
+        """A NEW graph: this one plus ``triples`` (this graph is left unchanged).
+
+        Equals ``TripleGraph.from_triples(old_input + triples, ...)`` with this graph's
+        ``normalize`` and ``max_degree``, bit for bit: old triples and entities keep their ids,
+        new triples follow in order, new entities follow in first-appearance order. Costs the
+        copy of the old arrays plus work proportional to the new triples' entity degrees, not
+        a rebuild (csrc/graph/triple_graph_merge_cpu.cpp says why).
+
+        Args:
+            triples: the new triples (same rules as ``from_triples``; malformed ones skipped).
+            passage_ids: optional int per new input triple (>= 0); -1 when omitted.
+            max_edges: as in ``from_triples``, checked on the merged graph.
+        """
+        items = _as_triple_list(triples)
+        pids = _passage_array(passage_ids, len(items))
+        max_edges = check_int_arg(max_edges, "max_edges", 0, 2 ** 62)
+        cpu = _bk.cpu_module()
+        r = cpu.triple_graph_entities(items, bool(self.normalize), _normalize_many)
+        ids = self._entity_index()
+        self._entity_ids = None   # taken: a concurrent merge of this graph builds its own
+        try:
+            return self._merge(cpu, r, ids, items, pids, max_edges)
+        except BaseException:
+            self._entity_ids = ids          # unchanged: the table is only extended on success
+            raise
+
+    def _merge(self, cpu, r, ids: Dict[str, int], items: list, pids: np.ndarray,
+               max_edges: int) -> "TripleGraph":
+        e_old = self.num_entities
+        local = r["entities"]
+        new_entities: List[str] = []
+        lut = np.empty(len(local), dtype=np.int64)
+        for k, key in enumerate(local):       # local entities are distinct and in first-appearance order
+            i = ids.get(key)
+            if i is None:
+                i = e_old + len(new_entities)
+                new_entities.append(key)
+            lut[k] = i
+        nh, nt = lut[r["head"]], lut[r["tail"]]
+        md = -1 if self.max_degree is None else int(self.max_degree)
+        m = cpu.triple_graph_merge(_i64(self.indptr), _i64(self.indices), _i64(self.head),
+                                   _i64(self.tail), _i64(self.entity_degree), nh, nt,
+                                   e_old + len(new_entities), md, max_edges)
+        kept = r["kept"]
+        g = TripleGraph(indptr=m["indptr"], indices=m["indices"],
+                        head=np.concatenate([np.asarray(self.head, dtype=np.int64), nh]),
+                        tail=np.concatenate([np.asarray(self.tail, dtype=np.int64), nt]),
+                        entities=list(self.entities) + new_entities,
+                        entity_degree=m["entity_degree"],
+                        passage_ids=np.concatenate([np.asarray(self.passage_ids, dtype=np.int64), pids[kept]]),
+                        source_index=np.concatenate([np.asarray(self.source_index, dtype=np.int64),
+                                                     kept + len(self._source)]),
+                        source=list(self._source) + items, n_skipped=self.n_skipped + r["n_skipped"],
+                        n_hubs=m["n_hubs"], normalize=self.normalize, max_degree=self.max_degree)
+        if self._triples is not None:   # keep what was already built for the old triples
+            g._triples = self._triples + g.triples_from(self.num_triples)
+        if self._texts is not None:
+            g._texts = self._texts + g.texts_from(self.num_triples)
+        # the entity table moves to the new graph (this one rebuilds it if it merges again)
+        for key in new_entities:
+            ids[key] = len(ids)
+        g._entity_ids = ids
+        n0, e0, rows0, ents0, rep0 = self._delta_base
+        rows, rep = m["changed"], m["replaced"]     # sorted, unique
+        rows, rep = rows[:np.searchsorted(rows, n0)], rep[:np.searchsorted(rep, n0)]
+        ents = np.unique(np.concatenate([nh, nt]))
+        ents = ents[:np.searchsorted(ents, e0)]
+        union = lambda a, b: np.union1d(a, b) if a.size else b   # noqa: E731
+        g._delta_base = (n0, e0, union(rows0, rows), union(ents0, ents), union(rep0, rep))
+        return g
+
+    def _entity_index(self) -> Dict[str, int]:
+        """Entity string -> id (built once per graph, O(entities))."""
+        if self._entity_ids is None:
+            self._entity_ids = {key: i for i, key in enumerate(self.entities)}
+            if len(self._entity_ids) != len(self.entities):
+                raise ValueError("entities: the graph's entity strings are not distinct")
+        return self._entity_ids
+
     # ---- accessors ----------------------------------------------------------------------
     @property
     def num_triples(self) -> int:
@@ -173,12 +263,26 @@ class TripleGraph:
             self._triples = [tuple(src[i]) for i in self.source_index.tolist()]
         return self._triples
 
+    def triples_from(self, start: int) -> List[tuple]:
+        """``triples[start:]`` without building the tuples of triples before ``start``."""
+        if self._triples is not None:
+            return self._triples[start:]
+        src = self._source
+        return [tuple(src[i]) for i in self.source_index[start:].tolist()]
+
     @property
     def texts(self) -> List[str]:
         """"subject predicate object" of each triple, from the original strings."""
         if self._texts is None:
             self._texts = [f"{s} {p} {o}" for s, p, o in self.triples]
         return self._texts
+
+    def texts_from(self, start: int) -> List[str]:
+        """``texts[start:]`` without building the texts of triples before ``start``."""
+        if self._texts is not None:
+            return self._texts[start:]
+        src = self._source
+        return [f"{s} {p} {o}" for s, p, o in (src[i] for i in self.source_index[start:].tolist())]
 
     def neighbors(self, i: int) -> np.ndarray:
         """Sorted neighbour triple ids of triple ``i``."""
@@ -235,6 +339,11 @@ class TripleGraph:
     def __repr__(self) -> str:
         return (f"TripleGraph(triples={self.num_triples}, entities={self.num_entities}, "
                 f"edges={self.num_edges}, skipped={self.n_skipped})")
+
+
+def _i64(a) -> np.ndarray:
+    """A C-contiguous int64 array (no copy for the graph's own arrays, mapped ones included)."""
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def synthetic_triples(n: int, n_entities: int, zipf: float = 1.0, offset: int = 100,

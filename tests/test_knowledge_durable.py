@@ -68,7 +68,7 @@ def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
     assert _same(KnowledgeIndex.load(d), want)
     add_to_knowledge_index(d, _corpus(tmp_path / "more.jsonl", 3), ENC, progress=False)
     got = KnowledgeIndex.load(d)
-    assert len(got) == 12 and json.loads((d / "knowledge.json").read_text())["version"] == 2
+    assert len(got) == 12 and json.loads((d / "knowledge.json").read_text())["version"] == 3
     assert got.triples[:9] == want.triples
     removed = KnowledgeIndex.compact(d)
     assert {"triples.jsonl", "graph", "triple_emb.npy"} <= set(removed)

@@ -118,8 +118,10 @@ py::array_t<int64_t> to_numpy(const std::vector<int64_t>& v) {
   return a;
 }
 
-py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree,
-                            int64_t max_edges, py::object normalizer) {
+// adjacency=false stops after the entity ids (kept, head, tail, entities): the merge
+// (triple_graph_merge) parses only the NEW triples this way and maps their entities to ids.
+py::dict triple_graph_build_impl(py::list triples, bool normalize, int64_t max_degree,
+                                 int64_t max_edges, py::object normalizer, bool adjacency) {
   require(max_degree >= -1, "max_degree must be >= 0 (or -1 for no limit)");
   require(max_edges >= 0, "max_edges must be >= 0");
   const Py_ssize_t n_in = PyList_GET_SIZE(triples.ptr());
@@ -259,6 +261,7 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
     for (int64_t s = 0; s < n_slots; ++s) slot_entity[s] = slot_entity[rep[s]];
     const int64_t n_ent = static_cast<int64_t>(ent_rep.size());
     for (int64_t i = 0; i < n; ++i) head[i] = slot_entity[2 * i], tail[i] = slot_entity[2 * i + 1];
+    if (adjacency) {
 
     // ---- entity -> triples (counting sort; each list ascending, a triple once per entity) ----
     std::vector<int64_t> ent_ptr(n_ent + 1, 0);
@@ -330,6 +333,7 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
     }
 #pragma omp parallel for schedule(dynamic, 1024)
     for (int64_t i = 0; i < n; ++i) emit(i, ind + indptr[i]);
+    }  // adjacency
   }
 
   // ---- back to Python: entity strings from their first appearance ----
@@ -347,12 +351,22 @@ py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree
   out["head"] = to_numpy(head);
   out["tail"] = to_numpy(tail);
   out["entities"] = entities;
+  out["n_skipped"] = static_cast<int64_t>(n_in) - n;
+  if (!adjacency) return out;
   out["entity_degree"] = to_numpy(entity_degree);
   out["indptr"] = to_numpy(indptr);
   out["indices"] = indices;
-  out["n_skipped"] = static_cast<int64_t>(n_in) - n;
   out["n_hubs"] = n_hubs;
   return out;
+}
+
+py::dict triple_graph_build(py::list triples, bool normalize, int64_t max_degree,
+                            int64_t max_edges, py::object normalizer) {
+  return triple_graph_build_impl(triples, normalize, max_degree, max_edges, normalizer, true);
+}
+
+py::dict triple_graph_entities(py::list triples, bool normalize, py::object normalizer) {
+  return triple_graph_build_impl(triples, normalize, -1, 0, normalizer, false);
 }
 
 void bind(py::module_& m) {
@@ -360,6 +374,10 @@ void bind(py::module_& m) {
         py::arg("max_degree"), py::arg("max_edges"), py::arg("normalizer"),
         "Builds a triple graph from a list of triples: kept input positions, head/tail entity "
         "ids, entity strings and degrees, and the triple adjacency as CSR (indptr, indices).");
+  m.def("triple_graph_entities", &triple_graph_entities, py::arg("triples"), py::arg("normalize"),
+        py::arg("normalizer"),
+        "The first half of triple_graph_build: kept input positions, head/tail entity ids local "
+        "to these triples (first appearance) and the entity strings; no adjacency.");
 }
 
 }  // namespace

@@ -6,31 +6,42 @@ id), the :class:`rasfast.TripleGraph` CSR built over them, and the triple embedd
 disk it is the ThemeIndex directory plus::
 
     knowledge.json        format, counts, encoder, extraction record (model + prompt), graph
-                          options, the ThemeIndex generation it belongs to and its own file
-                          names; replaced atomically LAST: it is the commit of a save
-    triples.<g>.jsonl     {"pid", "source_id", "triples": [[s, p, o], ...]} per passage, row order
-    graph.<g>/*.npy       indptr, indices, head, tail, passage_ids, source_index, entity_degree
-    graph.<g>/entities.json  entity strings (index = entity id)
-    triple_emb.<g>.npy    float32 [num_triples, D]
+                          options, the ThemeIndex generation it belongs to and the list of its
+                          parts; replaced atomically LAST: it is the commit of a save
+    triples.<g>.jsonl     {"pid", "source_id", "triples": [[s, p, o], ...]} per passage, row
+                          order: the passages part <g> added
+    graph.<g>/            the graph rows (triples) and entities part <g> added: head, tail,
+                          passage_ids, source_index (.npy), entities.json; the adjacency as a
+                          full CSR (indptr.npy, indices.npy) or as a delta block (csr_rows.npy,
+                          csr_ptr.npy, csr_indices.npy: the rows that changed and only the
+                          neighbours appended to them; csr_replace.npy: the rows stored whole
+                          because the hub guard removed neighbours); entity degrees in full
+                          (entity_degree.npy) or as updates (degree_ids.npy + entity_degree.npy)
+    triple_emb.<g>.npy    float32 [triples part <g> added, D]
     journal.jsonl         the extraction journal (only for LLM-extracted indexes; journal.py)
 
 <g> is the generation of the ThemeIndex commit the save made (rasfast._index_store): a save
 commits the ThemeIndex first (``manifest.json`` and ``manifest.<g>.json``), writes the
 knowledge files under new names, and commits ``knowledge.json`` last. A crash before that
-leaves ``knowledge.json`` naming the previous generation, which loads exactly as before
-(``ThemeIndex.load(dir, generation=...)``); files are never rewritten in place, so readers
-keep working while a writer saves. Version 1 directories (``triples.jsonl``, ``graph/``,
-``triple_emb.npy``, no generation) still load; the first save upgrades them.
+leaves ``knowledge.json`` naming the previous generation and parts, which load exactly as
+before (``ThemeIndex.load(dir, generation=...)``); files are never rewritten in place, so
+readers keep working while a writer saves. A save into the directory the index was loaded
+from (or last saved to) appends one part holding only what is new since then; any other
+save writes one full part. Version 1 directories (``triples.jsonl``, ``graph/``,
+``triple_emb.npy``, no generation) and version 2 ones (one part, named in ``files``) still
+load; the first save into a version 1 directory rewrites it in full.
 
-Loading reads these arrays back as they were written (nothing is re-derived): the loaded
+Loading reads these arrays back as they were written (nothing is re-derived; the parts'
+graph blocks are concatenated row by row, csrc/graph/triple_graph_merge_cpu.cpp): the loaded
 graph and triple embeddings equal a fresh build bit for bit (tests/test_knowledge_index.py).
+A one-part index loaded with ``mmap=True`` maps its arrays; a grown one concatenates parts.
 
 :meth:`KnowledgeIndex.add` appends passages: a new theme-index shard (``ThemeIndex.add``; the
 next ``save`` into the same directory writes only the new rows of the dense/theme arrays),
-their triples, and the graph over all triples (rebuilt by the C++ builder: old triples keep
-their ids, so it equals a fresh build); only the new triples are embedded. Triples from a different
-extraction (another model or prompt, or corpus triples into an LLM-extracted index) are
-refused.
+their triples, and the graph over all triples (merged, not rebuilt: ``TripleGraph.merge``
+keeps old triple and entity ids and equals a fresh build); only the new triples are
+embedded. Triples from a different extraction (another model or prompt, or corpus triples
+into an LLM-extracted index) are refused.
 """
 from __future__ import annotations
 
@@ -47,13 +58,15 @@ import numpy as np
 from ...data.qa import Passage
 
 FORMAT = "rasfast.KnowledgeIndex"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "knowledge.json"
 TRIPLES = "triples.jsonl"
 TRIPLE_EMB = "triple_emb.npy"
 GRAPH_DIR = "graph"
 GRAPH_ARRAYS = ("indptr", "indices", "head", "tail", "passage_ids", "source_index", "entity_degree")
+ROW_ARRAYS = ("head", "tail", "passage_ids", "source_index")   # one entry per triple
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _encode(encoder, texts: List[str]) -> np.ndarray:
@@ -159,8 +172,9 @@ class KnowledgeIndex:
             extraction: Dict[str, Any], source_ids: Optional[Sequence[Optional[str]]] = None,
             unparsed: Sequence[int] = ()) -> "KnowledgeIndex":
         """Appends passages (their ``pid`` must be new) with their triples from the SAME
-        extraction; returns self. The graph is rebuilt over all triples by the C++ builder
-        (old triples keep their ids, new ones follow); only new triples are embedded."""
+        extraction; returns self. The new triples are merged into the graph
+        (``TripleGraph.merge``: old triples keep their ids, new ones follow; equal to a fresh
+        build); only new triples are embedded."""
         passages = list(passages)
         if len(triples) != len(passages):
             raise ValueError(f"triples: {len(triples)} lists for {len(passages)} passages")
@@ -177,12 +191,15 @@ class KnowledgeIndex:
         if not passages:
             return self
         n_old = self.graph.num_triples
+        rows = [list(t) for t in triples]
+        flat = list(itertools.chain.from_iterable(rows))
+        tp = np.repeat(np.asarray([p.pid for p in passages], dtype=np.int64), [len(t) for t in rows])
+        g = self.graph.merge(flat, tp)    # before any change: a refused merge changes nothing
         self.theme = self.theme.add(passages=passages, encoder=encoder)   # a new shard
-        self.triples = self.triples + [list(t) for t in triples]
+        self.triples = self.triples + rows
         self.source_ids = self.source_ids + (list(source_ids) if source_ids is not None
                                              else [None] * len(passages))
-        g = build_graph(self.triples, self.pids, self.max_degree)
-        new_emb = _encode(encoder, g.texts[n_old:])
+        new_emb = _encode(encoder, g.texts_from(n_old))
         self.triple_emb = np.concatenate([np.asarray(self.triple_emb, dtype=np.float32), new_emb])
         self.graph = g
         g.embeddings = self.triple_emb
@@ -216,24 +233,22 @@ class KnowledgeIndex:
                 expect = disk_gen
             tm = self.theme._commit(d, publish=True, expect=expect)
             g = _store.generation_of(tm)
-            files = {"triples": f"triples.{g}.jsonl", "graph": f"graph.{g}",
-                     "triple_emb": f"triple_emb.{g}.npy"}
-            _durable.write_new_file(d / files["triples"], (
-                (json.dumps({"pid": pid, "source_id": sid, "triples": t}, ensure_ascii=False)
-                 + "\n").encode("utf-8")
-                for pid, sid, t in zip(self.pids, self.source_ids, self.triples)))
-            gd = d / files["graph"]
-            gd.mkdir(exist_ok=True)
             g_ = self.graph
-            for name in GRAPH_ARRAYS:
-                _write_npy(gd / f"{name}.npy", np.ascontiguousarray(getattr(g_, name), dtype="<i8"))
-            _durable.write_new_file(gd / "entities.json",
-                                    [json.dumps(list(g_.entities), ensure_ascii=False).encode("utf-8")])
-            _durable.fsync_dir(gd)
-            _write_npy(d / files["triple_emb"], np.ascontiguousarray(self.triple_emb, dtype="<f4"))
-            _durable.fsync_dir(d)
+            # append a part when d holds this handle's previous state (format 2 or 3), else
+            # write everything as one part (a version 1 directory is rewritten in full)
+            parts: List[Dict[str, Any]] = []
+            start = (0, 0, 0)
+            if expect is not None and disk.get("version") in (2, 3):
+                on_disk = (int(disk["num_passages"]), int(disk["num_triples"]), int(disk["num_entities"]))
+                if on_disk[0] <= len(self) and on_disk[1] <= g_.num_triples \
+                        and on_disk[2] <= g_.num_entities:
+                    parts, start = _parts(disk), on_disk
+            part = _write_part(d, g, self, start)
+            parts.append(part)
+            files = {k: part[k] for k in ("triples", "graph", "triple_emb")}
             manifest = {
                 "format": FORMAT, "version": VERSION, "theme_generation": g, "files": files,
+                "parts": parts,
                 "num_passages": len(self), "num_triples": g_.num_triples,
                 "num_entities": g_.num_entities, "nnz": g_.num_edges,
                 "num_input_triples": sum(len(t) for t in self.triples), "dim": self.dim,
@@ -244,6 +259,7 @@ class KnowledgeIndex:
             }
             _durable.atomic_write_json(d / MANIFEST, manifest)
         self.path = d
+        g_._delta_base = (g_.num_triples, g_.num_entities, _EMPTY, _EMPTY, _EMPTY)   # d holds it now
         return d
 
     @staticmethod
@@ -256,8 +272,7 @@ class KnowledgeIndex:
         m = _read_manifest_or_none(d)
         if m is None:
             raise ValueError(f"{d / MANIFEST}: missing; {d} is not a knowledge index")
-        files = _files(m)
-        keep = set(files.values())
+        keep = {p[k] for p in _parts(m) for k in ("triples", "graph", "triple_emb")}
         g = m.get("theme_generation")
         removed = []
         if g is not None:
@@ -291,49 +306,40 @@ class KnowledgeIndex:
                 or m.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"{mpath}: not a {FORMAT} manifest of version "
                              f"{' or '.join(map(str, READABLE_VERSIONS))}")
-        files = _files(m)
+        parts = _parts(m)
         theme = ThemeIndex.load(d, mmap=mmap, generation=m.get("theme_generation"))
         n = int(m["num_passages"])
         if len(theme) != n:
             raise ValueError(f"{d}: the theme index has {len(theme)} rows, {MANIFEST} says {n}")
+        nt, ne, dim = int(m["num_triples"]), int(m["num_entities"]), int(m["dim"])
+        _check_parts(mpath, parts, n, nt, ne)
         triples, sids, pids = [], [], []
-        tpath = d / files["triples"]
-        if not tpath.is_file():
-            raise ValueError(f"{tpath}: missing (listed in {MANIFEST})")
-        with open(tpath, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                try:
-                    r = json.loads(line)
-                    pids.append(int(r["pid"]))
-                    sids.append(r.get("source_id"))
-                    triples.append(list(r["triples"]))
-                except (ValueError, KeyError, TypeError) as e:
-                    raise ValueError(f"{tpath}: line {lineno} is not a triples record ({e})") from None
-        if pids != [int(p) for p in np.asarray(theme.pids)]:
-            raise ValueError(f"{tpath}: {len(pids)} records whose passage ids do not match the "
-                             f"index's {n} rows (truncated or from another build)")
-        nt = int(m["num_triples"])
-        shapes = {"indptr": (nt + 1,), "head": (nt,), "tail": (nt,), "passage_ids": (nt,),
-                  "source_index": (nt,), "indices": (int(m["nnz"]),),
-                  "entity_degree": (int(m["num_entities"]),)}
-        arrays = {}
-        for name in GRAPH_ARRAYS:
-            arrays[name] = _read_npy(d / files["graph"] / f"{name}.npy", np.dtype("<i8"),
-                                     shapes[name], mmap)
-        epath = d / files["graph"] / "entities.json"
-        try:
-            entities = json.loads(epath.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{epath}: missing or unreadable ({e})") from None
-        if len(entities) != int(m["num_entities"]):
-            raise ValueError(f"{epath}: {len(entities)} entities, {MANIFEST} says {m['num_entities']}")
+        for part in parts:
+            tpath = d / part["triples"]
+            if not tpath.is_file():
+                raise ValueError(f"{tpath}: missing (listed in {MANIFEST})")
+            before = len(pids)
+            with open(tpath, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    try:
+                        r = json.loads(line)
+                        pids.append(int(r["pid"]))
+                        sids.append(r.get("source_id"))
+                        triples.append(list(r["triples"]))
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise ValueError(f"{tpath}: line {lineno} is not a triples record ({e})") from None
+            p0, p1 = part["passages"]
+            if len(pids) - before != p1 - p0 or pids[before:] != [int(p) for p in np.asarray(theme.pids[p0:p1])]:
+                raise ValueError(f"{tpath}: {len(pids) - before} records whose passage ids do not "
+                                 f"match the index's rows {p0}..{p1 - 1} (truncated or from another build)")
+        arrays, entities, emb = _load_graph_parts(d, parts, nt, ne, dim, int(m["nnz"]), mmap)
         source = list(itertools.chain.from_iterable(triples))
         if len(source) != int(m["num_input_triples"]):
-            raise ValueError(f"{tpath}: {len(source)} triples, {MANIFEST} says {m['num_input_triples']}")
+            raise ValueError(f"{d / parts[-1]['triples']}: {len(source)} triples, {MANIFEST} says "
+                             f"{m['num_input_triples']}")
         gm = m["graph"]
         g = TripleGraph(**arrays, entities=entities, source=source, n_skipped=gm["n_skipped"],
                         n_hubs=gm["n_hubs"], normalize=gm["normalize"], max_degree=gm["max_degree"])
-        emb = _read_npy(d / files["triple_emb"], np.dtype("<f4"), (nt, int(m["dim"])), mmap)
         ki = cls(theme, triples, sids, g, emb, m["extraction"], m.get("unparsed", ()), gm["max_degree"])
         ki.path = d
         return ki
@@ -342,6 +348,189 @@ class KnowledgeIndex:
 def _files(m: Dict[str, Any]) -> Dict[str, str]:
     """The knowledge files a manifest names (version 1: the fixed names)."""
     return m.get("files") or {"triples": TRIPLES, "graph": GRAPH_DIR, "triple_emb": TRIPLE_EMB}
+
+
+def _parts(m: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The parts a manifest lists, oldest first (versions 1 and 2: one full part)."""
+    if m.get("version") == 3:
+        if not isinstance(m.get("parts"), list) or not m["parts"]:
+            raise ValueError(f"{MANIFEST}: version 3 without a list of parts")
+        return [dict(p) for p in m["parts"]]
+    f = _files(m)
+    n, nt, ne = int(m["num_passages"]), int(m["num_triples"]), int(m["num_entities"])
+    return [{"triples": f["triples"], "graph": f["graph"], "triple_emb": f["triple_emb"],
+             "passages": [0, n], "rows": [0, nt], "entities": [0, ne],
+             "csr": {"kind": "full", "rows": nt, "nnz": int(m["nnz"])},
+             "degree": {"kind": "full", "count": ne}}]
+
+
+def _check_parts(mpath: pathlib.Path, parts, n: int, nt: int, ne: int) -> None:
+    """The parts' ranges tile the passages, triples and entities; the first part is full."""
+    ends = [0, 0, 0]
+    for k, p in enumerate(parts):
+        try:
+            for j, key in enumerate(("passages", "rows", "entities")):
+                lo, hi = (int(x) for x in p[key])
+                if lo != ends[j] or hi < lo:
+                    raise ValueError(key)
+                ends[j] = hi
+            if p["csr"]["kind"] not in ("full", "delta") or p["degree"]["kind"] not in ("full", "delta") \
+                    or (k == 0 and "delta" in (p["csr"]["kind"], p["degree"]["kind"])):
+                raise ValueError("kind")
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{mpath}: part {k} is malformed ({e})") from None
+    if ends != [n, nt, ne]:
+        raise ValueError(f"{mpath}: the parts cover {ends[0]} passages, {ends[1]} triples and "
+                         f"{ends[2]} entities; the counts say {n}, {nt} and {ne}")
+
+
+def _write_part(d: pathlib.Path, g: int, ki: "KnowledgeIndex", start) -> Dict[str, Any]:
+    """Writes the files of part ``g``: passages, triples and entities from ``start`` =
+    (passages, triples, entities) already on disk; the adjacency as a delta block when the
+    graph grew from that state by merges (TripleGraph._delta_base), else in full. Returns
+    its manifest entry."""
+    from .. import durable as _durable
+    p0, t0, e0 = start
+    gr = ki.graph
+    nt, ne = gr.num_triples, gr.num_entities
+    part = {"triples": f"triples.{g}.jsonl", "graph": f"graph.{g}", "triple_emb": f"triple_emb.{g}.npy",
+            "passages": [p0, len(ki)], "rows": [t0, nt], "entities": [e0, ne]}
+    pids = ki.pids
+    _durable.write_new_file(d / part["triples"], (
+        (json.dumps({"pid": pid, "source_id": sid, "triples": t}, ensure_ascii=False) + "\n").encode("utf-8")
+        for pid, sid, t in zip(pids[p0:], ki.source_ids[p0:], ki.triples[p0:])))
+    gd = d / part["graph"]
+    gd.mkdir(exist_ok=True)
+    for name in ROW_ARRAYS:
+        _write_npy(gd / f"{name}.npy", _i8(getattr(gr, name)[t0:]))
+    _durable.write_new_file(gd / "entities.json",
+                            [json.dumps(list(gr.entities[e0:]), ensure_ascii=False).encode("utf-8")])
+    base = gr._delta_base
+    if t0 > 0 and base[0] == t0 and base[1] == e0:
+        rows, ptr, entries = _delta_block(gr.indptr, gr.indices, base[2], base[4], t0, nt)
+        _write_npy(gd / "csr_rows.npy", rows)
+        _write_npy(gd / "csr_ptr.npy", ptr)
+        _write_npy(gd / "csr_indices.npy", entries)
+        _write_npy(gd / "csr_replace.npy", _i8(base[4]))
+        part["csr"] = {"kind": "delta", "rows": int(rows.shape[0]), "nnz": int(entries.shape[0]),
+                       "replace": int(base[4].shape[0])}
+        ids = np.union1d(base[3], np.arange(e0, ne, dtype=np.int64)).astype("<i8")
+        _write_npy(gd / "degree_ids.npy", ids)
+        _write_npy(gd / "entity_degree.npy", _i8(np.asarray(gr.entity_degree)[ids]))
+        part["degree"] = {"kind": "delta", "count": int(ids.shape[0])}
+    else:
+        _write_npy(gd / "indptr.npy", _i8(gr.indptr))
+        _write_npy(gd / "indices.npy", _i8(gr.indices))
+        part["csr"] = {"kind": "full", "rows": nt, "nnz": gr.num_edges}
+        _write_npy(gd / "entity_degree.npy", _i8(gr.entity_degree))
+        part["degree"] = {"kind": "full", "count": ne}
+    _durable.fsync_dir(gd)
+    _write_npy(d / part["triple_emb"], np.ascontiguousarray(np.asarray(ki.triple_emb)[t0:], dtype="<f4"))
+    _durable.fsync_dir(d)
+    return part
+
+
+def _delta_block(indptr, indices, changed, replaced, t0: int, nt: int):
+    """(rows, ptr, entries): the changed old rows (< t0) with only their entries >= t0 (all a
+    merge appended: rows stay sorted) -- the ``replaced`` ones (a subset: rows that may have
+    lost entries) whole --, then every row from t0 on in full."""
+    indptr = np.asarray(indptr)
+    changed = np.asarray(changed, dtype=np.int64)
+    lo, hi = indptr[changed].astype(np.int64), indptr[changed + 1].astype(np.int64)
+    whole = np.isin(changed, replaced)
+    a, b = lo.copy(), np.where(whole, lo, hi)   # binary search for the first entry >= t0, all rows at once
+    while True:
+        open_ = a < b
+        if not open_.any():
+            break
+        mid = (a + b) // 2
+        probe = np.where(open_, mid, 0)
+        small = open_ & (np.asarray(indices[probe]) < t0)
+        a = np.where(small, mid + 1, a)
+        b = np.where(open_ & ~small, mid, b)
+    lens = hi - a
+    total = int(lens.sum())
+    ptr_old = np.zeros(changed.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr_old[1:])
+    gather = np.repeat(a - ptr_old[:-1], lens) + np.arange(total, dtype=np.int64)
+    tail_lo, tail_hi = int(indptr[t0]), int(indptr[nt])
+    entries = np.concatenate([np.asarray(indices[gather], dtype=np.int64) if total else _EMPTY,
+                              np.asarray(indices[tail_lo:tail_hi], dtype=np.int64)])
+    rows = np.concatenate([changed, np.arange(t0, nt, dtype=np.int64)])
+    ptr = np.concatenate([ptr_old, total + (np.asarray(indptr[t0 + 1:nt + 1], dtype=np.int64) - tail_lo)])
+    return _i8(rows), _i8(ptr), _i8(entries)
+
+
+def _load_graph_parts(d: pathlib.Path, parts, nt: int, ne: int, dim: int, nnz: int, mmap: bool):
+    """The graph arrays, entity strings and triple embeddings of the parts (see the module
+    docstring); one full part is returned as read (mapped with ``mmap``)."""
+    from ... import dispatch as _bk
+    i8 = np.dtype("<i8")
+    rows = {name: [] for name in ROW_ARRAYS}
+    entities: List[str] = []
+    embs = []
+    degree = None
+    blocks = []
+    for part in parts:
+        gd = d / part["graph"]
+        t0, t1 = part["rows"]
+        e0, e1 = part["entities"]
+        for name in ROW_ARRAYS:
+            rows[name].append(_read_npy(gd / f"{name}.npy", i8, (t1 - t0,), mmap))
+        epath = gd / "entities.json"
+        try:
+            ents = json.loads(epath.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{epath}: missing or unreadable ({e})") from None
+        if not isinstance(ents, list) or len(ents) != e1 - e0:
+            raise ValueError(f"{epath}: {len(ents) if isinstance(ents, list) else 'no'} entities, "
+                             f"{MANIFEST} says {e1 - e0}")
+        entities.extend(ents)
+        embs.append(_read_npy(d / part["triple_emb"], np.dtype("<f4"), (t1 - t0, dim), mmap))
+        c = part["csr"]
+        if c["kind"] == "full":
+            blocks = [(None, _read_npy(gd / "indptr.npy", i8, (int(c["rows"]) + 1,), mmap),
+                       _read_npy(gd / "indices.npy", i8, (int(c["nnz"]),), mmap))]
+        else:
+            k, nrep = int(c["rows"]), int(c.get("replace", 0))
+            blocks.append((_read_npy(gd / "csr_rows.npy", i8, (k,), mmap),
+                           _read_npy(gd / "csr_ptr.npy", i8, (k + 1,), mmap),
+                           _read_npy(gd / "csr_indices.npy", i8, (int(c["nnz"]),), mmap),
+                           _read_npy(gd / "csr_replace.npy", i8, (nrep,), mmap) if nrep else None))
+        dg = part["degree"]
+        if dg["kind"] == "full":
+            degree = _read_npy(gd / "entity_degree.npy", i8, (int(dg["count"]),), mmap)
+        else:
+            ids = _read_npy(gd / "degree_ids.npy", i8, (int(dg["count"]),), False)
+            vals = _read_npy(gd / "entity_degree.npy", i8, (int(dg["count"]),), False)
+            if ids.size and (ids.min() < 0 or ids.max() >= e1):
+                raise ValueError(f"{gd / 'degree_ids.npy'}: entity ids outside [0, {e1})")
+            grown = np.zeros(e1, dtype=np.int64)
+            grown[:degree.shape[0]] = degree
+            grown[ids] = vals
+            degree = grown
+    if degree.shape[0] != ne:
+        raise ValueError(f"{d / parts[-1]['graph']}: {degree.shape[0]} entity degrees, {MANIFEST} says {ne}")
+    arrays = {name: (v[0] if len(v) == 1 else np.concatenate(v)) for name, v in rows.items()}
+    arrays["entity_degree"] = degree
+    if len(blocks) == 1 and blocks[0][1].shape[0] == nt + 1:
+        arrays["indptr"], arrays["indices"] = blocks[0][1], blocks[0][2]
+    else:
+        try:
+            arrays["indptr"], arrays["indices"] = _bk.cpu_module().csr_concat_blocks(
+                nt, [(None if b[0] is None else _i8(b[0]), _i8(b[1]), _i8(b[2]),
+                      None if len(b) < 4 or b[3] is None else _i8(b[3])) for b in blocks])
+        except ValueError as e:
+            raise ValueError(f"{d / parts[-1]['graph']}: the graph blocks do not fit together ({e})") from None
+    if arrays["indices"].shape[0] != nnz:
+        raise ValueError(f"{d / parts[-1]['graph']}: {arrays['indices'].shape[0]} graph entries, "
+                         f"{MANIFEST} says {nnz}")
+    emb = embs[0] if len(embs) == 1 else np.concatenate(embs)
+    return arrays, entities, emb
+
+
+def _i8(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype="<i8")
 
 
 def _read_manifest_or_none(d: pathlib.Path) -> Optional[Dict[str, Any]]:
