@@ -3,7 +3,7 @@
 Subcommands: ``demo`` (what ``make demo`` runs: the full RAS loop over a generated offline
 corpus), ``index build`` (rasfast.knowledge), ``ask`` (``--system`` runs a registered system
 from a knowledge index), ``profile``, ``eval`` (``eval gear`` for GEAR's MuSiQue
-evaluation when rasfast.gear is installed) and ``bench select``.
+evaluation when rasfast.gear is installed;) and ``bench select``.
 """
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def _llm_extractor(args):
     if not getattr(args, "llm_extract", False):
         return None
     if not getattr(args, "llm", None) or args.llm == "graph-tiny":
-        raise SystemExit("--llm-extract needs --llm openai|hf|vllm")
+        raise SystemExit("--llm-extract needs --llm openai|hf|vllm|local")
     from .llm import adapters
-    llm = adapters.make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY")
+    llm = adapters.make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                            **adapters.local_options(args))
     return adapters.LLMTripleExtractor(llm)
 
 
@@ -199,6 +200,8 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    if args.dataset == "2wiki":
+        args.dataset = "2wikimultihopqa"
     if args.what == "kirag":
         from .kirag.cli import cmd_eval
         return cmd_eval(args, _encoder(args))
@@ -266,6 +269,20 @@ def _cmd_bench(args) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------------
+def _llm_kind(value: str) -> str:
+    from .llm.adapters import check_llm_kind
+    try:
+        return check_llm_kind(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _local_llm_args(p: argparse.ArgumentParser) -> None:
+    """Options of ``--llm local`` (rasfast.llm.local.LocalLLM)."""
+    p.add_argument("--llm-threads", type=int, default=None, help="--llm local: CPU threads (default: all cores)")
+    p.add_argument("--llm-ctx", type=int, default=None, help="--llm local: context length in tokens (4096)")
+
+
 def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = "minilm") -> None:
     p.add_argument("--encoder", default=encoder, choices=["minilm", "hashing"],
                    help=f"all-MiniLM-L6-v2 (offline package; hashing fallback) or the hashing "
@@ -280,7 +297,10 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--graph-encoder", default=None, choices=["mean", "gnn"],
                    help="encode each step's subgraph: 'mean' of entity embeddings, or 'gnn' "
                         "(rasfast.GraphEncoder, randomly initialised: shows its cost in the trace)")
-    p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
+    p.add_argument("--llm", default=None, type=_llm_kind,
+                   help="planner/answerer LLM backend from rasfast.llm: openai|hf|vllm|graph-tiny, or "
+                        "local (the packaged Qwen2.5-Coder-1.5B GGUF) / local:PATH.gguf / local:smollm2")
+    _local_llm_args(p)
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
@@ -338,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
     e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag"])
     _loop_args(e, dataset=False)
-    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "all"))
+    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "2wiki", "all"))
     e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
     e.add_argument("--batch", type=int, default=32)
     e.add_argument("--json", default=None, help="write metrics as JSON here")
