@@ -3,7 +3,8 @@
 Subcommands: ``demo`` (what ``make demo`` runs: the full RAS loop over a generated offline
 corpus), ``index build`` (rasfast.knowledge), ``ask`` (``--system`` runs a registered system
 from a knowledge index), ``profile``, ``eval`` (``eval gear`` for GEAR's MuSiQue
-evaluation when rasfast.gear is installed;) and ``bench select``.
+evaluation when rasfast.gear is installed; ``eval qa`` for every system's answer quality
+with one LLM, rasfast.qa_eval) and ``bench select``.
 """
 from __future__ import annotations
 
@@ -200,6 +201,9 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    if args.what == "qa":   # every system with one LLM reader (rasfast.qa_eval)
+        from .qa_eval import cmd_eval_qa
+        return cmd_eval_qa(args)
     if args.dataset == "2wiki":
         args.dataset = "2wikimultihopqa"
     if args.what == "kirag":
@@ -356,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_cmd_profile)
 
     e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
-    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag"])
+    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag", "qa"])
     _loop_args(e, dataset=False)
     e.add_argument("--dataset", default="demo", choices=(*DATASETS, "2wiki", "all"))
     e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
@@ -366,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--system", default="ras", help="with --index: ras|gear|kirag|structrag")
     e.add_argument("--scope-k", type=int, default=None, help="with --index: theme scope size K")
     e.set_defaults(func=_cmd_eval)
+    from .qa_eval import add_args as add_qa_args
+    add_qa_args(e)
     from .kirag.cli import add_eval_args, add_parser as add_kirag_parser
     add_eval_args(e)
     add_kirag_parser(sub)
