@@ -282,7 +282,7 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                 pids = [p.pid for p in passages]
                 recd = {"qid": q.qid, "answer": answer, "gold": q.answers, "em": m["em"], "f1": m["f1"],
                         "acc": m["acc"], f"recall@{k}": (recall_at_k(pids, q.gold_pids, k) if pids else None),
-                        "passages": pids[:20], "llm_calls": _delta(after, before, "requests"),
+                        "passages": pids[:50], "llm_calls": _delta(after, before, "requests"),
                         "prompt_tokens": _delta(after, before, "prompt_tokens"),
                         "completion_tokens": _delta(after, before, "completion_tokens"),
                         "seconds": dt, "error": err,
@@ -296,16 +296,29 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                     bar.set_postfix(f1=f"{sum(done[x.qid]['f1'] for x in qs if x.qid in done) / len(done):.2f}")
         if bar is not None:
             bar.close()
-        recs = [done[q.qid] for q in qs if q.qid in done]
+        recs = []
+        for q in qs:
+            if q.qid in done:
+                r = dict(done[q.qid])
+                got = r.get("passages") or []
+                r["recall_all"] = recall_at_k(got, q.gold_pids, len(got)) if got else None
+                recs.append(r)
         rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "llm": llm_name, "k": k, "max_iters": max_iters,
             "encoder": enc.name, "rows": rows, "skipped": skipped, "cache": str(cache)}
 
 
+def mean_len(recs: List[dict]) -> float:
+    return sum(len(r.get("passages") or []) for r in recs) / len(recs) if recs else 0.0
+
+
 def summarise(name: str, recs: List[dict], k: int) -> Dict[str, Any]:
+    """One row: means over ``recs``; ``recall_all`` is the recall of every passage the
+    system returned (all retrieval rounds, first 50), ``recall@k`` of its first k."""
     n = len(recs)
     mean = lambda key: (sum(r[key] for r in recs) / n) if n else 0.0  # noqa: E731
     rk = [r[f"recall@{k}"] for r in recs if r.get(f"recall@{k}") is not None]
+    ra = [r["recall_all"] for r in recs if r.get("recall_all") is not None]
     roles: Dict[str, List[int]] = {}
     for r in recs:
         for role, v in r.get("roles", {}).items():
@@ -314,6 +327,7 @@ def summarise(name: str, recs: List[dict], k: int) -> Dict[str, Any]:
                 acc[i] += x
     return {"system": name, "n": n, "em": mean("em"), "f1": mean("f1"), "acc": mean("acc"),
             f"recall@{k}": (sum(rk) / len(rk)) if rk else None,
+            "recall_all": (sum(ra) / len(ra)) if ra else None, "passages_per_q": mean_len(recs),
             "llm_calls_per_q": mean("llm_calls"), "prompt_tokens_per_q": mean("prompt_tokens"),
             "completion_tokens_per_q": mean("completion_tokens"), "seconds_per_q": mean("seconds"),
             "errors": sum(1 for r in recs if r.get("error")),
@@ -323,12 +337,15 @@ def summarise(name: str, recs: List[dict], k: int) -> Dict[str, Any]:
 
 def format_rows(out: Dict[str, Any]) -> str:
     k = out["k"]
-    head = f"{'system':<10}{'n':>4}{'EM':>7}{'F1':>7}{'R@' + str(k):>7}{'calls/q':>9}{'tok/q':>8}{'s/q':>7}{'err':>5}"
+    head = (f"{'system':<10}{'n':>4}{'EM':>7}{'F1':>7}{'R@' + str(k):>7}{'R@all':>7}{'docs/q':>7}{'calls/q':>9}"
+            f"{'tok/q':>8}{'s/q':>7}{'err':>5}")
     lines = [head]
     for r in out["rows"]:
         rk = r[f"recall@{k}"]
         lines.append(f"{r['system']:<10}{r['n']:>4}{r['em']:>7.3f}{r['f1']:>7.3f}"
-                     f"{('-' if rk is None else f'{rk:.3f}'):>7}{r['llm_calls_per_q']:>9.1f}"
+                     f"{('-' if rk is None else f'{rk:.3f}'):>7}"
+                     f"{('-' if r['recall_all'] is None else format(r['recall_all'], '.3f')):>7}"
+                     f"{r['passages_per_q']:>7.1f}{r['llm_calls_per_q']:>9.1f}"
                      f"{r['prompt_tokens_per_q'] + r['completion_tokens_per_q']:>8.0f}{r['seconds_per_q']:>7.1f}"
                      f"{r['errors']:>5}")
     lines.append("parse failures (unparsed / replies) per role:")
