@@ -351,7 +351,7 @@ class LocalLLM:
             self.name = model if isinstance(model, str) and model in MODELS else self.path.name
         else:
             self.path, self.engine, self.name = None, engine, str(model or type(engine).__name__)
-        self.model_name = self.name
+        self.model = f"local:{self.name}"   # what index manifests and reports record
         self.n_ctx = int(getattr(self.engine, "n_ctx", n_ctx))
         self.concurrency = 1   # one context: prompts run one after another
         self.prompt_style = "compact"   # rasfast.llm.adapters picks the small-model prompts
