@@ -240,7 +240,9 @@ QUESTION = [{"role": "system", "content": "Answer in a few words."},
 
 @real
 def test_real_model_is_verified_and_answers(smol):
+    import os
     assert smol.path.name == SMOLLM2.filename
+    assert os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"   # set before the runtime loaded
     out = smol.generate([QUESTION], 16, stop=["\n"])
     assert "Paris" in out[0] and "\n" not in out[0]
 

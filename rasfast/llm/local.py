@@ -232,6 +232,12 @@ class _LlamaEngine:
     KV prefix reuse between consecutive prompts."""
 
     def __init__(self, path: pathlib.Path, n_ctx: int, n_threads: int, n_batch: int, seed: int):
+        # llama.cpp's threads meet at an OpenMP barrier per op; with the default (active)
+        # wait policy they spin there, and on a shared, oversubscribed CPU a spinning thread
+        # holds a core another one needs (measured on 2 busy cores: 3.0 s vs 1.5 s per short
+        # prompt). Passive waiting is set before cyllama's own libgomp loads; an explicit
+        # OMP_WAIT_POLICY is respected.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             from cyllama.llama import llama_cpp as L
         except ImportError as e:
