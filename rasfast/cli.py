@@ -59,7 +59,10 @@ def _llm_components(args):
         from .llm import adapters
     except ImportError as e:
         raise SystemExit(f"--llm {args.llm}: rasfast.llm is not available ({e})")
-    return adapters.from_cli(args)
+    try:
+        return adapters.from_cli(args)
+    except (ValueError, FileNotFoundError, ImportError) as e:   # e.g. a local model not installed
+        raise SystemExit(f"--llm {args.llm}: {e}")
 
 
 def _llm_extractor(args):

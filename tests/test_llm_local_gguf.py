@@ -282,3 +282,10 @@ def test_real_model_in_the_ras_loop(smol):
     s = LoopState("Where was the founder of Velora born?")
     assert len(LLMPlanner(smol).plan([s, s])) == 2
     assert all(isinstance(a, str) for a in LLMAnswerer(smol).answer([s]))
+
+
+def test_cli_reports_a_missing_local_model(tmp_path):
+    from rasfast.cli import main
+    with pytest.raises(SystemExit) as ei:
+        main(["ask", "q?", "--encoder", "hashing", "--llm", f"local:{tmp_path / 'none.gguf'}"])
+    assert "none.gguf" in str(ei.value.code) and "model" in str(ei.value.code)
