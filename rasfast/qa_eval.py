@@ -149,7 +149,7 @@ class ReaderSystem:
         passages = self.retriever.retrieve([question], self.k)[0] if self.retriever is not None else []
         replies, errs = generate_isolated(self.llm, [cp.reader_messages(question, passages)], self.max_new_tokens)
         err = None if not errs else f"{type(errs[0]).__name__}: {errs[0]}"
-        return (cp.clean_answer(replies[0]) if replies[0] is not None else None), list(passages), err
+        return (cp.clean_answer(replies[0]) if replies[0] is not None else None), list(passages), err, {}
 
 
 def knowledge_index(ds, encoder, cache: pathlib.Path):
@@ -176,11 +176,23 @@ def _run_result(r):
     if err is not None and not isinstance(err, str):
         err = f"{getattr(err, 'stage', '')}: {getattr(err, 'error_type', type(err).__name__)}: " \
               f"{getattr(err, 'message', str(err))}"[:300]
-    return getattr(r, "answer", None), list(getattr(r, "passages", []) or []), err
+    return getattr(r, "answer", None), list(getattr(r, "passages", []) or []), err, _trail(r)
+
+
+def _trail(r) -> Dict[str, Any]:
+    """What a loop did, for the per-question record: RAS's sub-queries and why it stopped."""
+    d = getattr(r, "detail", None)
+    out: Dict[str, Any] = {}
+    if d is not None and hasattr(d, "subqueries"):
+        out["subqueries"] = list(d.subqueries)
+        steps = getattr(d, "plan_steps", None)
+        if steps:
+            out["stopped"] = steps[-1].decision
+    return out
 
 
 def make_system(name: str, llm, ki, encoder, k: int, max_iters: int):
-    """A callable question -> (answer, ranked passages, error or None)."""
+    """A callable question -> (answer, ranked passages, error or None, trail dict)."""
     from .systems import build_system
     if name == "none":
         s = ReaderSystem(llm)
@@ -270,9 +282,9 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                 roles_before = rec_llm.snapshot()
                 t0 = time.perf_counter()
                 try:
-                    answer, passages, err = run(q.question)
+                    answer, passages, err, trail = run(q.question)
                 except Exception as e:  # noqa: BLE001 - one question's crash is its own error
-                    answer, passages, err = None, [], f"{type(e).__name__}: {e}"[:300]
+                    answer, passages, err, trail = None, [], f"{type(e).__name__}: {e}"[:300], {}
                 dt = time.perf_counter() - t0
                 after = dict(getattr(llm, "stats", {}) or {})
                 roles_after = rec_llm.snapshot()
@@ -285,7 +297,7 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                         "passages": pids[:50], "llm_calls": _delta(after, before, "requests"),
                         "prompt_tokens": _delta(after, before, "prompt_tokens"),
                         "completion_tokens": _delta(after, before, "completion_tokens"),
-                        "seconds": dt, "error": err,
+                        "seconds": dt, "error": err, **trail,
                         "roles": {r: v for r, v in roles.items() if any(v)}}
                 out.write(json.dumps(recd) + "\n")
                 out.flush()

@@ -166,3 +166,11 @@ def test_knowledge_ranks_facts_by_the_search():
              ("Lucy", "discovered by", "Donald Johanson")]
     text = cp.knowledge_text(["Who was the first president of APA?"], [facts], max_per_step=2)
     assert text.index("first president of") < text.index("studied by") and "Lucy" not in text
+
+
+def test_ras_records_keep_the_subqueries_and_the_stop_reason(tmp_path):
+    run(tmp_path, llm(), systems=("ras",))
+    (f,) = (tmp_path / "cache").glob("*ras*.jsonl")
+    rec = json.loads(f.read_text().splitlines()[0])
+    assert rec["subqueries"] == [QUESTIONS[0].question, "Where was Mira Okonkwo born?"]
+    assert rec["stopped"] == "sufficient"
