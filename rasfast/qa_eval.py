@@ -297,6 +297,7 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                         "passages": pids[:50], "llm_calls": _delta(after, before, "requests"),
                         "prompt_tokens": _delta(after, before, "prompt_tokens"),
                         "completion_tokens": _delta(after, before, "completion_tokens"),
+                        "cached_prompt_tokens": _delta(after, before, "cached_prompt_tokens"),
                         "seconds": dt, "error": err, **trail,
                         "roles": {r: v for r, v in roles.items() if any(v)}}
                 out.write(json.dumps(recd) + "\n")
@@ -342,6 +343,7 @@ def summarise(name: str, recs: List[dict], k: int) -> Dict[str, Any]:
             "recall_all": (sum(ra) / len(ra)) if ra else None, "passages_per_q": mean_len(recs),
             "llm_calls_per_q": mean("llm_calls"), "prompt_tokens_per_q": mean("prompt_tokens"),
             "completion_tokens_per_q": mean("completion_tokens"), "seconds_per_q": mean("seconds"),
+            "cached_prompt_tokens_per_q": (sum(r.get("cached_prompt_tokens", 0) for r in recs) / n) if n else 0.0,
             "errors": sum(1 for r in recs if r.get("error")),
             "parse_failures": {role: {"replies": c, "unparsed": u, "rate": (u / c if c else None), "failed": f}
                                for role, (c, u, f) in sorted(roles.items())}}
