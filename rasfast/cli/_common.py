@@ -48,7 +48,10 @@ def _llm_components(args):
         from ..llm import adapters
     except ImportError as e:
         raise SystemExit(f"--llm {args.llm}: rasfast.llm is not available ({e})")
-    return adapters.from_cli(args)
+    try:
+        return adapters.from_cli(args)
+    except (ValueError, FileNotFoundError, ImportError) as e:   # e.g. a local model not installed
+        raise SystemExit(f"--llm {args.llm}: {e}")
 
 
 def _llm_extractor(args):
@@ -56,9 +59,10 @@ def _llm_extractor(args):
     if not getattr(args, "llm_extract", False):
         return None
     if not getattr(args, "llm", None) or args.llm == "graph-tiny":
-        raise SystemExit("--llm-extract needs --llm openai|hf|vllm")
+        raise SystemExit("--llm-extract needs --llm openai|hf|vllm|local")
     from ..llm import adapters
-    llm = adapters.make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY")
+    llm = adapters.make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                            **adapters.local_options(args))
     return adapters.LLMTripleExtractor(llm)
 
 
@@ -90,6 +94,20 @@ def json_out(args):
     return getattr(args, "json_out", None) or sys.stdout
 
 
+def _llm_kind(value: str) -> str:
+    from ..llm.adapters import check_llm_kind
+    try:
+        return check_llm_kind(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _local_llm_args(p: argparse.ArgumentParser) -> None:
+    """Options of ``--llm local`` (rasfast.llm.local.LocalLLM)."""
+    p.add_argument("--llm-threads", type=int, default=None, help="--llm local: CPU threads (default: all cores)")
+    p.add_argument("--llm-ctx", type=int, default=None, help="--llm local: context length in tokens (4096)")
+
+
 def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = "minilm") -> None:
     p.add_argument("--encoder", default=encoder, choices=["minilm", "hashing"],
                    help=f"all-MiniLM-L6-v2 (offline package; hashing fallback) or the hashing "
@@ -104,7 +122,10 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--graph-encoder", default=None, choices=["mean", "gnn"],
                    help="encode each step's subgraph: 'mean' of entity embeddings, or 'gnn' "
                         "(rasfast.GraphEncoder, randomly initialised: shows its cost in the trace)")
-    p.add_argument("--llm", default=None, help="planner/answerer LLM backend from rasfast.llm (e.g. openai)")
+    p.add_argument("--llm", default=None, type=_llm_kind,
+                   help="planner/answerer LLM backend from rasfast.llm: openai|hf|vllm|graph-tiny, or "
+                        "local (the packaged Qwen2.5-Coder-1.5B GGUF) / local:PATH.gguf / local:smollm2")
+    _local_llm_args(p)
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
     p.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")

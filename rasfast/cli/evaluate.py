@@ -1,5 +1,6 @@
 """``rasfast eval``: recall and answer metrics of the loop over a dataset, GEAR on MuSiQue,
-KiRAG, or a registered system over a knowledge index (``--index``)."""
+KiRAG, a registered system over a knowledge index (``--index``), or ``eval qa``: every
+system's answer quality with one LLM reader (rasfast.qa_eval)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,11 @@ from ._common import DATASETS, _dataset, _encoder, _graph_encoder, _llm_componen
 
 
 def _cmd_eval(args) -> int:
+    if args.what == "qa":   # every system with one LLM reader (rasfast.qa_eval)
+        from ..qa_eval import cmd_eval_qa
+        return cmd_eval_qa(args)
+    if args.dataset == "2wiki":
+        args.dataset = "2wikimultihopqa"
     if args.what == "kirag":
         from .kirag import cmd_eval
         return cmd_eval(args, _encoder(args))

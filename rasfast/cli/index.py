@@ -31,8 +31,10 @@ def add_index_parsers(ixs) -> None:
 
 
 def _llm_args(b) -> None:
-    b.add_argument("--llm", default=None, choices=["openai", "hf", "vllm"],
-                   help="LLM backend for triple extraction")
+    from ._common import _llm_kind, _local_llm_args
+    b.add_argument("--llm", default=None, type=_llm_kind,
+                   help="LLM backend for triple extraction: openai|hf|vllm|local|local:PATH.gguf")
+    _local_llm_args(b)
     b.add_argument("--base-url", default=None)
     b.add_argument("--model", default=None)
     b.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
@@ -49,10 +51,10 @@ def _llm_args(b) -> None:
 def _make_llm(args):
     if not args.llm:
         return None
-    from ..llm.adapters import make_llm
+    from ..llm.adapters import local_options, make_llm
     try:
         return make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
-                        timeout=args.timeout, concurrency=1)
+                        timeout=args.timeout, concurrency=1, **local_options(args))
     except ValueError as e:
         raise SystemExit(f"index: {e}")
 
@@ -94,7 +96,7 @@ def cmd_build(args) -> int:
     from ..encode import make_encoder
     from ..index.knowledge.build import build_knowledge_index
     if args.extract_triples and not args.llm:
-        raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model)")
+        raise SystemExit("--extract-triples needs --llm openai|hf|vllm (and --model) or --llm local")
     llm = _make_llm(args)
     try:
         rep = build_knowledge_index(args.corpus, args.out, make_encoder(args.encoder), llm=llm,
@@ -129,8 +131,9 @@ def _system(args, ki, enc):
     from ..systems.registry import build_system
     llm = None
     if getattr(args, "llm", None):
-        from ..llm.adapters import make_llm
-        llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY")
+        from ..llm.adapters import local_options, make_llm
+        llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                       **local_options(args))
     opts = {"k": args.k, "scope_k": args.scope_k}
     if args.system == "ras":
         opts["max_iters"] = args.max_iters

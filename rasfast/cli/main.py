@@ -57,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_cmd_profile)
 
     e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
-    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag"])
+    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag", "qa"])
     _loop_args(e, dataset=False)
-    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "all"))
+    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "2wiki", "all"))
     e.add_argument("--n", type=int, default=None, help="first N questions (default: all)")
     e.add_argument("--batch", type=int, default=32)
     e.add_argument("--json", default=None, help="write metrics as JSON here")
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--system", default="ras", help="with --index: ras|gear|kirag|structrag")
     e.add_argument("--scope-k", type=int, default=None, help="with --index: theme scope size K")
     e.set_defaults(func=_cmd_eval)
+    from ..qa_eval import add_args as add_qa_args
+    add_qa_args(e)
     from .kirag import add_eval_args, add_parser as add_kirag_parser
     add_eval_args(e)
     add_kirag_parser(sub)

@@ -19,10 +19,10 @@ def _llm(args):
     if not kind:
         return None
     if kind == "graph-tiny":
-        raise SystemExit("--system structrag: --llm graph-tiny is the RAS GraphLLM; use openai, hf or vllm")
-    from ..llm.adapters import make_llm
+        raise SystemExit("--system structrag: --llm graph-tiny is the RAS GraphLLM; use openai, hf, vllm or local")
+    from ..llm.adapters import local_options, make_llm
     return make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
-                    getattr(args, "api_key_env", None) or "OPENAI_API_KEY")
+                    getattr(args, "api_key_env", None) or "OPENAI_API_KEY", **local_options(args))
 
 
 def print_result(r, gold: Optional[str] = None, max_lines: int = 3) -> None:

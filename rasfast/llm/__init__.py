@@ -1,4 +1,4 @@
-"""LLM backends (OpenAI-compatible HTTP, transformers, vLLM), the GraphLLM (graph soft token
+"""LLM backends (OpenAI-compatible HTTP, transformers, vLLM, local GGUF via llama.cpp), the GraphLLM (graph soft token
 + LoRA) and the adapters that plug them into the RAS loop as planner, answerer and triple
 extractor. Heavy dependencies (transformers, peft, vllm) are imported only when used.
 
@@ -30,6 +30,7 @@ _LAZY = {
     "LLMUnreachableError": "rasfast.llm.openai_chat",
     "HFCausalLM": "rasfast.llm.hf",
     "VLLM": "rasfast.llm.vllm_backend",
+    "LocalLLM": "rasfast.llm.local",
     "GraphLLM": "rasfast.llm.graph_llm",
     "GraphLLMSample": "rasfast.llm.training_data",
     "LoraSettings": "rasfast.llm.graph_llm",

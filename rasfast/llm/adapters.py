@@ -46,29 +46,71 @@ def _first_line(text: str) -> str:
     return ""
 
 
+def _style(llm, style: Optional[str]) -> str:
+    style = style or getattr(llm, "prompt_style", None) or "paper"
+    if style not in ("paper", "compact"):
+        raise ValueError(f"style: expected 'paper' or 'compact', got {style!r}")
+    return style
+
+
 class LLMPlanner:
     """RAS planner over any LLM backend: returns the raw ``[SUBQ] ...`` / ``[SUFFICIENT]`` /
-    ``[NO_RETRIEVAL]`` text (the loop parses it tolerantly)."""
+    ``[NO_RETRIEVAL]`` text (the loop parses it tolerantly).
 
-    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 64, temperature: float = 0.0):
+    ``style``: ``"paper"`` (the paper-style instruction with few-shot chats, for API models)
+    or ``"compact"`` (:mod:`rasfast.llm.compact_prompts`, for small local models: plain
+    ``SEARCH: q`` / ``ENOUGH`` replies mapped to the tags; the first round retrieves the
+    question itself without asking, as a small model cannot judge its own knowledge).
+    Default: the backend's ``prompt_style`` attribute (LocalLLM: compact), else paper."""
+
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 64, temperature: float = 0.0,
+                 style: Optional[str] = None):
         _check_llm(llm)
         self.llm, self.few_shot, self.max_new_tokens, self.temperature = llm, few_shot, max_new_tokens, temperature
+        self.style = _style(llm, style)
 
     def plan(self, states: Sequence[LoopState]) -> List[str]:
-        prompts = [planner_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
-        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
+        if self.style == "paper":
+            prompts = [planner_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
+            return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
+        from . import compact_prompts as cp
+        out: List[Any] = ["[SUBQ] " + s.question for s in states]
+        ask = [i for i, s in enumerate(states) if s.subqueries]
+        if ask:
+            prompts = [cp.planner_messages(states[i].question, states[i].subqueries, states[i].step_triples)
+                       for i in ask]
+            try:
+                got = _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature,
+                                     lambda t: cp.parse_plan_reply(t)[0], [states[i] for i in ask])
+            except PartialBatchError as e:
+                if not e.is_for([states[i] for i in ask]):
+                    raise
+                got = e.results
+                for i, r in zip(ask, got):
+                    out[i] = r
+                raise PartialBatchError(str(e), out, states) from e
+            for i, r in zip(ask, got):
+                out[i] = r
+        return out
 
 
 class LLMAnswerer:
-    """RAS answerer over any LLM backend: a short answer per question."""
+    """RAS answerer over any LLM backend: a short answer per question (``style`` as
+    :class:`LLMPlanner`)."""
 
-    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 32, temperature: float = 0.0):
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 32, temperature: float = 0.0,
+                 style: Optional[str] = None):
         _check_llm(llm)
         self.llm, self.few_shot, self.max_new_tokens, self.temperature = llm, few_shot, max_new_tokens, temperature
+        self.style = _style(llm, style)
 
     def answer(self, states: Sequence[LoopState]) -> List[str]:
-        prompts = [answerer_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
-        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
+        if self.style == "paper":
+            prompts = [answerer_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
+            return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
+        from . import compact_prompts as cp
+        prompts = [cp.answerer_messages(s.question, s.subqueries, s.step_triples) for s in states]
+        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, cp.clean_answer, states)
 
 
 class GraphInputs:
@@ -206,14 +248,38 @@ class LLMTripleExtractor:
 
 
 # -- CLI wiring (rasfast.cli calls from_cli for --llm) ---------------------------------------
-LLM_CHOICES = ("openai", "hf", "vllm", "graph-tiny")
+LLM_CHOICES = ("openai", "hf", "vllm", "local", "local:PATH.gguf", "graph-tiny")
+_LOCAL_MEMO: Dict[tuple, Any] = {}
+
+
+def check_llm_kind(kind: str) -> str:
+    """``kind`` when it names a backend (argparse ``type=`` for ``--llm``), else ValueError."""
+    if kind in ("openai", "hf", "vllm", "local", "graph-tiny") or (isinstance(kind, str) and kind.startswith("local:")
+                                                                     and len(kind) > 6):
+        return kind
+    raise ValueError(f"llm: expected one of {', '.join(LLM_CHOICES)}, got {kind!r}")
+
+
+def local_options(args) -> Dict[str, Any]:
+    """``--llm-threads`` / ``--llm-ctx`` of a parsed command line, for :func:`make_llm`."""
+    out = {}
+    if getattr(args, "llm_threads", None) is not None:
+        out["n_threads"] = args.llm_threads
+    if getattr(args, "llm_ctx", None) is not None:
+        out["n_ctx"] = args.llm_ctx
+    return out
 
 
 def make_llm(kind: str, model: Optional[str] = None, base_url: Optional[str] = None,
-             api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0, concurrency: int = 8):
+             api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0, concurrency: int = 8,
+             n_threads: Optional[int] = None, n_ctx: Optional[int] = None):
     """An LLM backend by name: ``openai`` (any OpenAI-compatible server; ``base_url`` or
     ``$OPENAI_BASE_URL``, model or ``$OPENAI_MODEL``, key from ``api_key_env``), ``hf`` (a
-    transformers model path), ``vllm`` (offline vLLM engine)."""
+    transformers model path), ``vllm`` (offline vLLM engine), ``local`` / ``local:SPEC`` (a
+    GGUF model in-process via llama.cpp, :class:`rasfast.llm.local.LocalLLM`: SPEC or
+    ``model`` is a model name such as ``smollm2`` or a ``.gguf`` path, default the packaged
+    Qwen2.5-Coder-1.5B; ``n_threads`` / ``n_ctx`` apply to it). One process shares one
+    LocalLLM per (model, n_threads, n_ctx)."""
     import os
     if kind == "openai":
         model = model or os.environ.get("OPENAI_MODEL")
@@ -230,7 +296,17 @@ def make_llm(kind: str, model: Optional[str] = None, base_url: Optional[str] = N
             return HFCausalLM(model)
         from .vllm_backend import VLLM
         return VLLM(model)
-    raise ValueError(f"llm: expected one of {LLM_CHOICES}, got {kind!r}")
+    if isinstance(kind, str) and (kind == "local" or kind.startswith("local:")):
+        spec = kind[len("local:"):] if kind.startswith("local:") else model
+        if kind.startswith("local:") and model and model != spec:
+            raise ValueError(f"model: --llm {kind} already names the model; drop --model {model}")
+        from .local import LocalLLM
+        opts = {k: v for k, v in (("n_threads", n_threads), ("n_ctx", n_ctx)) if v is not None}
+        key = (spec or "default", tuple(sorted(opts.items())))
+        if key not in _LOCAL_MEMO:
+            _LOCAL_MEMO[key] = LocalLLM(spec, **opts)
+        return _LOCAL_MEMO[key]
+    raise ValueError(f"llm: expected one of {', '.join(LLM_CHOICES)}, got {kind!r}")
 
 
 def tiny_graph_llm(graph_dim: int = 384, seed: int = 0):
@@ -251,5 +327,5 @@ def from_cli(args) -> Tuple[Any, Any]:
         g = tiny_graph_llm(graph_dim=256 if getattr(args, "graph_encoder", None) == "gnn" else 384)
         return GraphLLMPlanner(g, max_new_tokens=16), GraphLLMAnswerer(g, max_new_tokens=8)
     llm = make_llm(kind, getattr(args, "model", None), getattr(args, "base_url", None),
-                   getattr(args, "api_key_env", None) or "OPENAI_API_KEY")
+                   getattr(args, "api_key_env", None) or "OPENAI_API_KEY", **local_options(args))
     return LLMPlanner(llm), LLMAnswerer(llm)
