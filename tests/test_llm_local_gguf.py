@@ -289,3 +289,9 @@ def test_cli_reports_a_missing_local_model(tmp_path):
     with pytest.raises(SystemExit) as ei:
         main(["ask", "q?", "--encoder", "hashing", "--llm", f"local:{tmp_path / 'none.gguf'}"])
     assert "none.gguf" in str(ei.value.code) and "model" in str(ei.value.code)
+
+
+@real
+def test_real_model_keeps_multibyte_characters_whole(smol_raw):
+    out = smol_raw.generate(["Repeat exactly: café 東京 🎉\nRepeat exactly: café 東京 🎉\nRepeat exactly:"], 12, stop=["\n"])
+    assert "\ufffd" not in out[0]

@@ -291,24 +291,28 @@ class _LlamaEngine:
             sampler.add_dist(self.seed)
         else:
             sampler.add_greedy()
-        pieces: List[bytes] = []
-        text, n_gen, pos = "", 0, len(tokens)
+        ids: List[int] = []
+        text, pos = "", len(tokens)
         for _ in range(max_new_tokens):
             tid = sampler.sample(ctx, -1)
             if self.vocab.is_eog(tid):
                 break
-            n_gen += 1
-            try:
-                piece = self.vocab.token_to_piece(tid, special=False)
-            except UnicodeDecodeError:   # a partial UTF-8 sequence: skip the fragment
-                piece = ""
-            pieces.append(piece)
-            text += piece
+            ids.append(tid)
+            try:   # pieces only drive the stop check: a character split over tokens reads as U+FFFD
+                text += self.vocab.token_to_piece(tid, special=False)
+            except UnicodeDecodeError:
+                pass
             if stop_check(text) or pos + 1 >= self.n_ctx:
                 break
             ctx.decode(L.llama_batch_get_one([tid], pos))
             self.cached.append(tid)
             pos += 1
+        if "\ufffd" in text:
+            # a multi-byte character split over tokens: decode the reply as a whole (which
+            # drops a leading space the pieces keep)
+            whole = self.vocab.detokenize(ids, False, False)
+            text = (" " + whole) if text.startswith(" ") and not whole.startswith(" ") else whole
+        n_gen = len(ids)
         return text, n_gen, keep
 
 
