@@ -375,3 +375,32 @@ def test_thread_sanitizer_finds_a_race_between_blocks(tmp_root):
     (rc, out), _ = _run_kernel(tmp_root, "tsan_ok", fixed, "k<<<64, 32>>>(out);", flags=flags,
                                CUEMU_THREADS=2, TSAN_OPTIONS="halt_on_error=0 exitcode=66")
     assert rc == 0 and "ThreadSanitizer" not in out and out.startswith("OK 64"), out
+
+
+def test_sub_warp_shuffles_follow_cuda(tmp_root):
+    """width < 32: shfl reads inside the lane's group, up/down keep their own value past the
+    group's edge, xor may read an earlier group but not a later one."""
+    kernel = textwrap.dedent("""
+        #include "cuda_runtime.h"
+        __global__ void k(int* out) {
+          const int v = (int)threadIdx.x * 10;
+          const int a = __shfl_sync(0xffffffffu, v, 3, 8);       // lane 3 of each group of 8
+          const int u = __shfl_up_sync(0xffffffffu, v, 2, 8);
+          const int d = __shfl_down_sync(0xffffffffu, v, 3, 8);
+          const int x = __shfl_xor_sync(0xffffffffu, v, 8, 8);   // 8 lanes away: another group
+          if (threadIdx.x == 9) { out[0] = a; out[1] = u; out[2] = d; }
+          if (threadIdx.x == 10) { out[3] = u; }
+          if (threadIdx.x == 13) { out[4] = d; }
+          if (threadIdx.x == 0) { out[5] = x; }
+          if (threadIdx.x == 8) { out[6] = x; }
+        }
+        """)
+    (rc, out), _ = _run_kernel(tmp_root, "subwarp", kernel, "k<<<1, 32>>>(out);")
+    vals = [int(v) for v in out.split()[1:]]
+    assert rc == 0 and out.startswith("OK"), out
+    # lane 9 (group 8-15): shfl -> lane 11; up 2 -> its own (9 - 8 < 2); down 3 -> lane 12
+    assert vals[:3] == [110, 90, 120]
+    assert vals[3] == 80          # lane 10: up 2 -> lane 8
+    assert vals[4] == 130         # lane 13: down 3 would be lane 16, the next group -> own
+    assert vals[5] == 0           # lane 0: xor 8 -> lane 8, a later group -> own value
+    assert vals[6] == 0           # lane 8: xor 8 -> lane 0, an earlier group -> lane 0's value

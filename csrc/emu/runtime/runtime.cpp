@@ -652,7 +652,8 @@ uint64_t warp_collective(Coll kind, unsigned mask, uint64_t value, int arg, int 
           continue;
         }
         case Coll::Shfl: src = seg + (w.args[l] & (w.width - 1)); break;
-        case Coll::ShflXor: src = l ^ w.args[l]; if (src >= seg + w.width || src < seg) src = l; break;
+        // CUDA: a lane may read an earlier width-group; a later one gives its own value
+        case Coll::ShflXor: src = l ^ w.args[l]; if (src >= seg + w.width) src = l; break;
         case Coll::ShflUp: src = (l - seg) >= w.args[l] ? l - w.args[l] : l; break;
         case Coll::ShflDown: src = (l - seg) + w.args[l] < w.width ? l + w.args[l] : l; break;
       }
