@@ -19,6 +19,22 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "asimd", "sve")
+
+
+def cpu_flags() -> list:
+    """The vector-ISA flags of this CPU that the kernels can dispatch on (from /proc/cpuinfo)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in SIMD_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def machine_info() -> Dict[str, object]:
     import numpy as np
     import torch
@@ -27,6 +43,7 @@ def machine_info() -> Dict[str, object]:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": np.__version__,
@@ -53,7 +70,8 @@ def machine_info() -> Dict[str, object]:
 def header_markdown() -> str:
     i = machine_info()
     gpu = i["gpu"]["name"] if i["gpu"] else "none (CPU only)"
-    return (f"Machine: {i['cpu']}, {i['cores']} cores, GPU: {gpu}; Python {i['python']}, "
+    flags = " ".join(i["cpu_flags"]) or "unknown"
+    return (f"Machine: {i['cpu']}, {i['cores']} cores (SIMD: {flags}), GPU: {gpu}; Python {i['python']}, "
             f"torch {i['torch']}, numpy {i['numpy']}; commit {i.get('git', '?')}; {i['date_utc']}\n")
 
 

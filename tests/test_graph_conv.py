@@ -365,3 +365,92 @@ def test_random_graphs_cpu_vs_reference(n, e, heads, concat, beta, edge, seed):
     x, ei, ea = _graph(n, e, 10, 5 if edge else None, seed=seed)
     ref = rasfast.transformer_conv(x, ei, ea, conv, backend="torch")
     _close(rasfast.transformer_conv(x, ei, ea, conv, backend="cpu"), ref, 1e-4)
+
+
+# ---- every CPU code path: the kernels' instruction sets x the projection GEMMs ----------
+# graph_conv's CPU kernels are compiled for AVX-512, AVX2 and the baseline ISA and pick one
+# at run time; the projections run on oneDNN or BLAS (rasfast.ops.cpu_gemm). Each pair must
+# match PyG, including the sizes that cross the 8/16-float vector widths and half dtypes.
+from rasfast.ops import cpu_gemm  # noqa: E402
+
+
+def _gemm_backends():
+    names = ["blas"]
+    try:
+        cpu_gemm.set_backend("onednn")
+        names.append("onednn")
+    except ValueError:
+        pass
+    finally:
+        cpu_gemm.set_backend(None)
+    return names
+
+
+@pytest.mark.parametrize("gemm", _gemm_backends())
+@pytest.mark.parametrize("simd", rasfast.dispatch.cpu_module().graph_conv_simd_variants())
+def test_every_cpu_path_matches_pyg(simd, gemm):
+    mod = rasfast.dispatch.cpu_module()
+    best = mod.graph_conv_simd_level()
+    try:
+        mod.graph_conv_set_simd(simd)
+        cpu_gemm.set_backend(gemm)
+        assert mod.graph_conv_simd_level() == simd and cpu_gemm.backend() == gemm
+        # channel counts 3, 17 and 40: tails of every vector width; few and many edges
+        for c, heads, e in [(3, 2, 9), (17, 3, 60), (40, 2, 30)]:
+            conv = _conv(19, c, heads, edge_dim=7, seed=c)
+            x, ei, ea = _graph(13, e, 19, 7, seed=e)
+            _close(rasfast.transformer_conv(x, ei, ea, conv, backend="cpu"), _pyg(conv, x, ei, ea), 1e-4)
+        convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1),
+                 _conv(32, 4, 8, edge_dim=12, beta=True, seed=2)]
+        norms = [torch.nn.LayerNorm(32) for _ in range(2)]
+        x, ei, ea, ptr = _batch([5, 0, 9, 1, 13], 4, 24, 12)
+        ref = _pyg_stack(convs, norms, x, ei, ea, ptr)
+        out = rasfast.graph_transformer_pool(x, ei, ea, ptr, [(convs[0], norms[0]), (convs[1], norms[1]), convs[2]],
+                                             backend="cpu")
+        _close(out, ref, 1e-4)
+        for dtype, rel in [(torch.float16, 5e-3), (torch.bfloat16, 1e-2)]:
+            conv = _conv(16, 8, 2, edge_dim=6, seed=4).to(dtype)
+            x, ei, ea = _graph(11, 40, 16, 6, seed=5)
+            got = rasfast.transformer_conv(x.to(dtype), ei, ea.to(dtype), conv, backend="cpu")
+            ref = rasfast.transformer_conv(x.to(dtype).float(), ei, ea.to(dtype).float(),
+                                           _conv(16, 8, 2, edge_dim=6, seed=4).to(dtype).float(), backend="torch")
+            _close(got.float(), ref, rel)
+    finally:
+        mod.graph_conv_set_simd(best)
+        cpu_gemm.set_backend(None)
+
+
+def test_simd_and_gemm_choices_reject_unknown_names(monkeypatch):
+    mod = rasfast.dispatch.cpu_module()
+    with pytest.raises(ValueError, match="name"):
+        mod.graph_conv_set_simd("neon")
+    with pytest.raises(ValueError, match="name"):
+        cpu_gemm.set_backend("cublas")
+    monkeypatch.setenv("RASFAST_CPU_GEMM", "blas")
+    cpu_gemm.set_backend(None)
+    try:
+        assert cpu_gemm.backend() == "blas"
+        monkeypatch.setenv("RASFAST_CPU_GEMM", "mkl")
+        cpu_gemm.set_backend(None)
+        with pytest.raises(ValueError, match="RASFAST_CPU_GEMM"):
+            cpu_gemm.backend()
+    finally:
+        monkeypatch.delenv("RASFAST_CPU_GEMM")
+        cpu_gemm.set_backend(None)
+
+
+def test_cpu_gemm_linear_matches_float64():
+    g = torch.Generator().manual_seed(7)
+    for m, k, n in [(0, 5, 3), (1, 1, 1), (37, 19, 33), (420, 384, 64)]:
+        x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+        want = x.double() @ w.double().t() + b.double()
+        for name in _gemm_backends():
+            cpu_gemm.set_backend(name)
+            try:
+                got = cpu_gemm.linear(x, w, b)
+                assert got.shape == (m, n) and got.dtype == torch.float32
+                assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-4 * max(1, k) ** 0.5), name
+                assert torch.allclose(cpu_gemm.linear(x, w).double(), want - b.double(), rtol=1e-5,
+                                      atol=1e-4 * max(1, k) ** 0.5), name
+            finally:
+                cpu_gemm.set_backend(None)

@@ -17,6 +17,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -27,25 +29,42 @@
 namespace rasfast {
 namespace {
 
-// The hot loops are written once (always inlined) and compiled twice: for the baseline ISA
-// and, on x86-64, for AVX2+FMA, chosen at run time (the build uses no -march flag).
+// The hot loops are written once (always inlined) and compiled three times: for the baseline
+// ISA and, on x86-64, for AVX2+FMA and AVX-512 (512-bit vectors), chosen at run time (the
+// build uses no -march flag). graph_conv_set_simd forces one (the tests run each).
 #if defined(__GNUC__)
 #define GC_INLINE __attribute__((always_inline)) inline
 #else
 #define GC_INLINE inline
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
-#define GC_HAS_AVX2_CLONE 1
+#define GC_X86 1
 #define GC_AVX2 __attribute__((target("avx2,fma")))
-inline bool cpu_has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-}
+#define GC_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,fma,prefer-vector-width=512")))
 #else
-#define GC_HAS_AVX2_CLONE 0
-#define GC_AVX2
-inline bool cpu_has_avx2() { return false; }
+#define GC_X86 0
 #endif
+
+enum class Isa { Base, Avx2, Avx512 };
+const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "base"; }
+
+// The variants this CPU runs, best first.
+std::vector<Isa> isa_variants() {
+  std::vector<Isa> v;
+#if GC_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    v.push_back(Isa::Avx512);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::Avx2);
+#endif
+  v.push_back(Isa::Base);
+  return v;
+}
+Isa& isa_state() {
+  static Isa s = isa_variants().front();
+  return s;
+}
 
 // An operand: row r, head h, channel c lives at base[r * row + col + h * head + c].
 struct Operand {
@@ -62,23 +81,18 @@ template <DType D> struct View {
   inline int64_t at(int64_t r, int64_t h) const { return r * row + col + h * head; }
 };
 
-// Four independent partial sums so the FMA latency chain does not bound the dot product.
+// Two halves, each one vectorised reduction: the vector accumulators of the two chains are
+// independent, so the FMA latency does not bound short dot products (C = 64 here), and
+// there is one horizontal sum per half instead of one per 8 elements.
 template <DType D>
 GC_INLINE float dot(const typename Storage<D>::type* a, const typename Storage<D>::type* b, int64_t n) {
-  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-  int64_t c = 0;
-  for (; c + 32 <= n; c += 32) {
+  const int64_t h = (n / 2) & ~int64_t(15);
+  float s0 = 0.f, s1 = 0.f;
 #pragma omp simd reduction(+ : s0)
-    for (int u = 0; u < 8; ++u) s0 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
+  for (int64_t c = 0; c < h; ++c) s0 += Storage<D>::load(a, c) * Storage<D>::load(b, c);
 #pragma omp simd reduction(+ : s1)
-    for (int u = 8; u < 16; ++u) s1 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
-#pragma omp simd reduction(+ : s2)
-    for (int u = 16; u < 24; ++u) s2 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
-#pragma omp simd reduction(+ : s3)
-    for (int u = 24; u < 32; ++u) s3 += Storage<D>::load(a, c + u) * Storage<D>::load(b, c + u);
-  }
-  for (; c < n; ++c) s0 += Storage<D>::load(a, c) * Storage<D>::load(b, c);
-  return (s0 + s1) + (s2 + s3);
+  for (int64_t c = h; c < n; ++c) s1 += Storage<D>::load(a, c) * Storage<D>::load(b, c);
+  return s0 + s1;
 }
 
 template <DType D>
@@ -168,15 +182,27 @@ template <DType D>
 void attend_node_base(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc, int64_t orow) {
   attend_node_impl<D>(A, i, S, w, acc, orow);
 }
+#if GC_X86
 template <DType D>
 GC_AVX2 void attend_node_avx2(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc,
                               int64_t orow) {
   attend_node_impl<D>(A, i, S, w, acc, orow);
 }
 template <DType D>
-void attend_node(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc, int64_t orow) {
-  if (GC_HAS_AVX2_CLONE && cpu_has_avx2()) attend_node_avx2<D>(A, i, S, w, acc, orow);
-  else attend_node_base<D>(A, i, S, w, acc, orow);
+GC_AVX512 void attend_node_avx512(const AttendArgs& A, int64_t i, Scratch& S, float w, bool acc,
+                                  int64_t orow) {
+  attend_node_impl<D>(A, i, S, w, acc, orow);
+}
+#endif
+template <DType D>
+using AttendFn = void (*)(const AttendArgs&, int64_t, Scratch&, float, bool, int64_t);
+template <DType D>
+AttendFn<D> pick_attend() {
+#if GC_X86
+  if (isa_state() == Isa::Avx512) return attend_node_avx512<D>;
+  if (isa_state() == Isa::Avx2) return attend_node_avx2<D>;
+#endif
+  return attend_node_base<D>;
 }
 
 // OpenMP over destination nodes, or over graphs when pooling (a graph's nodes add into its row).
@@ -184,13 +210,14 @@ template <DType D>
 void attend_all(const AttendArgs& A, int64_t N, int64_t G, const int64_t* gp, int64_t val_dim,
                 int64_t ed_dim) {
   const int64_t H = A.H;
+  const AttendFn<D> attend_node = pick_attend<D>();
 #pragma omp parallel
   {
     Scratch S;
     S.resize(H, val_dim, A.has_edge ? ed_dim : 0);
     if (gp == nullptr) {
 #pragma omp for schedule(dynamic, 16)
-      for (int64_t i = 0; i < N; ++i) attend_node<D>(A, i, S, 1.f, false, i);
+      for (int64_t i = 0; i < N; ++i) attend_node(A, i, S, 1.f, false, i);
     } else {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t g = 0; g < G; ++g) {
@@ -199,7 +226,7 @@ void attend_all(const AttendArgs& A, int64_t N, int64_t G, const int64_t* gp, in
           if (A.has_edge) std::fill_n(A.out2 + (h * G + g) * ed_dim, ed_dim, 0.f);
         }
         const int64_t n = gp[g + 1] - gp[g];
-        for (int64_t i = gp[g]; i < gp[g + 1]; ++i) attend_node<D>(A, i, S, 1.f / (float)n, true, g);
+        for (int64_t i = gp[g]; i < gp[g + 1]; ++i) attend_node(A, i, S, 1.f / (float)n, true, g);
       }
     }
   }
@@ -317,58 +344,114 @@ template <> void store<DType::BF16>(uint16_t* p, int64_t i, float v) {
   p[i] = (uint16_t)(u >> 16);
 }
 
+struct EpilogueArgs {
+  const float* a;  // [H, N, C]
+  int64_t N, H, C;
+  bool concat, has_skip;
+  Operand sk;
+  const float* wb;  // beta gate weights [3F] or null
+  const float* lw;  // LayerNorm weight/bias [F] or null
+  const float* lb;
+  double eps;
+  bool relu;
+  void* out;
+};
+
+// One output row: heads (concat or mean) + skip or beta gate, LayerNorm, ReLU, stored.
+// The LayerNorm sums are vectorised reductions in double (several partial sums, so they
+// are not one long dependency chain per row).
 template <DType D>
-void epilogue_all(const float* a, int64_t N, int64_t H, int64_t C, bool concat, const Operand& sk,
-                  bool has_skip, const float* wb, const float* lw, const float* lb, double eps,
-                  bool relu, void* o) {
-  const bool beta = wb != nullptr, has_ln = lw != nullptr;
-  const int64_t F = concat ? H * C : C;
-    using T = typename Storage<D>::type;
-    View<D> skv(sk);
-    T* op = static_cast<T*>(o);
-#pragma omp parallel
-    {
-      std::vector<float> row(F);
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < N; ++i) {
-        if (concat) {
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t c = 0; c < C; ++c) row[h * C + c] = a[(h * N + i) * C + c];
-        } else {
-          for (int64_t c = 0; c < C; ++c) {
-            float s = 0.f;
-            for (int64_t h = 0; h < H; ++h) s += a[(h * N + i) * C + c];
-            row[c] = s / (float)H;
-          }
-        }
-        if (has_skip) {
-          const T* s = skv.p + skv.at(i, 0);
-          if (beta) {
-            float z = 0.f;
-            for (int64_t c = 0; c < F; ++c) {
-              const float x = row[c], r = Storage<D>::load(s, c);
-              z += wb[c] * x + wb[F + c] * r + wb[2 * F + c] * (x - r);
-            }
-            const float g = 1.f / (1.f + std::exp(-z));
-            for (int64_t c = 0; c < F; ++c) row[c] = g * Storage<D>::load(s, c) + (1.f - g) * row[c];
-          } else {
-            for (int64_t c = 0; c < F; ++c) row[c] += Storage<D>::load(s, c);
-          }
-        }
-        if (has_ln) {
-          double mu = 0.0, var = 0.0;
-          for (int64_t c = 0; c < F; ++c) mu += row[c];
-          mu /= (double)F;
-          for (int64_t c = 0; c < F; ++c) var += (row[c] - mu) * (row[c] - mu);
-          var /= (double)F;
-          const float inv = (float)(1.0 / std::sqrt(var + eps));
-          for (int64_t c = 0; c < F; ++c) row[c] = (row[c] - (float)mu) * inv * lw[c] + lb[c];
-        }
-        if (relu)
-          for (int64_t c = 0; c < F; ++c) row[c] = row[c] > 0.f ? row[c] : 0.f;
-        for (int64_t c = 0; c < F; ++c) store<D>(op, i * F + c, row[c]);
-      }
+GC_INLINE void epilogue_row_impl(const EpilogueArgs& E, int64_t i, float* row) {
+  using T = typename Storage<D>::type;
+  const int64_t H = E.H, C = E.C, N = E.N;
+  const int64_t F = E.concat ? H * C : C;
+  const float* a = E.a;
+  if (E.concat) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* ah = a + (h * N + i) * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) row[h * C + c] = ah[c];
     }
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] = 0.f;
+    for (int64_t h = 0; h < H; ++h) {
+      const float* ah = a + (h * N + i) * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) row[c] += ah[c];
+    }
+    const float inv_h = 1.f / (float)H;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] *= inv_h;
+  }
+  if (E.has_skip) {
+    View<D> skv(E.sk);
+    const T* s = skv.p + skv.at(i, 0);
+    if (E.wb) {
+      const float* wb = E.wb;
+      float z = 0.f;
+#pragma omp simd reduction(+ : z)
+      for (int64_t c = 0; c < F; ++c) {
+        const float x = row[c], r = Storage<D>::load(s, c);
+        z += wb[c] * x + wb[F + c] * r + wb[2 * F + c] * (x - r);
+      }
+      const float g = 1.f / (1.f + std::exp(-z));
+#pragma omp simd
+      for (int64_t c = 0; c < F; ++c) row[c] = g * Storage<D>::load(s, c) + (1.f - g) * row[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < F; ++c) row[c] += Storage<D>::load(s, c);
+    }
+  }
+  if (E.lw) {
+    double mu = 0.0, var = 0.0;
+#pragma omp simd reduction(+ : mu)
+    for (int64_t c = 0; c < F; ++c) mu += row[c];
+    mu /= (double)F;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < F; ++c) var += (row[c] - mu) * (row[c] - mu);
+    var /= (double)F;
+    const float inv = (float)(1.0 / std::sqrt(var + E.eps));
+    const float muf = (float)mu;
+    const float *lw = E.lw, *lb = E.lb;
+#pragma omp simd
+    for (int64_t c = 0; c < F; ++c) row[c] = (row[c] - muf) * inv * lw[c] + lb[c];
+  }
+  if (E.relu) {
+#pragma omp simd
+    for (int64_t c = 0; c < F; ++c) row[c] = row[c] > 0.f ? row[c] : 0.f;
+  }
+  T* op = static_cast<T*>(E.out);
+  if constexpr (D == DType::F32) {
+    std::memcpy(op + i * F, row, sizeof(float) * (size_t)F);
+  } else {
+    for (int64_t c = 0; c < F; ++c) store<D>(op, i * F + c, row[c]);
+  }
+}
+
+template <DType D>
+void epilogue_row_base(const EpilogueArgs& E, int64_t i, float* row) { epilogue_row_impl<D>(E, i, row); }
+#if GC_X86
+template <DType D>
+GC_AVX2 void epilogue_row_avx2(const EpilogueArgs& E, int64_t i, float* row) { epilogue_row_impl<D>(E, i, row); }
+template <DType D>
+GC_AVX512 void epilogue_row_avx512(const EpilogueArgs& E, int64_t i, float* row) { epilogue_row_impl<D>(E, i, row); }
+#endif
+
+template <DType D>
+void epilogue_all(const EpilogueArgs& E) {
+  void (*row_fn)(const EpilogueArgs&, int64_t, float*) = epilogue_row_base<D>;
+#if GC_X86
+  if (isa_state() == Isa::Avx512) row_fn = epilogue_row_avx512<D>;
+  else if (isa_state() == Isa::Avx2) row_fn = epilogue_row_avx2<D>;
+#endif
+  const int64_t F = E.concat ? E.H * E.C : E.C;
+#pragma omp parallel
+  {
+    std::vector<float> row(F);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < E.N; ++i) row_fn(E, i, row.data());
+  }
 }
 
 void graph_conv_epilogue_cpu(py::array agg, int64_t H, int64_t C, bool concat, int dtype_code,
@@ -393,13 +476,22 @@ void graph_conv_epilogue_cpu(py::array agg, int64_t H, int64_t C, bool concat, i
     check_buffer(ln_w, "ln_w", 1, 4, {F});
     check_buffer(ln_b, "ln_b", 1, 4, {F});
   }
-  const float* a = const_ptr<float>(agg);
-  const float* wb = beta ? const_ptr<float>(w_beta) : nullptr;
-  const float* lw = has_ln ? const_ptr<float>(ln_w) : nullptr;
-  const float* lb = has_ln ? const_ptr<float>(ln_b) : nullptr;
-  void* o = out.mutable_data();
+  EpilogueArgs E;
+  E.a = const_ptr<float>(agg);
+  E.N = N;
+  E.H = H;
+  E.C = C;
+  E.concat = concat;
+  E.has_skip = has_skip;
+  E.sk = sk;
+  E.wb = beta ? const_ptr<float>(w_beta) : nullptr;
+  E.lw = has_ln ? const_ptr<float>(ln_w) : nullptr;
+  E.lb = has_ln ? const_ptr<float>(ln_b) : nullptr;
+  E.eps = eps;
+  E.relu = relu;
+  E.out = out.mutable_data();
   py::gil_scoped_release nogil;
-  RASFAST_DISPATCH_DTYPE(dt, D, { epilogue_all<D>(a, N, H, C, concat, sk, has_skip, wb, lw, lb, eps, relu, o); })
+  RASFAST_DISPATCH_DTYPE(dt, D, { epilogue_all<D>(E); })
 }
 
 void bind(py::module_& m) {
@@ -409,6 +501,18 @@ void bind(py::module_& m) {
         "when graph_ptr is non-empty).");
   m.def("graph_conv_epilogue", &graph_conv_epilogue_cpu,
         "out = agg (concat/head-mean) + skip or beta gate, then optional LayerNorm and ReLU.");
+  m.def("graph_conv_simd_level", []() { return std::string(isa_name(isa_state())); },
+        "The instruction set the graph_conv kernels run now (avx512, avx2 or base).");
+  m.def("graph_conv_simd_variants", []() {
+        py::list out;
+        for (Isa i : isa_variants()) out.append(py::str(isa_name(i)));
+        return out;
+      }, "The graph_conv instruction sets this CPU runs, best first.");
+  m.def("graph_conv_set_simd", [](const std::string& name) {
+        for (Isa i : isa_variants())
+          if (name == isa_name(i)) { isa_state() = i; return; }
+        throw py::value_error("graph_conv_set_simd: name: unknown or unsupported variant " + name);
+      }, py::arg("name"), "Forces one instruction set of graph_conv_simd_variants() (tests).");
 }
 
 }  // namespace

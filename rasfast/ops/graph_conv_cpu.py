@@ -1,4 +1,4 @@
-"""CPU plan of the graph-transformer layers: BLAS GEMMs around the OpenMP kernels of csrc/graph_conv.
+"""CPU plan of the graph-transformer layers: GEMMs (cpu_gemm: oneDNN or BLAS) around the OpenMP kernels of csrc/graph_conv.
 
 Where the time goes (RAS: in = 1024, 8 heads x 128, edge_dim 1024, ~4 edges per node): the
 dense projections. PyG projects edge_attr for every edge (E x De x HC flops, as much as four
@@ -23,11 +23,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .. import dispatch as _bk
 from .._arrays import DTYPE_CODES, cpu_buffer, cpu_out
 from ..reference.graph_conv import graph_mean
+from . import cpu_gemm
 from .graph_conv_params import cached_on, packed_node_weights
 
 
@@ -93,6 +93,18 @@ def _edge_rows(groups) -> Optional[np.ndarray]:
     return None if groups is None else groups.edge_rows
 
 
+_PROBES = {}
+
+
+def _probe(dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """A fixed random vector per (dim, dtype), made once: the row-grouping hash."""
+    t = _PROBES.get((dim, dtype))
+    if t is None:
+        g = torch.Generator().manual_seed(0x5EED)
+        t = _PROBES[(dim, dtype)] = torch.randn(dim, generator=g).to(dtype)
+    return t
+
+
 class RowGroups:
     """The distinct rows of a matrix and where each row went, when there are few of them.
 
@@ -111,9 +123,7 @@ class RowGroups:
         n = rows.shape[0]
         if n < 64 or rows.dim() != 2:
             return
-        g = torch.Generator().manual_seed(0x5EED)
-        probe = torch.randn(rows.shape[1], generator=g).to(rows.dtype)
-        key = rows @ probe   # equal rows give equal keys; unequal ones almost never do
+        key = rows @ _probe(rows.shape[1], rows.dtype)  # equal rows, equal keys; unequal: almost never
         uniq, inverse = torch.unique(key, return_inverse=True)
         if uniq.numel() > 0.6 * n:          # too few repeats to pay for the gather
             return
@@ -128,8 +138,8 @@ class RowGroups:
 
     def linear(self, rows: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
         if self.distinct is None:
-            return F.linear(rows, weight, bias)
-        return F.linear(self.distinct, weight, bias)[self.inverse]
+            return cpu_gemm.linear(rows, weight, bias)
+        return cpu_gemm.linear(self.distinct, weight, bias)[self.inverse]
 
 
 def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
@@ -142,7 +152,7 @@ def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
     grouped = ea_groups is not None and ea_groups.edge_rows is not None
     if not _factored(csr.num_edges, n):
         # [E or U, HC]: PyG's per-edge projection, once per distinct edge feature
-        e = F.linear(ea_groups.distinct if grouped else ea, w.w_edge).contiguous()
+        e = cpu_gemm.linear(ea_groups.distinct if grouped else ea, w.w_edge).contiguous()
         return nodes, c, e, c, c, None
     if grouped:
         ea = ea_groups.distinct
@@ -161,7 +171,7 @@ def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
     if x_groups is not None and x_groups.distinct is not None:
         nodes = x_groups.linear(x, wn, bn).contiguous()
     else:
-        nodes = torch.addmm(bn, x, wn.t(), out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
+        nodes = cpu_gemm.linear(x, wn, bn, out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
     qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
     out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n,
                          eid=_edge_rows(ea_groups))
@@ -195,8 +205,8 @@ def _pooled_last_layer(x, csr, ea, gp, w, ea_groups: Optional[RowGroups] = None)
     n, h, c = x.shape[0], w.heads, w.channels
     g = gp.numel() - 1
     wn, bn = packed_node_weights(w, with_skip=False)
-    nodes = torch.addmm(bn[:2 * h * c], x, wn[:2 * h * c].t(),             # [N, 2HC]: q, k
-                        out=_scratch("nodes_qk", (n, 2 * h * c), x.dtype))
+    nodes = cpu_gemm.linear(x, wn[:2 * h * c], bn[:2 * h * c],             # [N, 2HC]: q, k
+                            out=_scratch("nodes_qk", (n, 2 * h * c), x.dtype))
     qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
     out1, out2 = _attend(csr, nodes, x, x.shape[1], 0, qe, qe_head, ed, ed_head, ed_dim, w, g, gp,
                          "pooled_", eid=_edge_rows(ea_groups))

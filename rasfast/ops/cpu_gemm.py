@@ -1,0 +1,87 @@
+"""The dense projections (x @ W^T + b) of the CPU plans, on the faster of two float32 GEMMs.
+
+torch's CPU wheel sends float32 ``addmm`` to MKL, which takes its AVX2 code on AMD CPUs even
+where the CPU has AVX-512 (measured on a Zen 5 EPYC: ~53 GMAC/s per core, the same with
+``MKL_ENABLE_INSTRUCTIONS=AVX2``). oneDNN, also inside the wheel, dispatches on the CPU's
+features and runs AVX-512 there: 2.2x on the graph encoder's shapes (420 x 384 x 1024:
+1.51 -> 0.69 ms on 2 cores), with float32 accumulation (errors of the same size as MKL's
+against a float64 product). So:
+
+- ``"onednn"``: ``torch.ops.mkldnn._linear_pointwise`` on dense float32 tensors (no layout
+  conversion, no weight packing); chosen by default when torch has oneDNN and reports an
+  AVX-512 CPU;
+- ``"blas"``: ``torch.addmm`` (MKL/OpenBLAS), everywhere else and for float16/bfloat16.
+
+``RASFAST_CPU_GEMM=blas|onednn`` or :func:`set_backend` force one (the tests run both).
+Both run on torch's intra-op thread pool (``torch.set_num_threads``).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+_CHOICES = ("onednn", "blas")
+_forced: Optional[str] = None
+
+
+def _onednn_usable() -> bool:
+    try:
+        return (torch.backends.mkldnn.is_available()
+                and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _default() -> str:
+    env = os.environ.get("RASFAST_CPU_GEMM", "").strip().lower()
+    if env:
+        if env not in _CHOICES:
+            raise ValueError(f"RASFAST_CPU_GEMM: expected one of {_CHOICES}, got {env!r}")
+        if env == "onednn" and not _onednn_usable():
+            raise ValueError("RASFAST_CPU_GEMM=onednn: this torch build has no oneDNN")
+        return env
+    try:
+        avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    except (AttributeError, RuntimeError):
+        avx512 = False
+    return "onednn" if avx512 and _onednn_usable() else "blas"
+
+
+def backend() -> str:
+    """The GEMM the CPU plans use now: "onednn" or "blas"."""
+    global _forced
+    if _forced is None:
+        _forced = _default()
+    return _forced
+
+
+def set_backend(name: Optional[str]) -> None:
+    """Forces "onednn" or "blas"; None returns to the default (environment, then CPU)."""
+    global _forced
+    if name is None:
+        _forced = None
+        return
+    if name not in _CHOICES:
+        raise ValueError(f"name: expected one of {_CHOICES} or None, got {name!r}")
+    if name == "onednn" and not _onednn_usable():
+        raise ValueError("name: 'onednn' is not available in this torch build")
+    _forced = name
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T + bias [N] -> [M, N] (``out`` is used by the blas path only:
+    oneDNN allocates its result)."""
+    if x.dtype == torch.float32 and x.shape[0] > 0 and backend() == "onednn":
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight.contiguous(), bias,
+                                                  "none", [], "")
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out) if out is not None else torch.mm(x, weight.t())
+    if out is not None:
+        return torch.addmm(bias, x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t())
+
+
+__all__ = ["backend", "set_backend", "linear"]
