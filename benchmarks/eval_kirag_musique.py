@@ -39,6 +39,9 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--temperature", type=float, default=0.05)
     ap.add_argument("--max-negatives", type=int, default=15)
+    ap.add_argument("--negatives", choices=("retrieved", "paragraphs"), default="retrieved",
+                    help="negatives from the step's retrieved documents (the paper) or the "
+                         "question's own paragraphs (the tuned run's setting)")
     ap.add_argument("--paper", action="store_true",
                     help="the paper's training hyperparameters, frozen (overrides the four above)")
     ap.add_argument("--out", default=None)
@@ -54,7 +57,7 @@ def main():
     res = evaluate_kirag_musique(args.data, folds=args.folds, epochs=args.epochs,
                                  batch_size=args.batch, lr=args.lr, temperature=args.temperature,
                                  max_negatives=args.max_negatives, max_steps=args.max_steps,
-                                 progress=True)
+                                 progress=True, negatives=args.negatives)
     load1 = os.getloadavg()
     s, sc = res["settings"], res["silver_chains"]
     dense = res["rows"][0]
@@ -73,7 +76,9 @@ def main():
         f"chains ({sc['questions']} chains, {sc['complete']} complete, mean length "
         f"{sc['mean_len']:.2f}; see rasfast/kirag/silver.py for how they are built). Training: "
         f"{s['epochs']} epoch(s), batch {s['batch_size']}, lr {s['lr']}, tau {s['temperature']}, "
-        f"{s['max_negatives']} negatives per pair" +
+        f"{s['max_negatives']} negatives per pair, drawn from "
+        + ("the triples of the K0 documents retrieved for each step's query (as the paper)"
+           if s["negatives"] == "retrieved" else "the triples of the question's own paragraphs") +
         (f", at most {s['max_steps']} steps" if s["max_steps"] else "") + ".",
         ("Protocol: frozen. Every training hyperparameter is the paper's (PAPER_TRAINING, "
          "weight decay 0.01), fixed before any run on these questions; nothing here was "

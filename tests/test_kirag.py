@@ -267,6 +267,54 @@ def test_cli_kirag_train_on_musique(data_dir, tmp_path, capsys):
 
 
 @pytest.mark.data
+def test_cli_kirag_train_verifies_chains_and_draws_retrieved_negatives(data_dir, tmp_path, capsys,
+                                                                     monkeypatch):
+    """``--verify-llm`` keeps the chains a reader answers from (here: a reader that knows the
+    answers of every other question); ``--negatives`` picks the paper's retrieved documents
+    (default) or the question's paragraphs, and the two give different training pairs."""
+    import rasfast.llm.adapters as adapters
+    from rasfast.cli import main
+    from rasfast.data import load_dataset
+    from rasfast.kirag import silver
+
+    ds = load_dataset("musique", data_dir)
+    known = {q.question: q.answer for i, q in enumerate(ds.questions) if i % 2 == 0}
+
+    class Reader:
+        def generate(self, prompts, max_new_tokens=32, stop=None, temperature=0.0):
+            out = []
+            for p in prompts:
+                hit = [a for q, a in known.items() if q in p]
+                out.append(f"So the answer is {hit[0]}." if hit else "I do not know.")
+            return out
+
+    specs = []
+    monkeypatch.setattr(adapters, "make_llm", lambda kind, **kw: specs.append((kind, kw)) or Reader())
+    seen = {}
+    real_pairs = silver.training_pairs
+
+    def spy(chains, store, **kw):
+        pairs = real_pairs(chains, store, **kw)
+        seen[kw.get("retriever") is not None] = pairs
+        return pairs
+    monkeypatch.setattr(silver, "training_pairs", spy)
+    words = {"the", "of", "who", "is", "was", "in", "born", "by", "and"}
+    tiny_bi_encoder(tmp_path, words).save(str(tmp_path / "tiny_st"))
+    with torch_threads(1):
+        for neg in ("retrieved", "paragraphs"):
+            assert main(["kirag", "train", "--out", str(tmp_path / neg), "--data-root", str(data_dir),
+                         "--model", str(tmp_path / "tiny_st"), "--max-steps", "1", "--quiet",
+                         "--verify-llm", "local:smollm2", "--negatives", neg]) == 0
+    out = capsys.readouterr().out
+    assert specs[0][0] == "local:smollm2"
+    assert "50 of 100 silver chains verified by the reader" in out
+    assert "negatives from the retrieved documents" in out and "negatives from the paragraphs" in out
+    assert set(seen) == {True, False}
+    assert [p.positive for p in seen[True]] == [p.positive for p in seen[False]]
+    assert [p.negatives for p in seen[True]] != [p.negatives for p in seen[False]]
+
+
+@pytest.mark.data
 def test_cli_eval_kirag_zero_shot_with_hashing_encoder(data_dir, capsys, tmp_path):
     import json
 

@@ -19,6 +19,9 @@ def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}temperature", type=float, default=PAPER_TRAINING["temperature"], help="contrastive loss tau (paper: 0.01)")
     p.add_argument(f"--{prefix}max-negatives", type=int, default=PAPER_TRAINING["max_negatives"])
     p.add_argument(f"--{prefix}seed", type=int, default=0)
+    p.add_argument(f"--{prefix}negatives", choices=("retrieved", "paragraphs"), default="retrieved",
+                   help="negative triples per step: those of the documents the dense retriever "
+                        "returns for the step's query (the paper) or of the question's own paragraphs")
 
 
 def add_parser(subparsers) -> None:
@@ -30,6 +33,11 @@ def add_parser(subparsers) -> None:
     t.add_argument("--dataset", default="musique", choices=["musique"])
     t.add_argument("--model", default=None, help="sentence-transformers model path (default MiniLM)")
     t.add_argument("--data-root", default=None)
+    t.add_argument("--verify-llm", default=None, metavar="SPEC",
+                   help="keep only the silver chains this reader answers from, as the paper filters "
+                        "its chains (an --llm spec: local, local:PATH.gguf, openai, ...)")
+    t.add_argument("--base-url", default=None, help="server URL for --verify-llm openai")
+    t.add_argument("--llm-model", default=None, help="model name for --verify-llm openai/hf/vllm")
     _train_args(t)
     t.add_argument("--quiet", dest="progress", action="store_false")
     t.set_defaults(func=cmd_train)
@@ -48,9 +56,26 @@ def cmd_train(args) -> int:
     from ..systems.kirag.silver import load_musique_chains, training_pairs
 
     ds, store, chains = load_musique_chains(args.data_root)
-    pairs = training_pairs(chains, store, max_negatives=args.max_negatives, seed=args.seed)
+    n_chains = len(chains)
+    if args.verify_llm:
+        from ..llm.adapters import make_llm
+        from ..systems.kirag.silver import verify_chains
+        kind, _, spec = args.verify_llm.partition(":")
+        reader = make_llm(args.verify_llm if kind == "local" else kind,
+                          model=args.llm_model or (spec or None), base_url=args.base_url)
+        answers = {q.qid: q.answers for q in ds.questions}
+        chains = verify_chains(chains, store, answers, reader)
+        print(f"{len(chains)} of {n_chains} silver chains verified by the reader")
+    retriever = None
+    if args.negatives == "retrieved":
+        from ..encode import SentenceTransformerEncoder, encode_cached
+        from ..systems.ras.retrievers import DenseRetriever
+        enc = SentenceTransformerEncoder(args.model) if args.model else SentenceTransformerEncoder()
+        retriever = DenseRetriever(ds.passages, encode_cached(enc, [p.content for p in ds.passages]), enc)
+    pairs = training_pairs(chains, store, max_negatives=args.max_negatives, seed=args.seed,
+                           retriever=retriever)
     print(f"{len(chains)} silver chains ({sum(c.complete for c in chains)} complete), "
-          f"{len(pairs)} training pairs")
+          f"{len(pairs)} training pairs, negatives from the {args.negatives} documents")
     tr = train_aligner(pairs, model=args.model, epochs=args.epochs, batch_size=args.train_batch,
                        lr=args.lr, temperature=args.temperature, max_negatives=args.max_negatives,
                        max_steps=args.max_steps, seed=args.seed, progress=args.progress)
@@ -70,7 +95,8 @@ def cmd_eval(args, encoder) -> int:
             args.data_root, encoder=encoder, folds=args.kirag_folds, train=args.kirag_train,
             epochs=args.kirag_epochs, batch_size=args.kirag_train_batch, lr=args.kirag_lr,
             temperature=args.kirag_temperature, max_negatives=args.kirag_max_negatives,
-            max_steps=args.kirag_max_steps, seed=args.kirag_seed, progress=args.progress)
+            max_steps=args.kirag_max_steps, seed=args.kirag_seed, progress=args.progress,
+            negatives=args.kirag_negatives)
     except FileNotFoundError as e:
         raise SystemExit(f"eval kirag: {e}")
     print(f"KiRAG on MuSiQue ({out['n_questions']} questions, {out['encoder']}), recall in %:")

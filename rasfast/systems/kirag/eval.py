@@ -41,8 +41,15 @@ def evaluate_kirag_musique(data_root=None, encoder=None, ks: Sequence[int] = (3,
                            temperature: float = PAPER_TRAINING["temperature"],
                            max_negatives: int = PAPER_TRAINING["max_negatives"],
                            max_steps: Optional[int] = None, train: bool = True, seed: int = 0,
-                           progress: bool = False) -> Dict[str, object]:
-    """Rows of recall@k per system (see the module docstring) and per-fold details."""
+                           progress: bool = False, negatives: str = "retrieved") -> Dict[str, object]:
+    """Rows of recall@k per system (see the module docstring) and per-fold details.
+
+    ``negatives``: where each training step's negative triples come from -- "retrieved"
+    (the paper: the triples of the K0 documents the dense retriever returns for that step's
+    query) or "paragraphs" (the question's own 20 MuSiQue paragraphs, the earlier default).
+    """
+    if negatives not in ("retrieved", "paragraphs"):
+        raise ValueError(f"negatives: expected 'retrieved' or 'paragraphs', got {negatives!r}")
     from ...encode import SentenceTransformerEncoder, encode_cached
     from ..gear import evaluate_musique as gear_eval
     from ..ras.retrievers import DenseRetriever
@@ -95,7 +102,8 @@ def evaluate_kirag_musique(data_root=None, encoder=None, ks: Sequence[int] = (3,
         for f in range(folds):
             test = [i for i in range(len(questions)) if fold_of[i] == f]
             train_chains = [chains[i] for i in range(len(questions)) if fold_of[i] != f]
-            pairs = training_pairs(train_chains, store, max_negatives=max_negatives, seed=seed)
+            pairs = training_pairs(train_chains, store, max_negatives=max_negatives, seed=seed,
+                                   retriever=retriever if negatives == "retrieved" else None, K0=K0)
             say(f"fold {f}: training on {len(pairs)} pairs from {len(train_chains)} questions")
             tr = train_aligner(pairs, epochs=epochs, batch_size=batch_size, lr=lr,
                                temperature=temperature, max_negatives=max_negatives,
@@ -123,7 +131,8 @@ def evaluate_kirag_musique(data_root=None, encoder=None, ks: Sequence[int] = (3,
                               "mean_len": float(np.mean([len(c.triple_ids) for c in chains]))},
             "settings": dict(K0=K0, N=N, L=L, folds=folds, epochs=epochs, batch_size=batch_size,
                              lr=lr, temperature=temperature, max_negatives=max_negatives,
-                             max_steps=max_steps, seed=seed, constructor="heuristic"),
+                             max_steps=max_steps, seed=seed, constructor="heuristic",
+                             negatives=negatives),
             "seconds": time.perf_counter() - t0}
 
 
