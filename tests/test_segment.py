@@ -130,6 +130,31 @@ def test_topk_by_row_remainders_agree_bit_for_bit(dtype):
             torch.testing.assert_close(by_row[1], want[1], atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("simd", rasfast.dispatch.cpu_module().segment_simd_variants())
+def test_every_cpu_simd_variant(simd):
+    """The inner products are compiled for AVX-512, AVX2 and the baseline ISA and pick one
+    at run time; force each this CPU runs: exact parity with the reference on quantized
+    values at sizes crossing the 8/16/32-float chunks, and within a variant the by-row and
+    per-query paths agree bit for bit on continuous values in every dtype."""
+    mod = rasfast.dispatch.cpu_module()
+    best = mod.segment_simd_level()
+    try:
+        mod.segment_set_simd(simd)
+        assert mod.segment_simd_level() == simd
+        test_topk_crosses_simd_and_selection_boundaries_cpu()
+        for D in (31, 32, 33, 47, 64):
+            args, ids = topk_problem(np.random.default_rng(D), 5, D, 200, table=700)
+            want = ref.segment_topk_scores(args["q_emb"], args["cand_emb"], args["cand_ptr"], 9, ids)
+            assert_same(segment_topk_scores(**args, n=9, backend="cpu"), want)
+        test_topk_by_row_and_per_query_paths_agree_bit_for_bit()
+        for dtype in DTYPES:
+            test_topk_by_row_remainders_agree_bit_for_bit(dtype)
+    finally:
+        mod.segment_set_simd(best)
+    with pytest.raises(ValueError, match="name"):
+        mod.segment_set_simd("neon")
+
+
 @pytest.mark.parametrize("table", [3, 997, 20000])
 def test_topk_by_row_parallel_chunks(table):
     # big enough (M * D >= 2**22) for the threaded path, which splits the table's rows into

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -158,12 +159,89 @@ RASFAST_AVX2 void dots_same_row_avx2(const float* const* qs, RowPtr<S> row, int6
   }
 }
 
-inline bool has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
+// The same three routines with 16-wide vectors (AVX-512F): 4 pairs x 2 chunks of 16 floats
+// = 8 independent FMA chains, one fixed reduction tree (_mm512_reduce_add_ps) per pair. Every
+// routine of this variant runs the same per-pair sequence, so the variant's paths agree bit
+// for bit (different variants agree within float tolerance).
+#define RASFAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+template <DType S>
+RASFAST_AVX512 inline __m512 load16(RowPtr<S> p) {
+  if constexpr (S == DType::F32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (S == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {  // bfloat16: the high half of a float
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+}
+
+// NQ query pointers against NQ row pointers; `same_q`/`same_row` only change which loads
+// are shared, never the arithmetic of a pair.
+template <DType S, int NQ>
+RASFAST_AVX512 inline void dots_avx512(const float* const* qs, RowPtr<S> const* rows, int64_t D,
+                                       float* out) {
+  __m512 a[NQ][2];
+  for (int r = 0; r < NQ; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    for (int r = 0; r < NQ; ++r) {
+      a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qs[r] + d), load16<S>(rows[r] + d), a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qs[r] + d + 16), load16<S>(rows[r] + d + 16), a[r][1]);
+    }
+  }
+  for (; d + 16 <= D; d += 16) {
+    for (int r = 0; r < NQ; ++r)
+      a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qs[r] + d), load16<S>(rows[r] + d), a[r][0]);
+  }
+  for (int r = 0; r < NQ; ++r) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+    for (int64_t t = d; t < D; ++t) s += qs[r][t] * Storage<S>::load(rows[r], t);
+    out[r] = s;
+  }
+}
+
+template <DType S>
+RASFAST_AVX512 void dots4_avx512(const float* const* qs, RowPtr<S> const* rows, int64_t D, float* out) {
+  dots_avx512<S, 4>(qs, rows, D, out);
+}
+
+template <DType S>
+RASFAST_AVX512 void dots_row_avx512(const float* const* qs, RowPtr<S> row, int64_t D, float* out,
+                                    int k) {
+  RowPtr<S> rows[4] = {row, row, row, row};
+  switch (k) {
+    case 4: dots_avx512<S, 4>(qs, rows, D, out); break;
+    case 3: dots_avx512<S, 3>(qs, rows, D, out); break;
+    case 2: dots_avx512<S, 2>(qs, rows, D, out); break;
+    default: dots_avx512<S, 1>(qs, rows, D, out); break;
+  }
 }
 #endif
+
+// The instruction set of the inner products: the best this CPU runs unless
+// segment_set_simd forced another (tests).
+enum class Isa { Base, Avx2, Avx512 };
+const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "base"; }
+std::vector<Isa> isa_variants() {
+  std::vector<Isa> v;
+#ifdef RASFAST_SEGMENT_X86
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    v.push_back(Isa::Avx512);
+  if (avx2) v.push_back(Isa::Avx2);
+#endif
+  v.push_back(Isa::Base);
+  return v;
+}
+Isa& isa_state() {
+  static Isa s = isa_variants().front();
+  return s;
+}
 
 template <DType S>
 using Dots4Fn = void (*)(const float* const*, RowPtr<S> const*, int64_t, float*);
@@ -172,9 +250,8 @@ using Dots4Fn = void (*)(const float* const*, RowPtr<S> const*, int64_t, float*)
 template <DType S>
 Dots4Fn<S> pick_dots4(int kind = 0) {
 #ifdef RASFAST_SEGMENT_X86
-  if (has_avx2()) {
-    return kind == 1 ? dots4_same_q_avx2<S> : dots4_avx2<S>;
-  }
+  if (isa_state() == Isa::Avx512) return dots4_avx512<S>;
+  if (isa_state() == Isa::Avx2) return kind == 1 ? dots4_same_q_avx2<S> : dots4_avx2<S>;
 #endif
   return dots4_scalar<S>;
 }
@@ -279,7 +356,8 @@ RASFAST_AVX2 void dots_row_avx2(const float* const* qs, RowPtr<S> row, int64_t D
 template <DType S>
 DotsRowFn<S> pick_dots_row() {
 #ifdef RASFAST_SEGMENT_X86
-  if (has_avx2()) return dots_row_avx2<S>;
+  if (isa_state() == Isa::Avx512) return dots_row_avx512<S>;
+  if (isa_state() == Isa::Avx2) return dots_row_avx2<S>;
 #endif
   return dots_row_scalar<S>;
 }
@@ -470,6 +548,18 @@ void bind(py::module_& m) {
   m.def("segment_max_rank", &segment_max_rank, py::arg("scores"), py::arg("groups"),
         py::arg("ptr"), py::arg("k"), py::arg("out_ids"), py::arg("out_scores"),
         "Per-query top-k groups by max item score.");
+  m.def("segment_simd_level", []() { return std::string(isa_name(isa_state())); },
+        "The instruction set of segment_topk_scores' inner products (avx512, avx2 or base).");
+  m.def("segment_simd_variants", []() {
+        py::list out;
+        for (Isa i : isa_variants()) out.append(py::str(isa_name(i)));
+        return out;
+      }, "The instruction sets this CPU runs, best first.");
+  m.def("segment_set_simd", [](const std::string& name) {
+        for (Isa i : isa_variants())
+          if (name == isa_name(i)) { isa_state() = i; return; }
+        throw py::value_error("segment_set_simd: name: unknown or unsupported variant " + name);
+      }, py::arg("name"), "Forces one instruction set of segment_simd_variants() (tests).");
 }
 
 }  // namespace
