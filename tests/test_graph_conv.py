@@ -454,3 +454,28 @@ def test_cpu_gemm_linear_matches_float64():
                                       atol=1e-4 * max(1, k) ** 0.5), name
             finally:
                 cpu_gemm.set_backend(None)
+
+
+def test_projection_gemms_follow_the_busy_machine_rules(monkeypatch):
+    """The GEMMs are torch ops on the OpenMP runtime the kernels share: inside a call they run
+    at the width csrc/common/parallel.h gives the call's work (serial for a small batch,
+    capped by rasfast.set_num_threads), and the caller's torch width is restored after."""
+    from rasfast.ops import graph_conv_cpu
+    seen = []
+    real = cpu_gemm.linear
+    monkeypatch.setattr(cpu_gemm, "linear", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1)]
+    x, ei, ea, ptr = _batch([5, 9, 13], 4, 24, 12)
+    before = torch.get_num_threads()
+    rasfast.graph_transformer_pool(x, ei, ea, ptr, [(convs[0], torch.nn.LayerNorm(32)), convs[1]],
+                                   backend="cpu")
+    assert seen and set(seen) == {1}            # 27 nodes: far below the parallel grain
+    assert torch.get_num_threads() == before
+    big = rasfast.dispatch.cpu_module().parallel_grain() * 64
+    try:
+        rasfast.set_num_threads(1)
+        with graph_conv_cpu._BusyRules(big):
+            assert torch.get_num_threads() == 1
+    finally:
+        rasfast.set_num_threads(0)
+    assert torch.get_num_threads() == before

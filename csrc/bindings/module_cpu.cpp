@@ -16,6 +16,17 @@ PYBIND11_MODULE(_C, m) {
         "default).");
   m.def("idle_cores", []() { return rasfast::idle_cores(); },
         "Cores other processes leave idle now (the default width of a large call).");
+  m.def("enter_threads", [](int64_t work) {
+          const int saved = omp_get_max_threads();
+          omp_set_num_threads(rasfast::threads_for(work));
+          return saved;
+        }, pybind11::arg("work"),
+        "Sets the calling thread's OpenMP width to what a CPU kernel with `work` units would "
+        "use (the busy-machine rules) and returns the previous width for exit_threads: torch "
+        "ops run in between (oneDNN GEMMs, at::parallel_for) share this OpenMP runtime and "
+        "follow it.");
+  m.def("exit_threads", [](int saved) { omp_set_num_threads(saved > 0 ? saved : 1); },
+        pybind11::arg("saved"), "Restores the width enter_threads returned.");
   m.def("parallel_grain", []() { return rasfast::kParallelGrain; },
         "Work units below which a CPU kernel call runs on one thread (twice this).");
   rasfast::run_binding_registry(m);

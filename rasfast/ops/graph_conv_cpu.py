@@ -162,10 +162,37 @@ def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
     return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
 
 
+class _BusyRules:
+    """The torch ops of a call (the projection GEMMs: oneDNN or BLAS, at::parallel_for) run
+    on the OpenMP runtime rasfast's kernels share; inside this context the calling thread's
+    OpenMP width is what csrc/common/parallel.h gives a kernel of ``work`` multiply-adds:
+    serial below the grain, capped by ``rasfast.set_num_threads``, limited to the cores other
+    processes leave idle. (MKL keeps its own thread setting; oneDNN follows this.)"""
+
+    def __init__(self, work: int):
+        self.work = int(work)
+
+    def __enter__(self):
+        self.saved = _bk.cpu_module().enter_threads(self.work)
+
+    def __exit__(self, *exc):
+        _bk.cpu_module().exit_threads(self.saved)
+
+
+def _layer_work(n: int, w) -> int:
+    """Multiply-adds of a layer's node projections (the bulk of a small graph's work)."""
+    return n * w.in_channels * (3 * w.heads * w.channels + w.out_channels)
+
+
 def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
                ea_groups: Optional[RowGroups] = None):
     """One layer on CPU tensors: [N, out_channels] in x's dtype. ``x_groups``/``ea_groups``:
     repeated input rows, projected once (see :class:`RowGroups`)."""
+    with _BusyRules(_layer_work(x.shape[0], w)):
+        return _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups)
+
+
+def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups):
     n, h, c = x.shape[0], w.heads, w.channels
     wn, bn = packed_node_weights(w)
     if x_groups is not None and x_groups.distinct is not None:
@@ -230,6 +257,11 @@ def _pooled_last_layer(x, csr, ea, gp, w, ea_groups: Optional[RowGroups] = None)
 
 def pool(x, csr, ea, gp, specs):
     """All layers, then per-graph node means: [G, out]."""
+    with _BusyRules(sum(_layer_work(x.shape[0], w) for w, _, _ in specs)):
+        return _pool(x, csr, ea, gp, specs)
+
+
+def _pool(x, csr, ea, gp, specs):
     h = x
     *body, last = specs
     # repeated rows (predicates on many edges, entities in several subgraphs): the edge
@@ -237,12 +269,12 @@ def pool(x, csr, ea, gp, specs):
     ea_groups = RowGroups(ea, csr) if ea is not None else None
     x_groups = RowGroups(x)
     for i, (w, norm, relu) in enumerate(body):
-        h = conv_layer(h, csr, ea, w, norm, relu, x_groups if i == 0 else None, ea_groups)
+        h = _conv_layer(h, csr, ea, w, norm, relu, x_groups if i == 0 else None, ea_groups)
     w, norm, relu = last
     if norm is None and not relu and not w.beta and h.shape[0] > 0:
         return _pooled_last_layer(h, csr, ea, gp, w, ea_groups)
     if h.shape[0] > 0:
-        h = conv_layer(h, csr, ea, w, norm, relu, x_groups if not body else None, ea_groups)
+        h = _conv_layer(h, csr, ea, w, norm, relu, x_groups if not body else None, ea_groups)
     else:
         h = h.new_zeros((0, w.out_channels))
     return graph_mean(h.float(), gp).to(x.dtype)
