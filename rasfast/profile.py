@@ -177,18 +177,20 @@ class Trace:
         """
         rows = self.summary_rows()
         gpu = any("gpu_ms" in r for r in rows)
+        cols = [("count", "count", "{:d}"), ("total ms", "total_ms", "{:.2f}"),
+                ("mean ms", "mean_ms", "{:.3f}"), ("p50 ms", "p50_ms", "{:.3f}"),
+                ("p95 ms", "p95_ms", "{:.3f}")] + ([("gpu ms", "gpu_ms", "{:.2f}")] if gpu else [])
+        cells = [[fmt.format(r.get(key, float("nan"))) for _, key, fmt in cols] for r in rows]
+        wall = f"{self.wall_ms():.2f}"
+        # every column as wide as its widest cell (a 10-minute LLM stage is 9 digits + 2 decimals)
+        widths = [max([len(head)] + [len(c[i]) for c in cells] + ([len(wall)] if i == 1 else [])) + 2
+                  for i, (head, _, _) in enumerate(cols)]
         w = max([14] + [len(r["stage"]) + 2 for r in rows])
-        head = f"{'stage':<{w}}{'count':>7}{'total ms':>11}{'mean ms':>10}{'p50 ms':>10}{'p95 ms':>10}"
-        if gpu:
-            head += f"{'gpu ms':>10}"
+        head = f"{'stage':<{w}}" + "".join(f"{h:>{cw}}" for (h, _, _), cw in zip(cols, widths))
         lines = [head, "-" * len(head)]
-        for r in rows:
-            line = (f"{r['stage']:<{w}}{r['count']:>7}{r['total_ms']:>11.2f}{r['mean_ms']:>10.3f}"
-                    f"{r['p50_ms']:>10.3f}{r['p95_ms']:>10.3f}")
-            if gpu:
-                line += f"{r.get('gpu_ms', float('nan')):>10.2f}"
-            lines.append(line)
-        lines.append(f"{'wall':<{w}}{'':>7}{self.wall_ms():>11.2f}")
+        for r, c in zip(rows, cells):
+            lines.append(f"{r['stage']:<{w}}" + "".join(f"{v:>{cw}}" for v, cw in zip(c, widths)))
+        lines.append(f"{'wall':<{w}}{'':>{widths[0]}}{wall:>{widths[1]}}")
         return "\n".join(lines)
 
     def wall_ms(self) -> float:

@@ -74,6 +74,21 @@ def test_spans_and_summary():
     assert tr.wall_ms() >= rows["loop"]["total_ms"] - 1e-6
 
 
+def test_summary_columns_never_run_together():
+    """A 10-minute LLM stage (9 digits before the decimals) stays a separate column: every
+    row splits into the same number of whitespace-separated fields as the header."""
+    tr = Trace(cuda=False, nvtx=False)
+    tr.add("plan", 0, 353_125_170_000, category="model")          # 353 s
+    tr.add("plan", 0, 117_708_390_000, category="model")
+    tr.add("encode", 0, 217_000, category="model")
+    lines = tr.summary().splitlines()
+    assert lines[0].split() == ["stage", "count", "total", "ms", "mean", "ms", "p50", "ms", "p95", "ms"]
+    for line in lines[2:-1]:
+        assert len(line.split()) == 6, line
+    assert lines[2].split()[2] == "470833.56"
+    assert lines[-1].split()[0] == "wall" and float(lines[-1].split()[1]) == tr.wall_ms()
+
+
 def test_model_time_is_a_union():
     tr = Trace(cuda=False, nvtx=False)
     tr.add("encode", 0, 10_000_000, category="model")
