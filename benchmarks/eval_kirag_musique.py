@@ -48,7 +48,7 @@ def main():
     args = ap.parse_args()
     results = pathlib.Path(__file__).parent / "results"
     if args.paper:
-        from rasfast.kirag.aligner import PAPER_TRAINING as P
+        from rasfast.systems.kirag.aligner import PAPER_TRAINING as P
         args.epochs, args.batch, args.lr = P["epochs"], P["batch_size"], P["lr"]
         args.temperature, args.max_negatives = P["temperature"], P["max_negatives"]
     if args.out is None:

@@ -1,6 +1,6 @@
 """The contract between the RAS loop and its components.
 
-The loop (rasfast.pipeline) owns the control flow; components are small protocols, all
+The loop (rasfast.systems.ras) owns the control flow; components are small protocols, all
 batched: each call receives the still-active questions of one round together, and returns
 one result per input, in order. Components never see each other, only these types.
 """
@@ -32,7 +32,7 @@ class LoopState:
     subqueries: List[str] = field(default_factory=list)           # retrieved so far; [0] = question
     step_triples: List[List[Triple]] = field(default_factory=list)  # one list per retrieval step
     step_passages: List[List[RetrievedPassage]] = field(default_factory=list)
-    graph: Optional[Any] = None  # the merged question graph (rasfast.pipeline's QuestionGraph)
+    graph: Optional[Any] = None  # the merged question graph (rasfast.systems.ras's QuestionGraph)
     # one vector per step's subgraph when the loop has a graph encoder (each encoded once)
     graph_embeddings: List[Any] = field(default_factory=list)
 

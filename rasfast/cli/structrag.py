@@ -49,7 +49,7 @@ def print_result(r, gold: Optional[str] = None, max_lines: int = 3) -> None:
 
 def build_for_dataset(dataset, args, encoder=None, **opts):
     """StructRAG over a QADataset: the CLI's retriever kind, the dataset's triples; ``opts``
-    go to :func:`~rasfast.structrag.from_components`."""
+    go to :func:`~rasfast.systems.structrag.from_components`."""
     from ..encode import make_encoder
     from ..systems.ras.system import make_retriever
     from ..systems.structrag.system import from_components

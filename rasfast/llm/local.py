@@ -23,7 +23,7 @@ time on the CPU threads given (``n_threads``, default: all cores). Consecutive p
 share a prefix (a system prompt, few-shot examples) reuse its KV cache, so only the new
 suffix is evaluated. A prompt that fails (too long for ``n_ctx``, a runtime error) does not
 fail its batch: the others complete and a :class:`~rasfast.llm.base.PartialBatchError`
-carries every reply or error in its slot (what :func:`rasfast.pipeline.call_isolated`
+carries every reply or error in its slot (what :func:`rasfast.llm.isolated.call_isolated`
 expects). ``stats`` counts requests, prompt / completion tokens and prompt tokens served
 from the prefix cache; ``timer`` records ``llm.generate`` spans for the profiler.
 """

@@ -8,19 +8,19 @@ model, triples, triple graph and triple embeddings; nothing is re-derived.
 
 Registered here:
 
-- ``ras``: the RAS loop (rasfast.pipeline.RAS): plan -> theme-scoped retrieval -> triples of
+- ``ras``: the RAS loop (rasfast.systems.ras.RAS): plan -> theme-scoped retrieval -> triples of
   the retrieved passages from the index -> question graph -> answer. ``llm`` (an
   rasfast.llm backend) plans and answers; without one the model-free heuristic baseline.
 - ``gear``: GEAR: one retrieval round of dense (theme-scoped) search + graph expansion over
   the index's triple graph (diverse triple beam search, RRF), then the answerer reads the
   retrieved passages' triples.
-- ``kirag`` / ``structrag``: imported lazily from ``rasfast.kirag`` / ``rasfast.structrag``,
+- ``kirag`` / ``structrag``: imported lazily from ``rasfast.systems.kirag`` / ``rasfast.systems.structrag``,
   whose ``from_components(retriever, triples_by_pid, encoder, llm=None, **opts)`` build them.
 
 Options shared by all: ``k`` (passages per retrieval, 5; passed to kirag as ``top_k``),
 ``scope_k`` (theme scope size K; None = unscoped dense), ``backend`` (theme kernels). ras and
 gear also take ``graph_encoder`` (a loop graph encoder, e.g.
-``rasfast.pipeline.graph_encoding.GNNGraphEncoder``), ``base_k`` (base passages seeding the
+``rasfast.systems.ras.graph_encoding.GNNGraphEncoder``), ``base_k`` (base passages seeding the
 expansion, 10) and ``expand_kwargs`` (for ``rasfast.gear.graph_expand``); ras takes
 ``max_iters`` (5) and ``expand=True`` (GEAR's expansion as its retriever).
 """
@@ -171,7 +171,7 @@ def _components_factory(name: str, module: str) -> Factory:
             opts.setdefault("triple_table", (np.asarray(kindex.triple_emb, dtype=np.float32),
                                              np.asarray(g.passage_ids), g.texts))
         if name == "structrag" and "router" not in opts and kindex.path is not None:
-            # a trained router saved beside the index (rasfast.structrag.ROUTER_DIR) is the
+            # a trained router saved beside the index (rasfast.systems.structrag.ROUTER_DIR) is the
             # paper's router: used when present, over the prompt and cue-word routers
             from .structrag.router import ROUTER_DIR, load_router
             saved = pathlib.Path(kindex.path) / ROUTER_DIR

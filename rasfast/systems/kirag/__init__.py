@@ -5,7 +5,7 @@
 - Constructors: :class:`HeuristicConstructor` (model-free default), :class:`LLMConstructor`
   (the paper's prompt for any rasfast.llm backend).
 - Aligner training: :func:`train_aligner`, :func:`save_aligner`, :func:`load_aligner`, with
-  silver chains from MuSiQue (:mod:`rasfast.kirag.silver`).
+  silver chains from MuSiQue (:mod:`rasfast.systems.kirag.silver`).
 - :func:`evaluate_kirag_musique`: R@k of dense, dense + GEAR, KiRAG (zero-shot / trained).
 """
 from .aligner import TrainedAligner, load_aligner, save_aligner, train_aligner

@@ -81,7 +81,7 @@ def train_aligner(pairs: Sequence[AlignerPair], model=None,
     hyperparameters, :data:`PAPER_TRAINING`).
 
     Args:
-        pairs: :class:`AlignerPair` list (see :func:`rasfast.kirag.silver.training_pairs`).
+        pairs: :class:`AlignerPair` list (see :func:`rasfast.systems.kirag.silver.training_pairs`).
         model: a SentenceTransformer, a path, or None for all-MiniLM-L6-v2 (offline package).
         epochs, batch_size, lr, weight_decay: AdamW schedule (constant lr). max_steps: stop
             early.

@@ -13,7 +13,7 @@ Usage::
     sr = StructRAG(retriever=dense_retriever, triples_by_pid=triples)   # offline, no LLM
 
 Stages (one span each): ``retrieve``, ``route``, ``structurize``, ``decompose``, ``extract``,
-``infer``. See :mod:`rasfast.structrag.system` for robustness rules.
+``infer``. See :mod:`rasfast.systems.structrag.system` for robustness rules.
 """
 from .parse import markdown_table, parse_route, parse_structure, parse_subquestions
 from .router import ROUTER_DIR, EmbeddingRouter, HeuristicRouter, LLMRouter, core_content, load_router

@@ -2,7 +2,7 @@
 
 - :func:`parse_route`: a router reply -> (structure type, known?). The first type named as a
   whole word wins ("Graph.", "**table**", "I would use a graph" all parse); a reply naming
-  none falls back to :data:`~rasfast.structrag.types.DEFAULT_TYPE` with ``known=False`` (the
+  none falls back to :data:`~rasfast.systems.structrag.types.DEFAULT_TYPE` with ``known=False`` (the
   caller counts it).
 - :func:`parse_structure`: a structurizer reply -> :class:`Structure`. The ``Description:``
   line is optional (else the first line, cut to 128 characters, as the paper's code does). A

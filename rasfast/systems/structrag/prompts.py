@@ -5,7 +5,7 @@ prompts. Pure string formatting; every prompt is a chat message list, so any
 
 Structurizer replies start with a ``Description:`` line (what the decomposer reads about
 the structure), then the structure in the type's fixed format, which
-:mod:`rasfast.structrag.parse` reads tolerantly.
+:mod:`rasfast.systems.structrag.parse` reads tolerantly.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Hybrid structure routers: (question, documents' core content) -> one of five types.
 
 Every router takes one ``(question, documents)`` item per question and returns its reply
-text per question; :class:`~rasfast.structrag.StructRAG` parses replies with
-:func:`~rasfast.structrag.parse.parse_route`, so a reply naming no known type falls back to
-:data:`~rasfast.structrag.types.DEFAULT_TYPE` and is counted, whichever router gave it.
+text per question; :class:`~rasfast.systems.structrag.StructRAG` parses replies with
+:func:`~rasfast.systems.structrag.parse.parse_route`, so a reply naming no known type falls back to
+:data:`~rasfast.systems.structrag.types.DEFAULT_TYPE` and is counted, whichever router gave it.
 
 - :class:`LLMRouter`: the paper's few-shot prompt through any rasfast.llm backend, all
   questions of a batch in one concurrent call.
@@ -11,7 +11,7 @@ text per question; :class:`~rasfast.structrag.StructRAG` parses replies with
   algorithm, summarise -> catalogue, chained relative clauses -> graph), else ``default``.
 - :class:`EmbeddingRouter`: a small trainable classifier over embeddings of the question and
   the core content, trained from labelled examples or preference pairs.
-- :class:`LogProbRouter` (in :mod:`rasfast.structrag.dpo`): a causal LM scoring the five
+- :class:`LogProbRouter` (in :mod:`rasfast.systems.structrag.dpo`): a causal LM scoring the five
   type words, e.g. after DPO training.
 """
 from __future__ import annotations

@@ -128,7 +128,7 @@ def chunk_structures(documents: Sequence[RetrievedPassage]) -> List[Structure]:
 class LLMStructurizer:
     """The paper's structurizer: one LLM request per (question, document), all requests of a
     batch in ONE concurrent ``generate`` call; replies parsed by
-    :func:`~rasfast.structrag.parse.parse_structure` (malformed -> kept as text)."""
+    :func:`~rasfast.systems.structrag.parse.parse_structure` (malformed -> kept as text)."""
 
     def __init__(self, llm, max_new_tokens: int = 512, temperature: float = 0.0, max_doc_chars: int = 12000):
         check_llm(llm)

@@ -1,6 +1,6 @@
 """The router's training data, synthesized as the StructRAG paper does (Section 3.2,
 "Hybrid Structure Router"): synthesize tasks -> simulate each structure type -> judge which
-answered best -> preference pairs for DPO (:mod:`rasfast.structrag.dpo`).
+answered best -> preference pairs for DPO (:mod:`rasfast.systems.structrag.dpo`).
 
 1. ``synthesize_tasks``: an LLM reads a set of documents and writes a question that needs
    them and its answer (one request per document set, all in one concurrent call).
