@@ -62,7 +62,7 @@ def main():
     s, sc = res["settings"], res["silver_chains"]
     dense = res["rows"][0]
     lines = [
-        "# KiRAG on MuSiQue: Recall@k\n", header_markdown(), "",
+        ("# KiRAG on MuSiQue: Recall@k, frozen protocol\n" if args.paper else "# KiRAG on MuSiQue: Recall@k\n"), header_markdown(), "",
         f"{res['n_questions']} questions (HippoRAG's MuSiQue subset), 1,890 passages, GPT-3.5 "
         f"OpenIE triples; encoder {res['encoder']} for retrieval and as the zero-shot aligner.",
         f"KiRAG: K0 = {s['K0']} passages per round, N = {s['N']} candidate triples, L = {s['L']} "
@@ -74,7 +74,7 @@ def main():
         f"Trained aligner: {s['folds']}-fold cross-validation over the questions; each fold's "
         "questions are ranked by a MiniLM aligner fine-tuned only on the other folds' silver "
         f"chains ({sc['questions']} chains, {sc['complete']} complete, mean length "
-        f"{sc['mean_len']:.2f}; see rasfast/kirag/silver.py for how they are built). Training: "
+        f"{sc['mean_len']:.2f}; see rasfast/systems/kirag/silver.py for how they are built). Training: "
         f"{s['epochs']} epoch(s), batch {s['batch_size']}, lr {s['lr']}, tau {s['temperature']}, "
         f"{s['max_negatives']} negatives per pair, drawn from "
         + ("the triples of the K0 documents retrieved for each step's query (as the paper)"
