@@ -84,3 +84,50 @@ def test_ties_give_no_pair_and_failed_runs_score_zero():
     assert judge(sim)[0]["graph"] == 0.0
     with pytest.raises(ValueError, match="kind"):
         FixedRouter("tree")
+
+
+@pytest.mark.data
+def test_cli_router_data_writes_pairs_and_trains_a_router_the_system_loads(data_dir, tmp_path, monkeypatch,
+                                                                            capsys):
+    """``rasfast structrag router-data``: tasks from random corpus document sets, every structure
+    simulated, pairs written as JSONL with a summary, and ``--train-router`` saves a router
+    that loads with the encoder it was trained with."""
+    import json
+
+    import rasfast.llm.adapters as adapters
+    from rasfast.cli import main
+    from rasfast.structrag import ROUTER_DIR, load_router
+
+    class Scripted(ScriptedLLM):
+        def generate(self, prompts, max_new_tokens=128, stop=None, temperature=0.0):
+            out = []
+            for p in prompts:
+                system, user = p[0]["content"], p[-1]["content"]
+                if system.startswith("You write exam questions"):
+                    out.append("Question: How many staff are there?\nAnswer: 120")
+                elif "into a table" in system:
+                    out.append("Description: staff\n| firm | staff |\n| --- | --- |\n| Acme | 120 |")
+                else:
+                    out.extend(ScriptedLLM.generate(self, [p], max_new_tokens, stop, temperature))
+            return out
+
+    specs = []
+    monkeypatch.setattr(adapters, "make_llm", lambda kind, *a, **k: specs.append(kind) or Scripted())
+    out = tmp_path / "pairs.jsonl"
+    assert main(["structrag", "router-data", "--dataset", "musique", "--data-root", str(data_dir),
+                 "--llm", "local:smollm2", "--n", "2", "--docs-per-task", "2", "--encoder", "hashing",
+                 "--out", str(out), "--train-router", str(tmp_path / "ix")]) == 0
+    assert specs == ["local:smollm2"]
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(pairs) == 2 * 4 and {p["chosen"] for p in pairs} == {"table"}
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert summary["tasks"] == 2 and summary["pairs"] == 8 and len(summary["per_task"][0]["pids"]) == 2
+    assert summary["per_task"][0]["scores"]["table"] == 1.0
+    text = capsys.readouterr().out
+    assert "2 of 2 document sets gave a task; 8 preference pairs" in text and "router trained" in text
+    from rasfast.encode import HashingEncoder
+    router = load_router(tmp_path / "ix" / ROUTER_DIR, HashingEncoder())
+    assert router.route([(pairs[0]["question"], [])]) == ["table"]
+    with pytest.raises(SystemExit):
+        main(["structrag", "router-data", "--dataset", "musique", "--data-root", str(data_dir),
+              "--llm", "local", "--n", "0", "--out", str(out)])

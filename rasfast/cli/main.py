@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .kirag import add_eval_args, add_parser as add_kirag_parser
     add_eval_args(e)
     add_kirag_parser(sub)
+    from .structrag_router import add_parser as add_structrag_parser
+    add_structrag_parser(sub)
 
     bn = sub.add_parser("bench", help="quick timing tables")
     bn.add_argument("what", choices=["select"])
