@@ -3,20 +3,29 @@
 It is a :class:`rasfast.ThemeIndex` (passages, dense embeddings, theme vectors, theme model)
 plus the knowledge side: the raw triples of every passage (with the corpus record's source
 id), the :class:`rasfast.TripleGraph` CSR built over them, and the triple embeddings. On
-disk it is the ThemeIndex directory plus::
+disk it is the ThemeIndex directory plus (format 4; every part written by this code has
+``"layout": 4`` in its manifest entry)::
 
     knowledge.json        format, counts, encoder, extraction record (model + prompt), graph
                           options, the ThemeIndex generation it belongs to and the list of its
                           parts; replaced atomically LAST: it is the commit of a save
     triples.<g>.jsonl     {"pid", "source_id", "triples": [[s, p, o], ...]} per passage, row
                           order: the passages part <g> added
+    triples.<g>.ends.npy  int64 end offset of every record of triples.<g>.jsonl: a record is
+                          decoded (and its pid checked) only when read
     graph.<g>/            the graph rows (triples) and entities part <g> added: head, tail,
-                          passage_ids, source_index (.npy), entities.json; the adjacency as a
-                          full CSR (indptr.npy, indices.npy) or as a delta block (csr_rows.npy,
-                          csr_ptr.npy, csr_indices.npy: the rows that changed and only the
-                          neighbours appended to them; csr_replace.npy: the rows stored whole
-                          because the hub guard removed neighbours); entity degrees in full
-                          (entity_degree.npy) or as updates (degree_ids.npy + entity_degree.npy)
+                          passage_ids, source_index (.npy); input_ptr.npy (int64 [records + 1]:
+                          where each record's raw triples start in the flattened input, the
+                          graph's ``source``); entities.bin + entities_ends.npy (the normalised
+                          entity strings, UTF-8 back to back, decoded on access);
+                          entity_hash.npy + entity_hash_ids.npy (the part's entities' 64-bit
+                          blake2b hashes, sorted, and their ids: ``add`` finds a new triple's
+                          entities by binary search, without a dict of every entity); the
+                          adjacency as a full CSR (indptr.npy, indices.npy) or as a delta block
+                          (csr_rows.npy, csr_ptr.npy, csr_indices.npy: the rows that changed and
+                          only the neighbours appended to them; csr_replace.npy: the rows stored
+                          whole because the hub guard removed neighbours); entity degrees in
+                          full (entity_degree.npy) or as updates (degree_ids.npy + entity_degree.npy)
     triple_emb.<g>.npy    float32 [triples part <g> added, D]
     journal.jsonl         the extraction journal (only for LLM-extracted indexes; journal.py)
 
@@ -27,21 +36,33 @@ leaves ``knowledge.json`` naming the previous generation and parts, which load e
 before (``ThemeIndex.load(dir, generation=...)``); files are never rewritten in place, so
 readers keep working while a writer saves. A save into the directory the index was loaded
 from (or last saved to) appends one part holding only what is new since then; any other
-save writes one full part. Version 1 directories (``triples.jsonl``, ``graph/``,
-``triple_emb.npy``, no generation) and version 2 ones (one part, named in ``files``) still
-load; the first save into a version 1 directory rewrites it in full.
+save writes one full part. :meth:`KnowledgeIndex.compact` merges the parts into one full
+part (a new generation, same protocol) and then removes the unused files. Version 3 parts
+(no ends files; ``entities.json``), version 2 directories (one part, named in ``files``) and
+version 1 ones (``triples.jsonl``, ``graph/``, ``triple_emb.npy``, no generation) still load
+(their triples and entities parsed at load, as before); a save into a version 2 or 3
+directory appends a layout-4 part, the first save into a version 1 directory rewrites it in
+full.
 
-Loading reads these arrays back as they were written (nothing is re-derived; the parts'
-graph blocks are concatenated row by row, csrc/graph/triple_graph_merge_cpu.cpp): the loaded
-graph and triple embeddings equal a fresh build bit for bit (tests/test_knowledge_index.py).
-A one-part index loaded with ``mmap=True`` maps its arrays; a grown one concatenates parts.
+Opening parses nothing that grows with the triples: the arrays are read (mapped with
+``mmap``), the triples records, raw triples and entity strings are lazy sequences
+(rasfast.index.passages.TextColumn segments; ``PARSED_RECORDS`` counts the records
+decoded), and ``graph.triples`` / ``graph.texts`` decode a triple when it is read. One full
+part is used as read; several parts are joined on first use of each array
+(``TripleGraph._lazy``: the CSR by csrc/graph/triple_graph_merge_cpu.cpp's block join, the
+embeddings by concatenation), so the first query of a grown index pays the join once --
+``compact`` removes it. The loaded graph and triple embeddings equal a fresh build bit for
+bit (tests/test_knowledge_index.py, tests/test_knowledge_lazy.py).
 
 :meth:`KnowledgeIndex.add` appends passages: a new theme-index shard (``ThemeIndex.add``; the
 next ``save`` into the same directory writes only the new rows of the dense/theme arrays),
-their triples, and the graph over all triples (merged, not rebuilt: ``TripleGraph.merge``
-keeps old triple and entity ids and equals a fresh build); only the new triples are
-embedded. Triples from a different extraction (another model or prompt, or corpus triples
-into an LLM-extracted index) are refused.
+their triples (a segment appended to the lazy sequences), and the graph over all triples
+(merged, not rebuilt: ``TripleGraph.merge`` keeps old triple and entity ids and equals a
+fresh build); only the new triples are embedded, and their embeddings stay a separate block
+until ``triple_emb`` is read (a save writes only that block). What still grows with the
+index is the merge kernel's copy of the old CSR into the new arrays (memcpy speed) and
+the vectorised pid clash check. Triples from a different extraction (another model or
+prompt, or corpus triples into an LLM-extracted index) are refused.
 """
 from __future__ import annotations
 
