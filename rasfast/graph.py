@@ -29,6 +29,7 @@ Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Sequence
 from typing import Dict, List, Optional
 
@@ -40,6 +41,7 @@ from .reference.triple_graph import normalize_entity
 
 
 DEFAULT_MAX_EDGES = 2 ** 31
+_LAZY_LOCK = threading.RLock()
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -136,10 +138,13 @@ class TripleGraph:
         # called only when ``name`` is not found: a lazily joined array (see _lazy)
         thunks = self.__dict__.get("_thunks")
         if thunks and name in thunks:
-            got = thunks[name]()
-            for key, value in got.items():
-                self.__dict__[key] = value
-                thunks.pop(key, None)
+            with _LAZY_LOCK:            # one thread joins; the others then find the result
+                if name in self.__dict__:
+                    return self.__dict__[name]
+                got = thunks[name]()
+                for key, value in got.items():
+                    self.__dict__[key] = value
+                    thunks.pop(key, None)
             return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

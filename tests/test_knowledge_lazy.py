@@ -291,3 +291,21 @@ def test_compact_killed_at_every_step_leaves_a_loadable_index(tmp_path):
         _same(KnowledgeIndex.load(d), eager)
         shutil.rmtree(d)
     assert seen == {1, 3}, seen
+
+
+def test_lazy_graph_pickles_and_joins_once_across_threads(tmp_path):
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+    rng = random.Random(11)
+    eager = _grow(tmp_path / "ix", [_rows(rng, 12), _rows(rng, 5), _rows(rng, 5)])
+    ki = KnowledgeIndex.load(tmp_path / "ix", mmap=True)
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda _: id(ki.graph.indices), range(8)))
+    assert len(set(got)) == 1                       # one joined array, shared
+    g = pickle.loads(pickle.dumps(ki.graph))
+    for f in ARRAYS:
+        assert np.array_equal(np.asarray(getattr(g, f)), np.asarray(getattr(eager.graph, f))), f
+    assert list(g.texts) == list(eager.graph.texts) and list(g.entities) == list(eager.graph.entities)
+    assert np.array_equal(np.asarray(g.embeddings), np.asarray(eager.triple_emb))
+    again = pickle.loads(pickle.dumps(list(ki.triples)))
+    assert again == list(eager.triples)

@@ -447,6 +447,9 @@ class _Records:
     def __len__(self) -> int:
         return len(self.ends)
 
+    def __reduce__(self):   # pickles as its paths and offsets; the copy maps the file again
+        return (_Records, (self.path, np.asarray(self.ends), np.asarray(self.pids)))
+
     def record(self, i: int) -> Dict[str, Any]:
         r = self._cache.get(i)
         if r is not None:
@@ -529,6 +532,9 @@ class _Strings(_LazySeq):
 
     def __len__(self) -> int:
         return len(self.ends)
+
+    def __reduce__(self):
+        return (_Strings, (self.path, np.asarray(self.ends)))
 
     def _item(self, i: int) -> str:
         start = int(self.ends[i - 1]) if i else 0
