@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 from machine import header_markdown  # noqa: E402
 
 CHILD = r"""
-import json, os, sys, time, resource
+import json, os, sys, time
 sys.path.insert(0, {here!r})
 import numpy as np
 from rasfast.encode import HashingEncoder
@@ -47,7 +47,8 @@ ids, texts = first_query(ki, q)
 t2 = time.perf_counter(); c2 = time.process_time()
 print(json.dumps({{"open": t1 - t0, "query": t2 - t1, "cpu_open": c1 - c0, "cpu_query": c2 - c1,
                   "parsed_at_open": parsed, "parsed_after_query": kx.PARSED_RECORDS,
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "peak_rss_mb": int(next(l.split()[1] for l in open("/proc/self/status")
+                                          if l.startswith("VmHWM"))) / 1024,
                   "answer": texts[:3], "load": os.getloadavg()}}))
 """
 
@@ -119,14 +120,15 @@ def main():
          "files in the page cache. Records decoded = triples records parsed (at open: none).", "",
          "| index | passages | triples | entities | graph entries | on disk | open (s) | first query (s) "
          "| open + first query (s) | CPU s open / query | records decoded at open / after the query "
-         "| max RSS | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| peak RSS (VmHWM) | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in ("big", "small"):
         s = res[label]["stats"]
         for r in res[label]["runs"]:
             L.append(f"| {label} | {s['passages']:,} | {s['triples']:,} | {s['entities']:,} | {s['edges']:,} | "
                      f"{s['bytes'] / 2**30:.2f} GiB | {r['open']:.3f} | {r['query']:.3f} | "
                      f"{r['open'] + r['query']:.3f} | {r['cpu_open']:.3f} / {r['cpu_query']:.3f} | "
-                     f"{r['parsed_at_open']} / {r['parsed_after_query']} | {r['maxrss_mb']:.0f} MB | "
+                     f"{r['parsed_at_open']} / {r['parsed_after_query']} | "
+                     f"{r['peak_rss_mb']:.0f} MB | "
                      f"{' '.join(f'{x:.2f}' for x in r['load'])} |")
     big = res["big"]["runs"]
     L += ["", f"Median open + first query, {res['big']['stats']['triples']:,} triples: "
