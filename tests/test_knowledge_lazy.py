@@ -309,3 +309,24 @@ def test_lazy_graph_pickles_and_joins_once_across_threads(tmp_path):
     assert np.array_equal(np.asarray(g.embeddings), np.asarray(eager.triple_emb))
     again = pickle.loads(pickle.dumps(list(ki.triples)))
     assert again == list(eager.triples)
+
+
+def test_systems_run_from_a_lazy_index_decoding_only_what_they_read(tmp_path):
+    from rasfast.systems import build_system
+    rng = random.Random(13)
+    eager = _grow(tmp_path / "ix", [_rows(rng, 60), _rows(rng, 10)])
+    questions = ["Where is E1 near E2?", "What of E5?"]
+    want = {name: [(r.answer, [p.pid for p in r.passages])
+                   for r in build_system(name, eager, encoder=ENC, k=3).run_batch(questions)]
+            for name in ("ras", "gear")}
+    for name in ("ras", "gear"):
+        kx.PARSED_RECORDS = 0
+        ki = KnowledgeIndex.load(tmp_path / "ix", mmap=True)
+        got = [(r.answer, [p.pid for p in r.passages])
+               for r in build_system(name, ki, encoder=ENC, k=3).run_batch(questions)]
+        assert got == want[name]
+        assert 0 < kx.PARSED_RECORDS < 70, kx.PARSED_RECORDS   # not every passage's record
+    tbp = KnowledgeIndex.load(tmp_path / "ix").triples_by_pid
+    assert dict(tbp) == eager.triples_by_pid and 5 in tbp and 10_000 not in tbp and len(tbp) == 70
+    with pytest.raises(KeyError):
+        tbp[10_000]

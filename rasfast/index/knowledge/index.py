@@ -72,7 +72,7 @@ import os
 import pathlib
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -163,11 +163,11 @@ class KnowledgeIndex:
 
     @property
     def triples_by_pid(self) -> Dict[int, List[tuple]]:
-        """Passage id -> cleaned (s, p, o) triples (malformed raw entries dropped); computed
-        once (and again after :meth:`add`)."""
+        """Passage id -> cleaned (s, p, o) triples (malformed raw entries dropped): a mapping
+        that decodes and cleans a passage's record when it is looked up (made again after
+        :meth:`add`)."""
         if self._by_pid is None:
-            from ...parse import clean_triples
-            self._by_pid = {pid: clean_triples(t) for pid, t in zip(self.pids, self.triples)}
+            self._by_pid = _TriplesByPid(np.asarray(self.theme.pids), self.triples)
         return self._by_pid
 
     def dataset(self, name: str = "index"):
@@ -596,6 +596,45 @@ class _EntityTable:
                 if out[k] < 0:
                     out[k] = self.added.get(key, -1)
         return out
+
+
+class _TriplesByPid(Mapping):
+    """pid -> clean_triples(raw triples of its row), decoded on lookup and kept."""
+
+    def __init__(self, pids: np.ndarray, triples):
+        self._pids, self._triples = pids, triples
+        self._order = self._sorted = None
+        self._done: Dict[int, List[tuple]] = {}
+
+    def _row(self, pid) -> Optional[int]:
+        if self._order is None:
+            self._order = np.argsort(self._pids, kind="stable")
+            self._sorted = self._pids[self._order]
+        try:
+            pid = int(pid)
+        except (TypeError, ValueError):
+            return None
+        i = int(np.searchsorted(self._sorted, pid))
+        return int(self._order[i]) if i < len(self._sorted) and int(self._sorted[i]) == pid else None
+
+    def __getitem__(self, pid):
+        got = self._done.get(pid)
+        if got is None:
+            from ...parse import clean_triples
+            row = self._row(pid)
+            if row is None:
+                raise KeyError(pid)
+            got = self._done[int(pid)] = clean_triples(self._triples[row])
+        return got
+
+    def __contains__(self, pid) -> bool:
+        return self._row(pid) is not None
+
+    def __iter__(self):
+        return (int(p) for p in self._pids)
+
+    def __len__(self) -> int:
+        return len(self._pids)
 
 
 def _cat(segments):
