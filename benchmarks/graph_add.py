@@ -9,8 +9,13 @@
    The merged graph is checked equal to the rebuilt one.
 2. End to end: a KnowledgeIndex with the same triples (4 per passage, HashingEncoder(64)),
    saved; then load + add + save into the same directory, with this branch's code and with
-   the code of ``--base-ref`` (its knowledge index module: rebuild + full rewrite),
-   each on a fresh copy of the saved directory, interleaved, median of --e2e-repeats.
+   the code of ``--base-ref`` (its knowledge index module), each on a fresh copy of the
+   saved directory, interleaved, median of --e2e-repeats. Loads map the files (mmap=True)
+   unless --no-mmap.
+3. Open + first query: the saved index (one part) and the grown one (two parts) opened
+   with mmap=True by both codes, then one query (theme-scoped search, graph expansion,
+   triple beam search, the best triples' texts), then the same query again; and the open
+   time of a small index (--small triples) with the same code, to show it does not grow.
 
 Writes benchmarks/results/graph_add.md (+ .json).
 
@@ -148,7 +153,48 @@ def _dir_bytes(d: pathlib.Path) -> dict:
     return {p.relative_to(d).as_posix(): p.stat().st_size for p in d.rglob("*") if p.is_file()}
 
 
-def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
+def first_query(ki, q):
+    """What a first query touches: theme-scoped search, graph expansion, beam search, the
+    texts of the best triples (the answer)."""
+    from rasfast.ops.beam import triple_beam_search
+    from rasfast.systems.gear import graph_expand
+    th = ki.theme
+    ids, _ = th.search(th.query_ppd(q), q, 4, 10)
+    ids = np.asarray(ids)
+    row_pid = np.asarray(th.pids)
+    base = [row_pid[r[r >= 0]] for r in ids]
+    seeds = graph_expand(ki.graph, ki.triple_emb, q, base, top=5).seeds
+    r = triple_beam_search(ki.graph, ki.triple_emb, q, seeds, beam_width=10, max_len=2, gamma=20.0,
+                           max_neighbors=100)
+    best = [int(x) for x in np.asarray(r.sequences).reshape(-1) if x >= 0][:20]
+    return ids.tolist(), [ki.graph.texts[i] for i in best]
+
+
+def open_query_bench(impls, enc, queries, repeats):
+    """impls: label -> (cls, directory). Alternating: open (mmap) + first query + second."""
+    q = np.ascontiguousarray(enc.encode(queries), dtype=np.float32)
+    out = {k: {"open": [], "q1": [], "q2": [], "cpu_open": [], "cpu_q1": []} for k in impls}
+    answers = {}
+    la0 = load_avg()
+    keys = list(impls)
+    for r in range(repeats):
+        for k in (keys if r % 2 == 0 else keys[::-1]):
+            cls, d = impls[k]
+            gc.collect()
+            dt, ki = timed(lambda: cls.load(d, mmap=True), "open")
+            out[k]["open"].append(dt)
+            out[k]["cpu_open"].append(CPU["open"])
+            dt, ans = timed(lambda: first_query(ki, q), "q1")
+            out[k]["q1"].append(dt)
+            out[k]["cpu_q1"].append(CPU["q1"])
+            dt, _ = timed(lambda: first_query(ki, q))
+            out[k]["q2"].append(dt)
+            answers[k] = ans
+            del ki
+    return out, answers, la0, load_avg()
+
+
+def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path, mmap=True, small=10_000):
     from rasfast.data.qa import Passage
     from rasfast.encode import HashingEncoder
     from rasfast.index.knowledge import KnowledgeIndex
@@ -184,7 +230,7 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
             shutil.rmtree(cache, ignore_errors=True)     # both encode the new triples afresh
             before = _dir_bytes(d)
             gc.collect()
-            dt, k = timed(lambda: cls.load(d), "load")
+            dt, k = timed(lambda: cls.load(d, mmap=mmap), "load")
             times[f"{impl}_load"].append(dt)
             dt, _ = timed(lambda: k.add(add_passages, add_rows, enc, ex), "add")
             times[f"{impl}_add"].append(dt)
@@ -201,19 +247,39 @@ def e2e_bench(old, new, md, repeats, base_ref, work: pathlib.Path):
             assert same(graphs["new"], graphs["base"]), "new and base add disagree"
             graphs.clear()
         print(f"  repeat {r}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
-    # loading alone (the templates, alternating): the same reader code for one part
-    only = {"new": [], "base": []}
-    for r in range(4):
+    # loading alone (the templates, alternating), both modes
+    only = {f"{impl} mmap={mm}": [] for impl in ("new", "base") for mm in (False, True)}
+    for r in range(3):
         order = [("new", KnowledgeIndex, tpl_new), ("base", base_mod.KnowledgeIndex, tpl_old)]
         for impl, cls, tpl in (order if r % 2 == 0 else order[::-1]):
-            gc.collect()
-            dt, k = timed(lambda: cls.load(tpl), "load")
-            only[impl].append((dt, CPU["load"]))
-            del k
+            for mm in (False, True):
+                gc.collect()
+                dt, k = timed(lambda: cls.load(tpl, mmap=mm), "load")
+                only[f"{impl} mmap={mm}"].append((dt, CPU["load"]))
+                del k
+    # open + first query: the templates (one part) and the grown directories of the last
+    # repeat (two parts), both codes; and a small index with this branch's code
+    print("[open+query]", flush=True)
+    small_rows = rows[:small // per]
+    small_dir = work / "small"
+    KnowledgeIndex.build(passages[:len(small_rows)], small_rows, enc, ex, num_themes=16,
+                         max_degree=md).save(small_dir)
+    queries = [text(rows[i]) for i in (3, 777, 12345 % len(rows), len(rows) - 5)]
+    impls = {"new, 1 part": (KnowledgeIndex, tpl_new), "base, 1 part": (base_mod.KnowledgeIndex, tpl_old),
+             "new, 2 parts": (KnowledgeIndex, work / "run_new"),
+             "base, 2 parts": (base_mod.KnowledgeIndex, work / "run_base"),
+             f"new, {len(small_rows) * per:,} triples": (KnowledgeIndex, small_dir)}
+    oq, answers, oq_la0, oq_la1 = open_query_bench(impls, enc, queries, 3)
+    assert answers["new, 1 part"] == answers["base, 1 part"], "open+query: new and base disagree"
+    assert answers["new, 2 parts"] == answers["base, 2 parts"], "open+query: new and base disagree"
+    for k, v in oq.items():
+        print(f"  {k}: open {statistics.median(v['open']):.3f}s, q1 {statistics.median(v['q1']):.3f}s, "
+              f"q2 {statistics.median(v['q2']):.3f}s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     ratios = [(times["base_add"][r] + times["base_save"][r]) / (times["new_add"][r] + times["new_save"][r])
               for r in range(repeats)]
-    return dict(base_commit=base_mod.RESOLVED, load_only=only, ratios_add_save=ratios, cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()},
+    return dict(base_commit=base_mod.RESOLVED, load_only=only, mmap=mmap, open_query=oq,
+                open_query_load=(oq_la0, oq_la1), small_triples=len(small_rows) * per, ratios_add_save=ratios, cpu_median_s={k: statistics.median(v) for k, v in cpu_s.items()},
                 cpu_all_s=cpu_s, passages=len(passages), triples=len(old), add_passages=len(add_passages),
                 add_triples=len(new), build_s=t_build, repeats=repeats, median_s=med, all_s=times,
                 bytes_written=written, load_before=la0, load_after=load_avg())
@@ -226,6 +292,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--e2e-repeats", type=int, default=5)
     ap.add_argument("--skip-e2e", action="store_true")
+    ap.add_argument("--no-mmap", action="store_true", help="e2e loads read the arrays (mmap=False)")
+    ap.add_argument("--small", type=int, default=10_000, help="triples of the small index (open time)")
     ap.add_argument("--base-ref", default="main")
     ap.add_argument("--work", default=None, help="scratch directory for the e2e indexes")
     ap.add_argument("--out", default=str(HERE / "results" / "graph_add.md"))
@@ -248,7 +316,8 @@ def main():
     if not args.skip_e2e:
         work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="graph_add_"))
         try:
-            results["e2e"] = e2e_bench(*e2e_input, args.e2e_repeats, args.base_ref, work)
+            results["e2e"] = e2e_bench(*e2e_input, args.e2e_repeats, args.base_ref, work,
+                                       mmap=not args.no_mmap, small=args.small)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     out = pathlib.Path(args.out)
@@ -264,7 +333,8 @@ def report(R, args) -> str:
          "interleaved repeats; load averages (1, 5, 15 min) are those read at the start and end of "
          "each section.", "",
          f"Command: `.venv/bin/python benchmarks/graph_add.py --n {args.n} --add {args.add} "
-         f"--repeats {args.repeats} --e2e-repeats {args.e2e_repeats} --base-ref {args.base_ref}`", "",
+         f"--repeats {args.repeats} --e2e-repeats {args.e2e_repeats} --base-ref {args.base_ref}"
+         f"{' --no-mmap' if args.no_mmap else ''}`", "",
          "## TripleGraph: merge vs rebuild", "",
          "merge = `TripleGraph.merge(new)` with the entity table already built (a graph that merged "
          "before, or the second add of a session); cold = the same, building the table (one pass "
@@ -301,10 +371,13 @@ def report(R, args) -> str:
         L += ["", "## KnowledgeIndex: load + add + save into the same directory", "",
               f"{e['passages']:,} passages with {e['triples']:,} triples (4 per passage, the first "
               f"graph above), HashingEncoder(64), 16 themes; add {e['add_passages']:,} passages with "
-              f"{e['add_triples']:,} triples (the same new triples). `new` = this branch (merge, "
-              f"appended part); `base` = the knowledge index module of `{args.base_ref}` "
-              f"(commit {e['base_commit']}; rebuild, "
-              "every knowledge file rewritten), same ThemeIndex code. Each repeat starts from a "
+              f"{e['add_triples']:,} triples (the same new triples). `new` = this branch (layout 4: "
+              "mapped arrays, triple records and entity strings decoded on access, entity lookups "
+              "in saved hash tables, triple embeddings of the add kept as a block joined on first "
+              f"use); `base` = the knowledge index module of `{args.base_ref}` "
+              f"(commit {e['base_commit']}: merge + appended part, but every triples record parsed "
+              "at load and the embeddings concatenated at add), same ThemeIndex and TripleGraph "
+              f"code. Loads with mmap={e.get('mmap', False)}. Each repeat starts from a "
               "fresh copy of the saved directory and an empty embedding cache; medians of "
               f"{e['repeats']} interleaved repeats. Bytes written = growth of the directory's files.", "",
               "| code | load (s) | add (s) | save (s) | add + save (s) | CPU s: load / add / save "
@@ -322,11 +395,32 @@ def report(R, args) -> str:
               f"{(tot['base'] + m['base_load']) / (tot['new'] + m['new_load']):.1f}x. "
               f"Load average {e['load_before']} → {e['load_after']}. All repeats (s): "
               + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in e["all_s"].items()) + ".",
-              "", "Loading alone (the two saved templates, 4 alternating loads each; wall / CPU s): "
-              + "; ".join(f"{k} " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in v) + f" (median CPU "
-                          f"{statistics.median(b for _, b in v):.2f})" for k, v in e["load_only"].items())
-              + ". Loading is O(all triples) either way (every triples record is parsed); lazy "
-              "loading is another part of issue 23."]
+              "", "Loading alone (the two saved templates, 3 alternating loads each per mode; wall / CPU s): "
+              + "; ".join(f"{k} " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in v) + f" (median wall "
+                          f"{statistics.median(a for a, _ in v):.2f})" for k, v in e["load_only"].items())
+              + ". With mmap=False both codes read every array into memory (O(bytes)); the base "
+              "code also parses every triples record and the entities.json."]
+        oq = e.get("open_query")
+        if oq:
+            L += ["", "## KnowledgeIndex: open + first query", "",
+                  "Open = `KnowledgeIndex.load(dir, mmap=True)`; first query = 4 queries at once through "
+                  "theme-scoped search (K=4, k=10), GEAR graph expansion (top 5) and the triple beam "
+                  "search (width 10, length 2), then the texts of the best triples (the same answers "
+                  "from both codes, checked); second = the same again on the open index. `1 part` = "
+                  "the saved template; `2 parts` = the directory after the last e2e repeat (template "
+                  "+ the appended part; the base code joins the parts at open, the new code on first "
+                  f"use of each array); `{e['small_triples']:,} triples` = a small index, same code. "
+                  f"Medians of 3 alternating repeats; load average {e['open_query_load'][0]} → "
+                  f"{e['open_query_load'][1]}.", "",
+                  "| index, code | open (s) | first query (s) | open + first query (s) | second query (s) "
+                  "| CPU s: open / first query |", "|---|---|---|---|---|---|"]
+            for k, v in oq.items():
+                md_ = {x: statistics.median(v[x]) for x in v}
+                L.append(f"| {k} | {md_['open']:.3f} | {md_['q1']:.3f} | {md_['open'] + md_['q1']:.3f} | "
+                         f"{md_['q2']:.3f} | {md_['cpu_open']:.3f} / {md_['cpu_q1']:.3f} |")
+            L += ["", "All repeats (s): " + "; ".join(
+                f"{k}: open " + ", ".join(f"{x:.3f}" for x in v["open"]) + ", first "
+                + ", ".join(f"{x:.3f}" for x in v["q1"]) for k, v in oq.items()) + "."]
     return "\n".join(L) + "\n"
 
 

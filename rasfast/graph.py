@@ -29,7 +29,9 @@ Rules (the pure-Python oracle rasfast/reference/triple_graph.py implements them 
 from __future__ import annotations
 
 import itertools
-from typing import Dict, List, Optional, Sequence
+import threading
+from collections.abc import Sequence
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -39,6 +41,7 @@ from .reference.triple_graph import normalize_entity
 
 
 DEFAULT_MAX_EDGES = 2 ** 31
+_LAZY_LOCK = threading.RLock()
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -111,6 +114,80 @@ class TripleGraph:
         # (base triples, base entities, changed rows < base, changed entities < base, rows
         # < base that may have lost entries (hub guard) and must be rewritten whole)
         self._delta_base = (self.num_triples, len(entities), _EMPTY, _EMPTY, _EMPTY)
+
+    # ---- lazily joined arrays (a saved index of several parts, rasfast.index.knowledge) ----
+    @classmethod
+    def _lazy(cls, *, num_triples: int, num_edges: int, thunks: Dict[str, "callable"],
+              emb_segments=None, **kw) -> "TripleGraph":
+        """A graph whose arrays named in ``thunks`` are computed on first access (a thunk
+        returns {name: array} for one or more names, e.g. the CSR of several saved parts
+        joined); ``emb_segments``: the triple embeddings as row blocks, joined on first
+        access of ``embeddings`` (``embedding_rows`` reads rows without joining)."""
+        ph = {name: _EMPTY for name in thunks}
+        g = cls(**{**kw, **ph})
+        for name in thunks:
+            del g.__dict__[name]
+        g._thunks = dict(thunks)
+        g._counts = (int(num_triples), int(num_edges))
+        g._delta_base = (int(num_triples), len(kw["entities"]), _EMPTY, _EMPTY, _EMPTY)
+        if emb_segments is not None:
+            g._set_embedding_segments(emb_segments)
+        return g
+
+    def __getattr__(self, name):
+        # called only when ``name`` is not found: a lazily joined array (see _lazy)
+        thunks = self.__dict__.get("_thunks")
+        if thunks and name in thunks:
+            with _LAZY_LOCK:            # one thread joins; the others then find the result
+                if name in self.__dict__:
+                    return self.__dict__[name]
+                got = thunks[name]()
+                for key, value in got.items():
+                    self.__dict__[key] = value
+                    thunks.pop(key, None)
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self):
+        for name in list(self.__dict__.get("_thunks") or ()):   # join everything lazy
+            getattr(self, name)
+        state = dict(self.__dict__)
+        state.pop("_thunks", None)
+        state.pop("_counts", None)
+        state["_emb_segments"] = None
+        return state
+
+    def _set_embedding_segments(self, segments) -> None:
+        """Embeddings given as row blocks (oldest first): joined on first access."""
+        segs = [s for s in segments if s is not None]
+        self._emb_segments = segs
+        if len(segs) == 1:
+            self.__dict__["embeddings"] = segs[0]
+            return
+        self.__dict__.pop("embeddings", None)
+        self.__dict__.setdefault("_thunks", {})["embeddings"] = lambda: {
+            "embeddings": np.concatenate([np.asarray(s, dtype=np.float32) for s in segs])}
+
+    def embedding_segments(self) -> list:
+        """The embeddings as row blocks, without joining them (one block once joined)."""
+        if "embeddings" in self.__dict__:      # joined, given, or set since
+            emb = self.__dict__["embeddings"]
+            return [] if emb is None else [emb]
+        return list(self.__dict__.get("_emb_segments") or [])
+
+    def embedding_rows(self, start: int) -> np.ndarray:
+        """``embeddings[start:]`` (float32) without joining row blocks before ``start``."""
+        out, s0 = [], 0
+        for seg in self.embedding_segments():
+            n = seg.shape[0]
+            if s0 + n > start:
+                out.append(np.asarray(seg[max(start - s0, 0):], dtype=np.float32))
+            s0 += n
+        if not out:
+            segs = self.embedding_segments()
+            dim = segs[0].shape[1] if segs else 0
+            return np.zeros((0, dim), dtype=np.float32)
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -191,8 +268,9 @@ class TripleGraph:
         local = r["entities"]
         new_entities: List[str] = []
         lut = np.empty(len(local), dtype=np.int64)
+        known = ids.lookup_many(local) if hasattr(ids, "lookup_many") else None   # a saved table
         for k, key in enumerate(local):       # local entities are distinct and in first-appearance order
-            i = ids.get(key)
+            i = ids.get(key) if known is None else (None if known[k] < 0 else int(known[k]))
             if i is None:
                 i = e_old + len(new_entities)
                 new_entities.append(key)
@@ -206,12 +284,12 @@ class TripleGraph:
         g = TripleGraph(indptr=m["indptr"], indices=m["indices"],
                         head=np.concatenate([np.asarray(self.head, dtype=np.int64), nh]),
                         tail=np.concatenate([np.asarray(self.tail, dtype=np.int64), nt]),
-                        entities=list(self.entities) + new_entities,
+                        entities=_extend(self.entities, new_entities),
                         entity_degree=m["entity_degree"],
                         passage_ids=np.concatenate([np.asarray(self.passage_ids, dtype=np.int64), pids[kept]]),
                         source_index=np.concatenate([np.asarray(self.source_index, dtype=np.int64),
                                                      kept + len(self._source)]),
-                        source=list(self._source) + items, n_skipped=self.n_skipped + r["n_skipped"],
+                        source=_extend(self._source, items), n_skipped=self.n_skipped + r["n_skipped"],
                         n_hubs=m["n_hubs"], normalize=self.normalize, max_degree=self.max_degree)
         if self._triples is not None:   # keep what was already built for the old triples
             g._triples = self._triples + g.triples_from(self.num_triples)
@@ -241,7 +319,8 @@ class TripleGraph:
     # ---- accessors ----------------------------------------------------------------------
     @property
     def num_triples(self) -> int:
-        return int(self.indptr.shape[0] - 1)
+        c = self.__dict__.get("_counts")
+        return c[0] if c is not None else int(self.indptr.shape[0] - 1)
 
     def __len__(self) -> int:
         return self.num_triples
@@ -253,13 +332,16 @@ class TripleGraph:
     @property
     def num_edges(self) -> int:
         """Directed adjacency entries (each undirected edge counts twice)."""
-        return int(self.indices.shape[0])
+        c = self.__dict__.get("_counts")
+        return c[1] if c is not None else int(self.indices.shape[0])
 
     @property
     def triples(self) -> List[tuple]:
         """The kept (subject, predicate, object) triples, original strings (built on first use)."""
         if self._triples is None:
             src = self._source
+            if not isinstance(src, list):   # saved triples decoded on access (a loaded index)
+                return _RowView(self.num_triples, lambda i: tuple(src[int(self.source_index[i])]))
             self._triples = [tuple(src[i]) for i in self.source_index.tolist()]
         return self._triples
 
@@ -274,6 +356,9 @@ class TripleGraph:
     def texts(self) -> List[str]:
         """"subject predicate object" of each triple, from the original strings."""
         if self._texts is None:
+            if not isinstance(self._source, list):   # decoded on access (a loaded index)
+                tri = self.triples
+                return _RowView(self.num_triples, lambda i: "{} {} {}".format(*tri[i]))
             self._texts = [f"{s} {p} {o}" for s, p, o in self.triples]
         return self._texts
 
@@ -339,6 +424,37 @@ class TripleGraph:
     def __repr__(self) -> str:
         return (f"TripleGraph(triples={self.num_triples}, entities={self.num_entities}, "
                 f"edges={self.num_edges}, skipped={self.n_skipped})")
+
+
+class _RowView(Sequence):
+    """A read-only sequence of ``n`` items made by ``fn(i)`` on access (nothing stored)."""
+
+    def __init__(self, n: int, fn):
+        self._n, self._fn = int(n), fn
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._fn(j) for j in range(*i.indices(self._n))]
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("index out of range")
+        return self._fn(i)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+
+def _extend(seq, more: list):
+    """``seq`` followed by ``more``: a list for a list, else the lazy sequence's own ``+``
+    (rasfast.index.passages.TextColumn: appends a segment, copies nothing)."""
+    return seq + more
 
 
 def _i64(a) -> np.ndarray:

@@ -3,6 +3,7 @@
 index, and running it again finishes the add."""
 import json
 import os
+import pathlib
 import shutil
 import signal
 
@@ -53,9 +54,14 @@ def test_stale_knowledge_handle_is_refused(tmp_path):
     assert _same(KnowledgeIndex.load(tmp_path / "ix"), want) and len(want) == 14
 
 
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+
+
 def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
+    # a format-3 index written by the format-3 code (tests/fixtures/make_knowledge_v3.py),
+    # turned into the version 1 layout below; encoder HashingEncoder(16)
     d = tmp_path / "ix"
-    build_knowledge_index(_corpus(tmp_path / "c.jsonl", 9), d, ENC, num_themes=2, progress=False)
+    shutil.copytree(FIXTURES / "knowledge_v3_one", d)
     want = KnowledgeIndex.load(d)
     # rewrite it as rasfast 0.1 left it: fixed names, no generation in knowledge.json
     m = json.loads((d / "knowledge.json").read_text())
@@ -66,10 +72,11 @@ def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
     (d / "knowledge.json").write_text(json.dumps(m))
     (d / "manifest.1.json").unlink()
     assert _same(KnowledgeIndex.load(d), want)
-    add_to_knowledge_index(d, _corpus(tmp_path / "more.jsonl", 3), ENC, progress=False)
+    add_to_knowledge_index(d, _corpus(tmp_path / "more.jsonl", 3, start=50), HashingEncoder(16),
+                           progress=False)
     got = KnowledgeIndex.load(d)
-    assert len(got) == 12 and json.loads((d / "knowledge.json").read_text())["version"] == 3
-    assert got.triples[:9] == want.triples
+    assert len(got) == 15 and json.loads((d / "knowledge.json").read_text())["version"] == 4
+    assert got.triples[:12] == want.triples
     removed = KnowledgeIndex.compact(d)
     assert {"triples.jsonl", "graph", "triple_emb.npy"} <= set(removed)
     assert _same(KnowledgeIndex.load(d), got)

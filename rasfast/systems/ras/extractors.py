@@ -26,8 +26,12 @@ class CachedTripleExtractor:
 
     def __init__(self, precomputed: Optional[Mapping[int, Sequence]] = None,
                  fallback: Optional[TripleExtractor] = None):
-        self.cache: Dict[int, List[Triple]] = {int(k): clean_triples(v)
-                                               for k, v in (precomputed or {}).items()}
+        # a plain dict is cleaned up front; any other mapping (a saved knowledge index's
+        # triples_by_pid, which decodes a passage's record on lookup) is read per passage, on
+        # first use, so building a system does not decode every passage of a big index
+        self._lazy = precomputed if precomputed is not None and not isinstance(precomputed, dict) else None
+        self.cache: Dict[int, List[Triple]] = {} if self._lazy is not None else {
+            int(k): clean_triples(v) for k, v in (precomputed or {}).items()}
         self.fallback = fallback
         self.converted = 0   # passages sent to the fallback
         self.misses = 0      # passages with no triples and no fallback
@@ -44,6 +48,8 @@ class CachedTripleExtractor:
     def extract(self, passages: Sequence[RetrievedPassage]) -> List[List[Triple]]:
         todo: Dict[int, RetrievedPassage] = {}
         for p in passages:
+            if p.pid not in self.cache and self._lazy is not None and p.pid in self._lazy:
+                self.cache[p.pid] = clean_triples(self._lazy[p.pid])
             if p.pid not in self.cache and p.pid not in todo:
                 todo[p.pid] = p
         self.hits += len(passages) - len(todo)
