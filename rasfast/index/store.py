@@ -17,7 +17,7 @@ Format version 3 (written by this rasfast)::
     theme_model.<g>/       the theme model, when it can be saved (rasfast.theme)
     .lock, append.claim    the writers' lock and the record of uncommitted in-place rows
 
-The write protocol (rasfast._durable): a save holds the directory lock; a full save writes
+The write protocol (rasfast.index.durable): a save holds the directory lock; a full save writes
 every array to new files named after a new generation, an incremental save (the shards
 ``ThemeIndex.add`` appended) writes only the new rows *after* the committed bytes of the
 current files; data is fsync'd, then ``manifest.<g>.json`` and ``manifest.json`` are
@@ -151,7 +151,7 @@ def append_rows(path: pathlib.Path, rows: torch.Tensor, after: int) -> None:
 def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, Any]] = None,
           start_row: int = 0, matrix_rows_on_disk: int = 0, publish: bool = True) -> Dict[str, Any]:
     """Writes ``index`` into ``d`` as generation ``generation`` and commits it; the caller
-    holds ``d``'s DirLock (see rasfast._durable for the protocol).
+    holds ``d``'s DirLock (see rasfast.index.durable for the protocol).
 
     ``previous`` is the committed manifest of ``d`` when rows [0, start_row) are already
     there: only rows [start_row, N) are written, after the committed bytes of the same files

@@ -3,7 +3,7 @@
 An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
 RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
 into shards (contiguous row ranges). On disk it is a directory (DESIGN.md sections 7 and 9;
-the layout, format version 3, and the write protocol are in rasfast._index_store): a
+the layout, format version 3, and the write protocol are in rasfast.index.store): a
 manifest, raw row-major ``emb.<g>.bin`` / ``ppd.<g>.bin`` / ``pids.<g>.bin``,
 ``passages.<g>.jsonl`` and the theme model. The index grows by appended shards:
 ``index.add(...)`` appends rows as a new shard and ``save`` into the index's own directory
@@ -335,7 +335,7 @@ class ThemeIndex:
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
         """Writes the index into ``directory`` and commits it atomically (format version 3;
-        the protocol is in rasfast._index_store and docs/index.md "Durability").
+        the protocol is in rasfast.index.store and docs/index.md "Durability").
 
         Into the directory this handle was loaded from or last saved to, only what is new
         since then (the shards appended by :meth:`add`) is written, after the committed
@@ -783,7 +783,7 @@ class ThemeIndex:
 
     # ------------------------------------------------------------------ results -> passages
     def passages(self, ids, scores=None) -> List[List[Any]]:
-        """Maps search results to lists of rasfast.pipeline RetrievedPassage (pid, title,
+        """Maps search results to lists of rasfast.types.RetrievedPassage (pid, title,
         text, score) per query, dropping -1 padding."""
         from ..types import RetrievedPassage
         if isinstance(self, ThemeIndex):

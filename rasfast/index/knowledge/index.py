@@ -29,7 +29,7 @@ disk it is the ThemeIndex directory plus (format 4; every part written by this c
     triple_emb.<g>.npy    float32 [triples part <g> added, D]
     journal.jsonl         the extraction journal (only for LLM-extracted indexes; journal.py)
 
-<g> is the generation of the ThemeIndex commit the save made (rasfast._index_store): a save
+<g> is the generation of the ThemeIndex commit the save made (rasfast.index.store): a save
 commits the ThemeIndex first (``manifest.json`` and ``manifest.<g>.json``), writes the
 knowledge files under new names, and commits ``knowledge.json`` last. A crash before that
 leaves ``knowledge.json`` naming the previous generation and parts, which load exactly as
