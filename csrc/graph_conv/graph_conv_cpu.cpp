@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/buffers.h"
+#include "common/isa.h"
 #include "common/parallel.h"
 #include "common/registry.h"
 
@@ -37,7 +38,7 @@ namespace {
 #else
 #define GC_INLINE inline
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
+#if RASFAST_ISA_X86
 #define GC_X86 1
 #define GC_AVX2 __attribute__((target("avx2,fma")))
 #define GC_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,fma,prefer-vector-width=512")))
@@ -45,26 +46,8 @@ namespace {
 #define GC_X86 0
 #endif
 
-enum class Isa { Base, Avx2, Avx512 };
-const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "base"; }
-
-// The variants this CPU runs, best first.
-std::vector<Isa> isa_variants() {
-  std::vector<Isa> v;
-#if GC_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw"))
-    v.push_back(Isa::Avx512);
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::Avx2);
-#endif
-  v.push_back(Isa::Base);
-  return v;
-}
-Isa& isa_state() {
-  static Isa s = isa_variants().front();
-  return s;
-}
+struct GraphConvIsa {};
+inline Isa& isa_state() { return rasfast::isa_state<GraphConvIsa>(); }
 
 // An operand: row r, head h, channel c lives at base[r * row + col + h * head + c].
 struct Operand {
@@ -501,18 +484,7 @@ void bind(py::module_& m) {
         "when graph_ptr is non-empty).");
   m.def("graph_conv_epilogue", &graph_conv_epilogue_cpu,
         "out = agg (concat/head-mean) + skip or beta gate, then optional LayerNorm and ReLU.");
-  m.def("graph_conv_simd_level", []() { return std::string(isa_name(isa_state())); },
-        "The instruction set the graph_conv kernels run now (avx512, avx2 or base).");
-  m.def("graph_conv_simd_variants", []() {
-        py::list out;
-        for (Isa i : isa_variants()) out.append(py::str(isa_name(i)));
-        return out;
-      }, "The graph_conv instruction sets this CPU runs, best first.");
-  m.def("graph_conv_set_simd", [](const std::string& name) {
-        for (Isa i : isa_variants())
-          if (name == isa_name(i)) { isa_state() = i; return; }
-        throw py::value_error("graph_conv_set_simd: name: unknown or unsupported variant " + name);
-      }, py::arg("name"), "Forces one instruction set of graph_conv_simd_variants() (tests).");
+  bind_isa(m, "graph_conv", isa_state());
 }
 
 }  // namespace

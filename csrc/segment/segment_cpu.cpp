@@ -29,6 +29,7 @@
 #include "common/buffers.h"
 #include "common/parallel.h"
 #include "common/dtype.h"
+#include "common/isa.h"
 #include "common/registry.h"
 
 namespace rasfast {
@@ -222,26 +223,8 @@ RASFAST_AVX512 void dots_row_avx512(const float* const* qs, RowPtr<S> row, int64
 
 // The instruction set of the inner products: the best this CPU runs unless
 // segment_set_simd forced another (tests).
-enum class Isa { Base, Avx2, Avx512 };
-const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "base"; }
-std::vector<Isa> isa_variants() {
-  std::vector<Isa> v;
-#ifdef RASFAST_SEGMENT_X86
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
-    v.push_back(Isa::Avx512);
-  if (avx2) v.push_back(Isa::Avx2);
-#endif
-  v.push_back(Isa::Base);
-  return v;
-}
-Isa& isa_state() {
-  static Isa s = isa_variants().front();
-  return s;
-}
+struct SegmentIsa {};
+inline Isa& isa_state() { return rasfast::isa_state<SegmentIsa>(); }
 
 template <DType S>
 using Dots4Fn = void (*)(const float* const*, RowPtr<S> const*, int64_t, float*);
@@ -548,18 +531,7 @@ void bind(py::module_& m) {
   m.def("segment_max_rank", &segment_max_rank, py::arg("scores"), py::arg("groups"),
         py::arg("ptr"), py::arg("k"), py::arg("out_ids"), py::arg("out_scores"),
         "Per-query top-k groups by max item score.");
-  m.def("segment_simd_level", []() { return std::string(isa_name(isa_state())); },
-        "The instruction set of segment_topk_scores' inner products (avx512, avx2 or base).");
-  m.def("segment_simd_variants", []() {
-        py::list out;
-        for (Isa i : isa_variants()) out.append(py::str(isa_name(i)));
-        return out;
-      }, "The instruction sets this CPU runs, best first.");
-  m.def("segment_set_simd", [](const std::string& name) {
-        for (Isa i : isa_variants())
-          if (name == isa_name(i)) { isa_state() = i; return; }
-        throw py::value_error("segment_set_simd: name: unknown or unsupported variant " + name);
-      }, py::arg("name"), "Forces one instruction set of segment_simd_variants() (tests).");
+  bind_isa(m, "segment", isa_state());
 }
 
 }  // namespace
