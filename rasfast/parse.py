@@ -78,11 +78,34 @@ _S = re.compile(r"S\s*>", re.IGNORECASE)
 _P = re.compile(r"\|?\s*P\s*>", re.IGNORECASE)
 _O = re.compile(r"\|?\s*O\s*>", re.IGNORECASE)
 _GROUP = re.compile(r"\(([^()]*)\)")
-_STRIP = " \t\r\n|,;()[]{}\"'"
+_STRIP = " \t\r\n|,;[]{}\"'"
 
 
 def _field(s: str) -> str:
-    return _WS.sub(" ", s).strip(_STRIP).strip()
+    """A field without the list's punctuation around it. Parentheses are stripped only when
+    unbalanced, so names such as "The Prestige (film)" keep theirs."""
+    s = _WS.sub(" ", s).strip(_STRIP)
+    while True:
+        if s.endswith(")") and s.count(")") > s.count("("):
+            s = s[:-1].strip(_STRIP)
+        elif s.startswith("(") and s.count("(") > s.count(")"):
+            s = s[1:].strip(_STRIP)
+        else:
+            return s.strip()
+
+
+def _close(s: str) -> int:
+    """Where the triple's closing parenthesis is: the first ")" that closes no "(" opened
+    inside the object (so "Boston (Lincolnshire)" stays whole); -1 when there is none."""
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
 
 
 def parse_triples(text) -> TripleParse:
@@ -102,7 +125,7 @@ def parse_triples(text) -> TripleParse:
         s = _field(frag[:mp.start()])
         p = _field(frag[mp.end():mo.start()])
         o_raw = frag[mo.end():]
-        cut = o_raw.find(")")          # the object ends at the closing parenthesis ...
+        cut = _close(o_raw)            # the object ends at the triple's closing parenthesis ...
         if cut < 0:
             cut = o_raw.find("(")      # ... or, if that is missing, where the next one opens
         o = _field(o_raw if cut < 0 else o_raw[:cut])

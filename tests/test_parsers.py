@@ -40,6 +40,20 @@ def test_triples_well_formed_round_trip():
     assert r.triples == ts and r.dropped == 0
 
 
+def test_triples_keep_parentheses_inside_names():
+    """Wikipedia-style titles ("The Prestige (film)", "Boston (Lincolnshire)") are common
+    subjects and objects: their parentheses belong to the name, in every field."""
+    ts = [("The Prestige (film)", "directed by", "Christopher Nolan"),
+          ("Kirton End", "location", "Boston (Lincolnshire)"),
+          ("Boston (Lincolnshire)", "population", "35,124"),
+          ("X (a) (b)", "p (q)", "Y (c (d))")]
+    r = parse_triples(format_triples(ts))
+    assert r.triples == ts and r.dropped == 0
+    # a model that leaves the list's own parenthesis unclosed or doubled still parses
+    assert parse_triples("((S> A (x)| P> b| O> c (y)))").triples == [("A (x)", "b", "c (y)")]
+    assert parse_triples("(S> A| P> b| O> c").triples == [("A", "b", "c")]
+
+
 def test_triples_tolerant():
     txt = ("Here are the triples: (S> A| P> b| O> C)(S> D |P> e| O> F) junk "
            "(S> G| P> h| O> I (S> J| P> k| O> L)), (S> M| P> n)")
