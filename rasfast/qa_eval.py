@@ -180,7 +180,8 @@ def _run_result(r):
 
 
 def _trail(r) -> Dict[str, Any]:
-    """What a loop did, for the per-question record: RAS's sub-queries and why it stopped."""
+    """What a loop did, for the per-question record: RAS's sub-queries and why it stopped;
+    StructRAG's routed structure type (and whether the router's reply named none)."""
     d = getattr(r, "detail", None)
     out: Dict[str, Any] = {}
     if d is not None and hasattr(d, "subqueries"):
@@ -188,6 +189,10 @@ def _trail(r) -> Dict[str, Any]:
         steps = getattr(d, "plan_steps", None)
         if steps:
             out["stopped"] = steps[-1].decision
+    routed = d if d is not None else r   # StructRAG's own result, or one a registry wrapper holds
+    if hasattr(routed, "structure_type"):
+        out["structure"] = routed.structure_type
+        out["route_fallback"] = bool(getattr(routed, "route_fallback", False))
     return out
 
 
@@ -309,16 +314,61 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
                     bar.set_postfix(f1=f"{sum(done[x.qid]['f1'] for x in qs if x.qid in done) / len(done):.2f}")
         if bar is not None:
             bar.close()
-        recs = []
-        for q in qs:
-            if q.qid in done:
-                r = dict(done[q.qid])
-                got = r.get("passages") or []
-                r["recall_all"] = recall_at_k(got, q.gold_pids, len(got)) if got else None
-                recs.append(r)
-        rows.append(summarise(name, recs, k))
+        rows.append(summarise(name, _records(qs, done), k))
     return {"dataset": ds.name, "n": len(qs), "llm": llm_name, "k": k, "max_iters": max_iters,
             "encoder": enc.name, "rows": rows, "skipped": skipped, "cache": str(cache)}
+
+
+def _records(qs, done: Dict[str, dict]) -> List[dict]:
+    """The cached records of the questions ``qs`` (in their order) that ``done`` holds, each
+    with ``recall_all``: the recall of every passage the system returned."""
+    from .systems.ras.metrics import recall_at_k
+    recs = []
+    for q in qs:
+        if q.qid in done:
+            r = dict(done[q.qid])
+            got = r.get("passages") or []
+            r["recall_all"] = recall_at_k(got, q.gold_pids, len(got)) if got else None
+            recs.append(r)
+    return recs
+
+
+def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[int] = None, k: int = 5,
+              max_iters: int = 5, cache_dir=None, data_root=None) -> Dict[str, Any]:
+    """What the per-question cache holds for these settings, aggregated as
+    :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
+    questions among the first ``limit`` that are cached (its ``n``); ``missing`` counts the
+    others per system, and a system with none cached has no row."""
+    from .data.qa import load_dataset
+    if isinstance(dataset, str) and dataset not in DATASETS:
+        raise ValueError(f"dataset: expected one of {', '.join(DATASETS)} or a QADataset, got {dataset!r}")
+    bad = [s for s in systems if s not in SYSTEMS]
+    if bad or not systems:
+        raise ValueError(f"systems: expected names from {', '.join(SYSTEMS)}, got {list(systems)!r}")
+    from .llm.local import cache_dir as default_cache
+    cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
+    ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    qs = ds.questions[:limit] if limit else ds.questions
+    rows, missing = [], {}
+    for name in systems:
+        recs = _records(qs, _load_done(cache / _settings_key(ds.name, name, llm_name, k, max_iters)))
+        missing[name] = len(qs) - len(recs)
+        if recs:
+            rows.append(summarise(name, recs, k))
+    return {"dataset": ds.name, "n": len(qs), "llm": llm_name, "k": k, "max_iters": max_iters,
+            "rows": rows, "missing": missing, "skipped": {}, "cache": str(cache)}
+
+
+def llm_label(kind: str, model: Optional[str] = None) -> str:
+    """The label under which ``--llm kind [--model model]`` results are cached, found without
+    loading the model. A packaged local model is labelled by its GGUF file name, whichever
+    way it was named (``local``, ``local:qwen2.5-coder-1.5b``), so those runs share a cache."""
+    if kind == "local" or kind.startswith("local:"):
+        spec = kind[len("local:"):] if kind.startswith("local:") else (model or "default")
+        from .llm.local import MODELS
+        name = MODELS[spec].filename if spec in MODELS else pathlib.Path(spec).name
+        return f"local:{name}"
+    return str(model or kind)
 
 
 def mean_len(recs: List[dict]) -> float:
@@ -369,6 +419,9 @@ def format_rows(out: Dict[str, Any]) -> str:
         lines.append(f"  {r['system']:<10}{pf or '-'}")
     for name, why in out.get("skipped", {}).items():
         lines.append(f"  {name}: not run ({why})")
+    for name, m in out.get("missing", {}).items():
+        if m:
+            lines.append(f"  {name}: {m} of the {out['n']} questions not in the cache")
     return "\n".join(lines)
 
 
@@ -379,6 +432,8 @@ def add_args(e) -> None:
                    help=f"qa: comma-separated systems from {','.join(SYSTEMS)}")
     e.add_argument("--limit", type=int, default=None, help="qa: first N questions")
     e.add_argument("--cache-dir", default=None, help="qa: per-question result cache (resumable)")
+    e.add_argument("--report", action="store_true",
+                   help="qa: print (and --json) what the cache holds for these settings; loads no model, runs nothing")
 
 
 def cmd_eval_qa(args) -> int:
@@ -388,21 +443,26 @@ def cmd_eval_qa(args) -> int:
         raise SystemExit("eval qa needs --llm (e.g. --llm local)")
     if args.dataset not in DATASETS:
         raise SystemExit(f"eval qa: --dataset expected one of {', '.join(DATASETS)}, got {args.dataset!r}")
+    limit = args.limit if args.limit is not None else args.n
     try:
-        llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
-                       **local_options(args))
-        name = getattr(llm, "name", None) or args.model or args.llm
-        label = f"local:{name}" if args.llm.startswith("local") else str(name)
-        out = evaluate_qa(args.dataset, systems, llm, label,
-                          limit=args.limit if args.limit is not None else args.n, k=args.k,
-                          max_iters=args.max_iters, encoder=args.encoder, cache_dir=args.cache_dir,
-                          data_root=args.data_root, progress=args.progress,
-                          log=lambda m: print(m, file=sys.stderr))
+        if getattr(args, "report", False):
+            out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
+                            max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root)
+        else:
+            llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                           **local_options(args))
+            label = llm_label(args.llm, args.model) if args.llm.startswith("local") else \
+                str(getattr(llm, "name", None) or args.model or args.llm)
+            out = evaluate_qa(args.dataset, systems, llm, label, limit=limit, k=args.k,
+                              max_iters=args.max_iters, encoder=args.encoder, cache_dir=args.cache_dir,
+                              data_root=args.data_root, progress=args.progress,
+                              log=lambda m: print(m, file=sys.stderr))
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"eval qa failed: {e}", file=sys.stderr)
         return 1
-    print(f"{out['dataset']}: {out['n']} questions, reader/LLM {out['llm']}, encoder {out['encoder']}, "
-          f"k={out['k']}")
+    print(f"{out['dataset']}: {out['n']} questions, reader/LLM {out['llm']}"
+          + (f", encoder {out['encoder']}" if "encoder" in out else "") + f", k={out['k']}"
+          + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
     print(format_rows(out))
     if args.json:
         with open(args.json, "w") as f:
@@ -410,4 +470,4 @@ def cmd_eval_qa(args) -> int:
     return 0
 
 
-__all__ = ["evaluate_qa", "summarise", "format_rows", "RoleRecorder", "SYSTEMS", "DATASETS"]
+__all__ = ["evaluate_qa", "report_qa", "llm_label", "summarise", "format_rows", "RoleRecorder", "SYSTEMS", "DATASETS"]

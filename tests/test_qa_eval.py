@@ -174,3 +174,59 @@ def test_ras_records_keep_the_subqueries_and_the_stop_reason(tmp_path):
     rec = json.loads(f.read_text().splitlines()[0])
     assert rec["subqueries"] == [QUESTIONS[0].question, "Where was Mira Okonkwo born?"]
     assert rec["stopped"] == "sufficient"
+
+
+def test_report_aggregates_the_cache_without_running_anything(tmp_path):
+    from rasfast.qa_eval import report_qa
+    ran = run(tmp_path, llm(), systems=("none", "dense"), limit=2)
+    out = report_qa(dataset(), ["none", "dense", "ras"], "stand-in", limit=2, cache_dir=tmp_path / "cache")
+    assert out["rows"] == ran["rows"] and out["missing"] == {"none": 0, "dense": 0, "ras": 2}
+    more = report_qa(dataset(), ["dense"], "stand-in", cache_dir=tmp_path / "cache")   # all 3 asked, 2 cached
+    assert more["n"] == 3 and more["rows"][0]["n"] == 2 and more["missing"] == {"dense": 1}
+    assert "dense: 1 of the 3 questions not in the cache" in format_rows(more)
+    assert report_qa(dataset(), ["dense"], "other-model", cache_dir=tmp_path / "cache")["rows"] == []
+    with pytest.raises(ValueError, match="systems"):
+        report_qa(dataset(), ["bm25"], "stand-in", cache_dir=tmp_path)
+
+
+def test_local_models_share_one_cache_label_however_named():
+    from rasfast.llm.local import QWEN_1_5B, SMOLLM2
+    from rasfast.qa_eval import llm_label
+    qwen = f"local:{QWEN_1_5B.filename}"
+    assert llm_label("local") == llm_label("local:default") == llm_label("local:qwen2.5-coder-1.5b") == qwen
+    assert llm_label("local", "qwen2.5-coder-1.5b") == qwen
+    assert llm_label("local:/models/x/My-Model.Q4.gguf") == "local:My-Model.Q4.gguf"
+    assert llm_label("local:smollm2") == f"local:{SMOLLM2.filename}"
+    assert llm_label("openai", "gpt-4o-mini") == "gpt-4o-mini"
+
+
+def test_cli_report_reads_the_cache_and_loads_no_model(tmp_path, monkeypatch, capsys):
+    import rasfast.data.qa
+    import rasfast.llm.adapters
+    from rasfast.cli.main import main
+    from rasfast.qa_eval import llm_label
+    evaluate_qa(dataset(), ["dense"], llm(), llm_label("local"), encoder="hashing", cache_dir=tmp_path,
+                progress=False, log=lambda m: None)
+    monkeypatch.setattr(rasfast.data.qa, "load_dataset", lambda name, root=None: dataset())
+
+    def no_model(*a, **kw):
+        raise AssertionError("--report must not load a model")
+    monkeypatch.setattr(rasfast.llm.adapters, "make_llm", no_model)
+    out_json = tmp_path / "report.json"
+    assert main(["eval", "qa", "--dataset", "musique", "--systems", "dense,ras", "--llm", "local",
+                 "--cache-dir", str(tmp_path), "--report", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "from the cache" in text and "ras: 3 of the 3 questions not in the cache" in text
+    rows = json.loads(out_json.read_text())["rows"]
+    assert [r["system"] for r in rows] == ["dense"] and rows[0]["n"] == 3 and rows[0]["f1"] == pytest.approx(1.0)
+
+
+def test_structrag_records_keep_the_routed_structure():
+    from types import SimpleNamespace
+    from rasfast.qa_eval import _trail
+    from rasfast.systems.structrag.types import StructRAGResult
+    res = StructRAGResult("q?", "a", "chunk", "I pick Table", True, [], [], [], [], trace=None)
+    assert _trail(res) == {"structure": "chunk", "route_fallback": True}   # StructRAG's own result
+    wrapped = SimpleNamespace(detail=SimpleNamespace(structure_type="table", route_fallback=False))
+    assert _trail(wrapped) == {"structure": "table", "route_fallback": False}
+    assert _trail(SimpleNamespace(detail=None)) == {}
