@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rasfast
-from backends_util import cpu_backends, gpu_backends
+from backends_util import TRITON_CPU, TRITON_CPU_SKIP, cpu_backends, gpu_backends
 from conftest import GPU_DEVICE, cuda_kernels, gpu
 from rasfast.reference.beam import beam_search_python, decay_factors
 
@@ -137,7 +137,7 @@ def test_cpu_beam_wider_than_candidates_and_hubs():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_matches_reference_tiny(dtype):
     if "triton" not in cpu_backends():
-        pytest.skip("triton is not installed")
+        pytest.skip(TRITON_CPU_SKIP)
     rng = np.random.default_rng(11)
     p = make_problem(rng, 24, 8, 3, dtype)
     kw = dict(beam_width=3, max_len=3, max_neighbors=2)

@@ -5,7 +5,7 @@ import torch
 from conftest import GPU_DEVICE, cuda_kernels, gpu
 
 import rasfast
-from backends_util import cpu_backends, gpu_backends
+from backends_util import TRITON_CPU, TRITON_CPU_SKIP, cpu_backends, gpu_backends
 
 tg = pytest.importorskip("torch_geometric")
 from torch_geometric.nn import TransformerConv, global_mean_pool  # noqa: E402
@@ -192,7 +192,7 @@ def test_pool_all_graphs_empty():
 def test_triton_tiny():
     """Triton (interpreted without a GPU): a layer and a pooled stack on tiny graphs."""
     if "triton" not in cpu_backends():
-        pytest.skip("triton not installed")
+        pytest.skip(TRITON_CPU_SKIP)
     conv = _conv(8, 3, 2, beta=True, edge_dim=4)
     x, ei, ea = _graph(6, 12, 8, 4)
     ei[:, 0] = 5  # self loop

@@ -14,7 +14,7 @@ from rasfast import dispatch
 from rasfast.ops.select import select_k
 from rasfast.reference.select import select_k as ref_select
 
-from backends_util import cpu_backends, gpu_backends
+from backends_util import TRITON_CPU, TRITON_CPU_SKIP, cpu_backends, gpu_backends
 from conftest import EMULATED, GPU_DEVICE, cuda_kernels, gpu
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -146,11 +146,10 @@ def test_non_contiguous_input():
 
 # ---- Triton, interpreted on the CPU (tiny sizes: the interpreter is slow) -----------------
 
-TRITON_CPU = "triton" in cpu_backends()
 
 
 @pytest.mark.triton
-@pytest.mark.skipif(not TRITON_CPU, reason="triton is not installed")
+@pytest.mark.skipif(not TRITON_CPU, reason=TRITON_CPU_SKIP)
 @settings(max_examples=6)
 @given(B=st.integers(1, 2), N=st.integers(1, 70), kf=st.floats(0, 1),
        mode=st.sampled_from(["randn", "ties"]), dtype=st.sampled_from(DTYPES),
@@ -161,7 +160,7 @@ def test_triton_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed)
 
 
 @pytest.mark.triton
-@pytest.mark.skipif(not TRITON_CPU, reason="triton is not installed")
+@pytest.mark.skipif(not TRITON_CPU, reason=TRITON_CPU_SKIP)
 @pytest.mark.parametrize("case", [(1, 1, 1, "randn"), (2, 37, 37, "ties"), (1, 1500, 1, "ties"),
                                   (1, 1500, 700, "randn")])
 def test_triton_edge_cases(case):

@@ -7,7 +7,7 @@ cross the row (64), T (16/32) and query (32) tiles. GPU parity lives in test_the
 """
 import pytest
 import torch
-from backends_util import TRITON
+from backends_util import TRITON_CPU, TRITON_CPU_SKIP
 from test_theme_ops import DTYPES, float_data, int_data, ref_fused, ref_scope
 
 import rasfast
@@ -15,7 +15,7 @@ from rasfast.reference.theme import theme_distances
 from rasfast.reference.theme_check import check_scoped_search, check_theme_scope
 
 pytestmark = [pytest.mark.triton,
-              pytest.mark.skipif(not TRITON, reason="needs the triton package")]
+              pytest.mark.skipif(not TRITON_CPU, reason=TRITON_CPU_SKIP)]
 
 
 def kt():

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A session on a machine with an NVIDIA GPU: build rasfast against the python3 that holds a
+# CUDA torch, then run the GPU tests, compute-sanitizer and benchmarks/gpu_*.py.
+#
+#   tools/gpu_session.sh build            # cmake + ninja, sm_<this GPU> only, .so files into rasfast/
+#   tools/gpu_session.sh test             # every kernel test on the real device (cuda + triton)
+#   tools/gpu_session.sh sanitize [TOOL]  # compute-sanitizer (memcheck|racecheck|synccheck|initcheck)
+#                                         # over the CUDA kernel tests
+#   tools/gpu_session.sh bench [NAME...]  # benchmarks/gpu_NAME.py (default: all), results/ updated
+#   tools/gpu_session.sh all              # every stage above, each under its own time limit
+#
+# On a lent machine that goes back after a short idle time, run `all` in ONE call: a second
+# call may find no machine (the first session with a GPU lost its sanitizer and benchmark
+# stages that way).
+#
+# Logs and results go to $OUT (default build/gpu-out). No pip install: the extensions link
+# no libtorch (CMakeLists.txt), so the build only needs pybind11, cmake and ninja there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu-out}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+stage=${1:-test}; shift || true
+
+# the editable install maps kernels/ to rasfast.kernels; without an install a link does it
+[ -e rasfast/kernels ] || ln -s ../kernels rasfast/kernels
+
+case "$stage" in
+build)
+  arch=$($PY -c "import torch; c=torch.cuda.get_device_capability(); print(f'{c[0]}{c[1]}')")
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$(command -v $PY)" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
+    -DCMAKE_CUDA_ARCHITECTURES="${arch}-real" >"$OUT/cmake.log" 2>&1 \
+    || { tail -40 "$OUT/cmake.log"; exit 1; }
+  time cmake --build build/gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
+  cp build/gpu/_C*.so build/gpu/_cuda*.so rasfast/
+  mkdir -p "$OUT/so" && cp rasfast/_C*.so rasfast/_cuda*.so "$OUT/so/"
+  $PY -c "import rasfast, json; print(json.dumps(rasfast.backends(), indent=1, default=str))"
+  ;;
+test)
+  # the kernel families' tests; their GPU cases compare cuda and triton with the reference
+  $PY -m pytest -q -p no:cacheprovider --timeout=900 -rs "$@" \
+    tests/test_select.py tests/test_theme_ops.py tests/test_theme_triton.py tests/test_beam.py \
+    tests/test_segment.py tests/test_graph_conv.py tests/test_check_finite.py tests/test_index.py \
+    tests/test_dispatch.py tests/test_gpu_offsets.py tests/test_profile.py \
+    2>&1 | tee "$OUT/test.log"
+  ;;
+sanitize)
+  tool=${1:-memcheck}; shift || true
+  # torch's caching allocator hides out-of-bounds accesses inside its blocks from memcheck
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    --print-limit 50 \
+    $PY -m pytest -q -p no:cacheprovider -m cuda_kernels "$@" \
+    tests/test_select.py tests/test_theme_ops.py tests/test_beam.py tests/test_segment.py \
+    tests/test_graph_conv.py tests/test_index.py 2>&1 | tee "$OUT/sanitize_$tool.log"
+  ;;
+bench)
+  names=${*:-select theme beam graph_conv graph_llm}
+  for n in $names; do
+    echo "== gpu_$n"
+    $PY benchmarks/gpu_$n.py 2>&1 | tee "$OUT/bench_$n.log"
+  done
+  cp benchmarks/results/*gpu* "$OUT"/ 2>/dev/null
+  ;;
+all)
+  me="$0"
+  ls rasfast/_cuda.*.so >/dev/null 2>&1 || bash "$me" build || exit 1
+  timeout "${TEST_S:-200}" bash "$me" test 2>&1 | tail -25
+  timeout "${SANITIZE_S:-240}" bash "$me" sanitize memcheck 2>&1 | tail -25
+  timeout "${BENCH_S:-300}" bash "$me" bench 2>&1 | tail -60
+  ;;
+*) echo "unknown stage $stage" >&2; exit 2 ;;
+esac
