@@ -35,6 +35,10 @@ class LoopState:
     graph: Optional[Any] = None  # the merged question graph (rasfast.systems.ras's QuestionGraph)
     # one vector per step's subgraph when the loop has a graph encoder (each encoded once)
     graph_embeddings: List[Any] = field(default_factory=list)
+    # set by the answerer: what the final reader was shown (rasfast.llm.reader.ReaderInput)
+    # and its raw reply
+    reader_input: Optional[Any] = None
+    reader_reply: Optional[str] = None
 
     @property
     def triples(self) -> List[Triple]:
@@ -48,6 +52,20 @@ class LoopState:
             return None
         import numpy as np
         return np.mean(np.stack([np.asarray(v, dtype=np.float32) for v in self.graph_embeddings]), axis=0)
+
+
+@dataclass
+class SystemResult:
+    """One question's result from a registered system (rasfast.systems.build_system)."""
+    question: str
+    answer: Optional[str]
+    passages: List[Any]                 # ranked RetrievedPassage list
+    trace: Any
+    triples: List[Triple] = field(default_factory=list)
+    error: Optional[Any] = None
+    detail: Any = None                  # the system's own result (e.g. RASResult, GEARResult)
+    shown: Any = None                   # what the final reader was shown (rasfast.llm.reader.ReaderInput)
+    reply: Optional[str] = None         # the reader's raw reply
 
 
 @runtime_checkable
@@ -78,4 +96,4 @@ class Answerer(Protocol):
         """Answer text per state."""
         ...
 
-__all__ = ['Triple', 'RetrievedPassage', 'LoopState', 'Retriever', 'TripleExtractor', 'Planner', 'Answerer']
+__all__ = ['Triple', 'RetrievedPassage', 'LoopState', 'SystemResult', 'Retriever', 'TripleExtractor', 'Planner', 'Answerer']

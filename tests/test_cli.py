@@ -124,7 +124,7 @@ def test_ask_with_llm_extractor_over_http(tmp_path, capsys):
         s.script([{"last_contains": ["Alda Morven grew up"], "reply": "(S> Alda Morven| P> born in| O> Tarsk)"},
                   {"last_contains": ["Tarsk is a port"], "reply": "(S> Tarsk| P> country| O> Velland"},
                   {"contains": ["Next step:"], "reply": "[SUFFICIENT]"},
-                  {"contains": ["Answer:"], "reply": "Velland"}], default="[SUFFICIENT]")
+                  {"contains": ["the entity or value the question asks for"], "reply": "Velland"}], default="[SUFFICIENT]")
         assert main(["ask", "In which country was Alda Morven born?", "--index", str(tmp_path / "ix"),
                      "--encoder", "hashing", "--k", "2", "--llm", "openai", "--base-url", s.url,
                      "--model", "m", "--llm-extract", "--json"]) == 0
@@ -145,7 +145,7 @@ def test_ask_json_writes_only_json_to_stdout(tmp_path, capsys):
     """`rasfast ask --json | jq` must parse: the human-readable trace goes to stderr."""
     _build_entity_index(tmp_path)
     capsys.readouterr()
-    for extra in (["--index", str(tmp_path / "ix"), "--system", "gear", "--scope-k", "6"],
+    for extra in (["--index", str(tmp_path / "ix"), "--system", "gear-naive", "--scope-k", "6"],
                   ["--dataset", "demo", "--passages", "300"],
                   ["--system", "structrag", "--passages", "300"]):
         assert main(["ask", "Where is Entity4 located?", "--encoder", "hashing", "--k", "3",

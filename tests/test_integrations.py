@@ -31,7 +31,7 @@ def _expected(d, q, system, k):
     return ki, [p.pid for p in r.passages[:k]], r
 
 
-@pytest.mark.parametrize("system", ["ras", "gear"])
+@pytest.mark.parametrize("system", ["ras", "gear-naive"])
 def test_langchain_retriever(setup, system):
     pytest.importorskip("langchain_core", reason="rasfast[langchain] extra not installed")
     from langchain_core.documents import Document
@@ -68,7 +68,7 @@ def test_langchain_retriever_validates(setup):
         RasfastRetriever(kindex=ki, k=0)
 
 
-@pytest.mark.parametrize("system", ["ras", "gear"])
+@pytest.mark.parametrize("system", ["ras", "gear-naive"])
 def test_llama_index_retriever(setup, system):
     pytest.importorskip("llama_index.core", reason="rasfast[llamaindex] extra not installed")
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -96,7 +96,7 @@ def test_langchain_per_call_k_and_one_run_batch_per_batch(setup):
     from rasfast.integrations.langchain import RasfastRetriever
     d, q = setup
     ki = KnowledgeIndex.load(d)
-    inner = build_system("gear", ki, encoder=ENC, k=5)
+    inner = build_system("gear-naive", ki, encoder=ENC, k=5)
 
     class Counting:
         calls = []

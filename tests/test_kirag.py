@@ -133,7 +133,7 @@ def test_llm_constructor_over_http(server, parts):
         # question 3: answers at once
         {"contains": "Seine?", "reply": "The answer is the Seine river."},
         # the reader
-        {"contains": "Answer the question using the information in the documents", "reply": "France"},
+        {"contains": "the entity or value the question asks for", "reply": "France"},
     ])
     sys = from_components(ret, TRIPLES, enc, llm=llm, K0=3, N=4, L=3, top_k=3)
     assert isinstance(sys.constructor, LLMConstructor)
@@ -284,6 +284,7 @@ def test_cli_kirag_train_verifies_chains_and_draws_retrieved_negatives(data_dir,
         def generate(self, prompts, max_new_tokens=32, stop=None, temperature=0.0):
             out = []
             for p in prompts:
+                p = p if isinstance(p, str) else "\n".join(m["content"] for m in p)   # chat messages
                 hit = [a for q, a in known.items() if q in p]
                 out.append(f"So the answer is {hit[0]}." if hit else "I do not know.")
             return out
@@ -346,7 +347,8 @@ class ScriptedLLM:
         self.calls += 1
         out, failed = [], False
         for p in prompts:
-            table = self.reader if "Answer:" in p[-40:] else self.constructor
+            p = p if isinstance(p, str) else "\n".join(m["content"] for m in p)   # chat messages
+            table = self.reader if "the entity or value the question asks for" in p else self.constructor
             question = p.rsplit("Question:", 1)[-1].split("\n")[0]
             reply = next((v for k, v in table.items() if k in question), "the answer is unknown")
             if isinstance(reply, Exception):
@@ -414,13 +416,14 @@ def test_reader_reads_the_top_3_documents_by_default(parts):
 
     class Reader(ScriptedLLM):
         def generate(self, prompts, *a, **kw):
-            seen.extend(p for p in prompts if p.rstrip().endswith("Answer:"))
+            texts = [p if isinstance(p, str) else "\n".join(m["content"] for m in p) for p in prompts]
+            seen.extend(p for p in texts if "the entity or value the question asks for" in p)
             return super().generate(prompts, *a, **kw)
 
     from_components(ret, TRIPLES, enc, llm=Reader(), K0=5, N=4, L=2, top_k=5).run(QUESTIONS[0])
     reader = [p for p in seen if "Document 1:" in p]
     assert reader and all("Document 3:" in p and "Document 4:" not in p for p in reader)
-    assert all("Knowledge triples:" not in p for p in reader)   # the paper's reader: documents
+    assert all("Facts:" not in p for p in reader)   # the paper's reader: documents only
     seen.clear()
     from_components(ret, TRIPLES, enc, llm=Reader(), K0=5, N=4, L=2, top_k=5, reader_docs=5,
                     reader_chain=True).run(QUESTIONS[0])

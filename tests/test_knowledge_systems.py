@@ -43,7 +43,7 @@ def _questions(world, n=6):
 
 
 @pytest.mark.parametrize("name, opts", [("ras", {}), ("ras", {"scope_k": 80, "expand": True}),
-                                        ("gear", {"scope_k": 120})])
+                                        ("gear-naive", {"scope_k": 120})])
 def test_systems_run_from_the_saved_index(world, saved, name, opts):
     ki = KnowledgeIndex.load(saved)
     system = build_system(name, ki, encoder=ENC, k=5, **opts)
@@ -58,7 +58,7 @@ def test_systems_run_from_the_saved_index(world, saved, name, opts):
     if name == "ras":                                     # multi-round: the baseline answers most
         assert sum(golden_match(r.answer or "", q.answers) for q, r in zip(qs, res)) >= len(qs) // 2
     names = {s.name for s in res[0].trace.spans}
-    assert "dense" in names and ("expand" in names) == (name == "gear" or opts.get("expand", False))
+    assert "dense" in names and ("expand" in names) == (name == "gear-naive" or opts.get("expand", False))
     if opts.get("scope_k"):
         assert "scope" in names
 
@@ -69,7 +69,7 @@ def test_gear_uses_the_loaded_graph_not_a_rebuilt_one(world, saved, monkeypatch)
     monkeypatch.setattr(rasfast.graph.TripleGraph, "from_triples",
                         classmethod(lambda *a, **k: pytest.fail("graph rebuilt at query time")))
     monkeypatch.setattr(rasfast.graph.TripleGraph, "embed", lambda *a, **k: pytest.fail("re-embedded"))
-    r = build_system("gear", ki, encoder=ENC).run_batch([_questions(world, 1)[0].question])[0]
+    r = build_system("gear-naive", ki, encoder=ENC).run_batch([_questions(world, 1)[0].question])[0]
     assert r.error is None and r.passages
 
 
@@ -117,7 +117,7 @@ def test_component_systems_are_built_from_the_index(world, saved, name, monkeypa
 
 def test_registry_errors_and_custom_systems(saved):
     ki = KnowledgeIndex.load(saved)
-    assert {"ras", "gear", "kirag", "structrag"} <= set(system_names())
+    assert {"ras", "gear-naive", "kirag", "structrag"} <= set(system_names())
     with pytest.raises(ValueError, match="system: expected one of"):
         build_system("nope", ki, encoder=ENC)
     with pytest.raises(ValueError, match="encoder: the index was built with 'hashing-384'"):
@@ -134,7 +134,7 @@ def test_gear_on_an_index_without_triples_says_so(tmp_path):
     assert main(["index", "build", "--corpus", str(c), "--out", str(tmp_path / "ix"), "--encoder",
                  "hashing", "--num-themes", "1", "--no-progress"]) == 0
     with pytest.raises(SystemExit, match="no triples"):
-        main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing", "--system", "gear"])
+        main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing", "--system", "gear-naive"])
 
 
 def test_cli_ask_system_and_eval_index(world, tmp_path, capsys):
@@ -145,7 +145,7 @@ def test_cli_ask_system_and_eval_index(world, tmp_path, capsys):
                  "--encoder", "hashing", "--num-themes", "8", "--no-progress"]) == 0
     assert "with triples" in capsys.readouterr().out
     q = _questions(world, 1)[0]
-    for system in ("ras", "gear"):
+    for system in ("ras", "gear-naive"):
         assert main(["ask", q.question, "--index", str(tmp_path / "ix"), "--encoder", "hashing",
                      "--system", system, "--scope-k", "100", "--json"]) == 0
         out, err = capsys.readouterr()
@@ -153,9 +153,9 @@ def test_cli_ask_system_and_eval_index(world, tmp_path, capsys):
         assert res["question"] == q.question and set(q.gold_pids) & set(res["passages"])
         assert f"system: {system}" in err
     assert main(["eval", "--index", str(tmp_path / "ix"), "--dataset", "demo", "--passages", str(N),
-                 "--system", "gear", "--n", "8", "--encoder", "hashing", "--json", str(tmp_path / "m.json")]) == 0
+                 "--system", "gear-naive", "--n", "8", "--encoder", "hashing", "--json", str(tmp_path / "m.json")]) == 0
     m = json.loads((tmp_path / "m.json").read_text())
-    assert m["n"] == 8 and m["system"] == "gear" and m["metrics"]["R@all"] > 0.4
+    assert m["n"] == 8 and m["system"] == "gear-naive" and m["metrics"]["R@all"] > 0.4
     with pytest.raises(SystemExit, match="not the demo corpus"):
         main(["eval", "--index", str(tmp_path / "ix"), "--dataset", "demo", "--passages", "200",
               "--encoder", "hashing"])

@@ -25,7 +25,7 @@ class TestRasfastRetrieverStandard(RetrieversIntegrationTests):
 
     @property
     def retriever_constructor_params(self):
-        return {"kindex": _INDEX, "system": "gear", "encoder": HashingEncoder()}
+        return {"kindex": _INDEX, "system": "gear-naive", "encoder": HashingEncoder()}
 
     @property
     def retriever_query_example(self):

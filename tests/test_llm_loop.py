@@ -42,7 +42,7 @@ def chain_rules(world, questions):
     for q in questions:
         qq = f"Question: {q.question}\n"
         g = q.gold_pids
-        rules.append({"last_contains": [qq, "Answer:"], "reply": q.answer})
+        rules.append({"last_contains": [qq, "the entity or value the question asks for"], "reply": q.answer})
         rules.append({"last_contains": [qq, f"[{len(g)}] Sub-query:", "Next step:"], "reply": "[SUFFICIENT]"})
         for r in range(len(g) - 1, 0, -1):
             rules.append({"last_contains": [qq, f"[{r}] Sub-query:", "Next step:"],
@@ -56,7 +56,7 @@ def chain_rules(world, questions):
 
 def test_prompts_reach_the_server_in_the_paper_format(server):
     server.script([{"last_contains": "Next step:", "reply": "  \n[SUBQ] Who founded Velora?\nextra"},
-                   {"last_contains": "Answer:", "reply": "Mira Okonkwo\nsince ..."}])
+                   {"last_contains": "the entity or value the question asks for", "reply": "Mira Okonkwo\nsince ..."}])
     llm = client(server)
     st = LoopState("Who founded Velora?", ["Who founded Velora?"], [[("Velora", "founded by", "Mira")]])
     assert LLMPlanner(llm).plan([st, LoopState("2+2?")]) == ["[SUBQ] Who founded Velora?"] * 2
@@ -122,7 +122,7 @@ def test_cli_demo_against_the_server(server, capsys, tmp_path):
     from rasfast import cli
     server.script([{"last_contains": ["(nothing retrieved yet)"], "reply": "[SUBQ] go"},
                    {"last_contains": ["[1] Sub-query:", "Next step:"], "reply": "[SUFFICIENT]"},
-                   {"last_contains": ["Answer:"], "reply": "scripted answer"}])
+                   {"last_contains": ["the entity or value the question asks for"], "reply": "scripted answer"}])
     rc = cli.main(["demo", "--llm", "openai", "--base-url", server.url, "--model", "demo-model",
                    "--encoder", "hashing", "--passages", "300", "--questions", "4", "--no-progress",
                    "--trace", str(tmp_path / "t.json")])

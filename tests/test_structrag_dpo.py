@@ -80,7 +80,8 @@ def test_structrag_over_a_local_hf_model_survives_gibberish():
     from rasfast.structrag import prompts as P
     with torch_threads(1):
         # a tokenizer that knows the prompts' words keeps the sequences short on a CPU
-        texts = [P.ROUTER_INSTRUCTION, P.DECOMPOSE_INSTRUCTION, P.INFER_INSTRUCTION,
+        from rasfast.llm.reader import ANSWER_SHAPE, READER_SYSTEM
+        texts = [P.ROUTER_INSTRUCTION, P.DECOMPOSE_INSTRUCTION, ANSWER_SHAPE, READER_SYSTEM,
                  *P.STRUCTURIZER_INSTRUCTIONS.values(), *P.EXTRACT_INSTRUCTIONS.values()]
         model, tok = tiny_llama(texts=texts, seed=3)
         llm = HFCausalLM(model, tok)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(90)
 
 ROUTE = "Choose the structure"          # in the router's system prompt
 DECOMPOSE = "Break the question into"   # in the decomposer's
-INFER = "reply with the final answer"   # in the inferrer's
+INFER = "the entity or value the question asks for"   # in the reader contract's
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,10 @@ def test_utilizer_reads_the_whole_knowledge_when_it_fits_else_the_selection(serv
     for b in _sent(server, "Kept:")[before:]:
         assert b["messages"][-1]["content"].split("Knowledge:\n", 1)[1].count("(") == 62
     assert u.stats == {"whole": 2, "preselected": 0, "cut": 0}
-    # the final answer is the whole reply (no first-line cut), less its "Answer:" prefix
-    assert u.infer([(q, subqs, sels, [g])]) == ["Castrell\n(the founder, Mira Okonkwo, was born there)"]
+    # the reader contract's post-processing: the first line, less its "Answer:" prefix
+    (r,) = u.infer([(q, subqs, sels, [g])])
+    assert r.answer == "Castrell" and r.reply.startswith("Answer: Castrell\n")
+    assert "[2] Sub-question: Where was Mira Okonkwo born?" in r.shown.knowledge
     # longer than max_chars: rasfast's top-k pre-selection, with a visible warning
     small = Utilizer(_llm(server), HashingEncoder(), extract_k=4, graph_hops=1, max_chars=400)
     before = len(_sent(server, "Kept:"))

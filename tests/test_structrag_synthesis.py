@@ -37,7 +37,7 @@ class ScriptedLLM:
                 out.append("correct" if "Predicted answer: 120" in user else "incorrect")
             elif user.rstrip().endswith("Kept:"):
                 out.append(user.split("Knowledge:\n", 1)[1].rsplit("\n\nKept:", 1)[0])
-            elif user.rstrip().endswith("Answer:"):
+            elif "the entity or value the question asks for" in user:   # the reader contract
                 out.append("120" if "120" in user else "unknown")
             else:
                 out.append("Description: text\nsome text")

@@ -28,7 +28,7 @@ LAYERS = [
     ("integrations and evaluation", ["integrations", "qa_eval"]),
     ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
                  "systems.structrag"]),
-    ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages",
+    ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages", "index.bm25",
                "index.durable", "index.distributed", "index.knowledge", "distributed"]),
     ("llm", ["llm"]),
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench"]),

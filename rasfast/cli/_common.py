@@ -106,14 +106,18 @@ def _local_llm_args(p: argparse.ArgumentParser) -> None:
     """Options of ``--llm local`` (rasfast.llm.local.LocalLLM)."""
     p.add_argument("--llm-threads", type=int, default=None, help="--llm local: CPU threads (default: all cores)")
     p.add_argument("--llm-ctx", type=int, default=None, help="--llm local: context length in tokens (4096)")
+    p.add_argument("--prompt-style", default=None, choices=["paper", "compact"],
+                   help="prompt set of the LLM roles that have two (RAS's planner): the papers' prompts "
+                        "or compact ones for small models (default: compact for --llm local, else paper)")
 
 
 def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = "minilm") -> None:
     p.add_argument("--encoder", default=encoder, choices=["minilm", "hashing"],
                    help=f"all-MiniLM-L6-v2 (offline package; hashing fallback) or the hashing "
                         f"encoder (default: {encoder})")
-    p.add_argument("--retriever", default="dense", choices=["dense", "faiss", "gear"],
-                   help="exact dense, faiss flat, or dense + GEAR graph expansion (needs triples)")
+    p.add_argument("--retriever", default="dense", choices=["dense", "faiss", "gear", "bm25", "hybrid"],
+                   help="base retriever: exact dense, faiss flat, dense + GEAR graph expansion (needs "
+                        "triples), BM25, or GEAR's hybrid (RRF of BM25 and dense)")
     p.add_argument("--k", type=int, default=5, help="passages per sub-query")
     p.add_argument("--max-iters", type=int, default=5, help="most retrieval rounds per question")
     p.add_argument("--seed", type=int, default=0, help="demo world seed")

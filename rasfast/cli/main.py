@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-triples", type=int, default=6)
     a.add_argument("--trace", default=None, help="write a Chrome trace here")
     a.add_argument("--json", action="store_true", help="also print the results as JSON")
-    a.add_argument("--system", default=None, choices=["ras", "gear", "kirag", "structrag"],
+    a.add_argument("--system", default=None, choices=["ras", "ras+passages", "ras-passages", "gear", "gear-sync",
+                                                      "gear-naive", "kirag", "structrag", "structrag-chunk"],
                    help="with --index: the system that answers from the knowledge index (rasfast.systems); "
                         "without --index only structrag, over --dataset's corpus")
     a.set_defaults(func=_cmd_ask)
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch", type=int, default=32)
     e.add_argument("--json", default=None, help="write metrics as JSON here")
     e.add_argument("--index", default=None, help="a knowledge index of --dataset's corpus")
-    e.add_argument("--system", default="ras", help="with --index: ras|gear|kirag|structrag")
+    e.add_argument("--system", default="ras", help="with --index: ras|gear|gear-sync|gear-naive|kirag|structrag")
     e.add_argument("--scope-k", type=int, default=None, help="with --index: theme scope size K")
     e.set_defaults(func=_cmd_eval)
     from ..qa_eval import add_args as add_qa_args

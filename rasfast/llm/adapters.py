@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..parse import parse_triples
 from ..types import LoopState, RetrievedPassage, Triple
 from .base import PartialBatchError
-from .prompts import answerer_messages, planner_messages, step_segments, triples_messages
+from .prompts import planner_messages, step_segments, triples_messages
 from .training_data import GraphLLMSample
 
 
@@ -94,23 +94,55 @@ class LLMPlanner:
         return out
 
 
-class LLMAnswerer:
-    """RAS answerer over any LLM backend: a short answer per question (``style`` as
-    :class:`LLMPlanner`)."""
+ANSWER_CONTEXTS = ("facts", "facts+passages", "passages")
 
-    def __init__(self, llm, few_shot: bool = True, max_new_tokens: int = 32, temperature: float = 0.0,
-                 style: Optional[str] = None):
+
+class LLMAnswerer:
+    """RAS answerer over any LLM backend: the reader contract (:mod:`rasfast.llm.reader`)
+    over RAS's paper input, the per-sub-query layout with every triple of every step (Eq. 11),
+    cut along the question graph only when the context window is full. ``context``:
+    ``"facts"`` (the paper's), or rasfast's variants ``"facts+passages"`` (also the
+    passages of every step) and ``"passages"`` (the passages of every step, no triples).
+    ``reader``: the contract's prompt (``"contract"``; ``"one-shot"`` needs passages).
+    Sets ``state.reader_input`` (what the reader was shown) and ``state.reader_reply``."""
+
+    def __init__(self, llm, few_shot: bool = True, max_new_tokens: Optional[int] = None, temperature: float = 0.0,
+                 style: Optional[str] = None, context: str = "facts", reader: str = "contract"):
+        from .reader import MAX_NEW_TOKENS, READERS
         _check_llm(llm)
-        self.llm, self.few_shot, self.max_new_tokens, self.temperature = llm, few_shot, max_new_tokens, temperature
+        if context not in ANSWER_CONTEXTS:
+            raise ValueError(f"context: expected one of {', '.join(ANSWER_CONTEXTS)}, got {context!r}")
+        if reader not in READERS:
+            raise ValueError(f"reader: expected one of {', '.join(READERS)}, got {reader!r}")
+        self.llm, self.few_shot, self.temperature = llm, few_shot, temperature
+        self.max_new_tokens = MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
         self.style = _style(llm, style)
+        self.context, self.reader = context, reader
+
+    def reader_input(self, s: LoopState):
+        from .reader import ReaderInput
+        blocks = [(q, list(s.step_triples[i]) if i < len(s.step_triples) else [])
+                  for i, q in enumerate(s.subqueries)] if self.context != "passages" else []
+        passages = []
+        if self.context != "facts":
+            seen = set()
+            for step in s.step_passages:
+                for p in step:
+                    if p.pid not in seen:
+                        seen.add(p.pid)
+                        passages.append(p)
+        return ReaderInput(s.question, passages, blocks)
 
     def answer(self, states: Sequence[LoopState]) -> List[str]:
-        if self.style == "paper":
-            prompts = [answerer_messages(s.question, s.subqueries, s.step_triples, self.few_shot) for s in states]
-            return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, _first_line, states)
-        from . import compact_prompts as cp
-        prompts = [cp.answerer_messages(s.question, s.subqueries, s.step_triples) for s in states]
-        return _generate_each(self.llm, prompts, self.max_new_tokens, self.temperature, cp.clean_answer, states)
+        from .reader import read
+        got = read(self.llm, [self.reader_input(s) for s in states], self.reader, self.max_new_tokens)
+        for s, r in zip(states, got):
+            s.reader_input, s.reader_reply = r.shown, r.reply
+        if any(r.error for r in got):
+            bad = [(r.exception or RuntimeError(r.error)) if r.error else r.answer for r in got]
+            first = next(r.error for r in got if r.error)
+            raise PartialBatchError(f"reader: {first}", bad, list(states))
+        return [r.answer for r in got]
 
 
 class GraphInputs:
@@ -261,25 +293,39 @@ def check_llm_kind(kind: str) -> str:
 
 
 def local_options(args) -> Dict[str, Any]:
-    """``--llm-threads`` / ``--llm-ctx`` of a parsed command line, for :func:`make_llm`."""
+    """``--llm-threads`` / ``--llm-ctx`` / ``--prompt-style`` of a parsed command line, for
+    :func:`make_llm`."""
     out = {}
     if getattr(args, "llm_threads", None) is not None:
         out["n_threads"] = args.llm_threads
     if getattr(args, "llm_ctx", None) is not None:
         out["n_ctx"] = args.llm_ctx
+    if getattr(args, "prompt_style", None) is not None:
+        out["prompt_style"] = args.prompt_style
     return out
 
 
 def make_llm(kind: str, model: Optional[str] = None, base_url: Optional[str] = None,
              api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0, concurrency: int = 8,
-             n_threads: Optional[int] = None, n_ctx: Optional[int] = None):
+             n_threads: Optional[int] = None, n_ctx: Optional[int] = None,
+             prompt_style: Optional[str] = None):
     """An LLM backend by name: ``openai`` (any OpenAI-compatible server; ``base_url`` or
     ``$OPENAI_BASE_URL``, model or ``$OPENAI_MODEL``, key from ``api_key_env``), ``hf`` (a
     transformers model path), ``vllm`` (offline vLLM engine), ``local`` / ``local:SPEC`` (a
     GGUF model in-process via llama.cpp, :class:`rasfast.llm.local.LocalLLM`: SPEC or
     ``model`` is a model name such as ``smollm2`` or a ``.gguf`` path, default the packaged
     Qwen2.5-Coder-1.5B; ``n_threads`` / ``n_ctx`` apply to it). One process shares one
-    LocalLLM per (model, n_threads, n_ctx)."""
+    LocalLLM per (model, n_threads, n_ctx). ``prompt_style`` ("paper" or "compact") overrides
+    the backend's default prompt set (LocalLLM: compact; the others: paper)."""
+    llm = _make_llm(kind, model, base_url, api_key_env, timeout, concurrency, n_threads, n_ctx)
+    if prompt_style is not None:
+        if prompt_style not in ("paper", "compact"):
+            raise ValueError(f"prompt_style: expected 'paper' or 'compact', got {prompt_style!r}")
+        llm.prompt_style = prompt_style
+    return llm
+
+
+def _make_llm(kind, model, base_url, api_key_env, timeout, concurrency, n_threads, n_ctx):
     import os
     if kind == "openai":
         model = model or os.environ.get("OPENAI_MODEL")

@@ -11,27 +11,37 @@ Registered here:
 - ``ras``: the RAS loop (rasfast.systems.ras.RAS): plan -> theme-scoped retrieval -> triples of
   the retrieved passages from the index -> question graph -> answer. ``llm`` (an
   rasfast.llm backend) plans and answers; without one the model-free heuristic baseline.
-- ``gear``: GEAR: one retrieval round of dense (theme-scoped) search + graph expansion over
-  the index's triple graph (diverse triple beam search, RRF), then the answerer reads the
-  retrieved passages' triples.
+- ``ras+passages`` / ``ras-passages``: rasfast's own variants of RAS's answering step (its
+  reader also reads the passages of every round / reads those passages instead of triples).
+- ``gear``: the GEAR agent (multi-step, gist memory, SyncGE with the LLM's read, passageLink;
+  rasfast.systems.gear); ``gear-sync`` and ``gear-naive``: the paper's single-step
+  retrievers (base + SyncGE, base + NaiveGE). Each reads its top ``k`` passages.
 - ``kirag`` / ``structrag``: imported lazily from ``rasfast.systems.kirag`` / ``rasfast.systems.structrag``,
-  whose ``from_components(retriever, triples_by_pid, encoder, llm=None, **opts)`` build them.
+  whose ``from_components(retriever, triples_by_pid, encoder, llm=None, **opts)`` build them;
+  ``structrag-chunk``: StructRAG with every question routed to "chunk" (its ablation's
+  strongest single type; a rasfast variant).
 
-Options shared by all: ``k`` (passages per retrieval, 5; passed to kirag as ``top_k``),
-``scope_k`` (theme scope size K; None = unscoped dense), ``backend`` (theme kernels). ras and
-gear also take ``graph_encoder`` (a loop graph encoder, e.g.
-``rasfast.systems.ras.graph_encoding.GNNGraphEncoder``), ``base_k`` (base passages seeding the
-expansion, 10) and ``expand_kwargs`` (for ``rasfast.gear.graph_expand``); ras takes
-``max_iters`` (5) and ``expand=True`` (GEAR's expansion as its retriever).
+Every system's final answer goes through the reader contract (rasfast.llm.reader).
+
+Options shared by all: ``k`` (passages per retrieval and passages the reader reads, 5; passed
+to kirag as ``top_k`` and ``reader_docs``), ``retriever`` (the base retriever: ``"dense"``,
+``"bm25"`` or ``"hybrid"``, their RRF), ``reader`` (``"contract"`` or ``"one-shot"``, GEAR's
+App. J.3 prompt), ``scope_k`` (theme scope size K; None = unscoped dense), ``backend`` (theme
+kernels). ras also takes ``graph_encoder`` (a loop graph encoder, e.g.
+``rasfast.systems.ras.graph_encoding.GNNGraphEncoder``), ``max_iters`` (5), ``expand=True``
+(GEAR's NaiveGE expansion as its retriever, with ``base_k`` and ``expand_kwargs``); the gear
+systems take ``max_iters`` (agent rounds: 4, the paper's MuSiQue setting), ``base_k`` (chunks
+per round, 10) and ``link_k`` (passages per gist triple in passageLink, 5).
 """
 from __future__ import annotations
 
 import importlib
 import pathlib
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from .. import types as _types
 
 Factory = Callable[..., Any]
 
@@ -68,22 +78,29 @@ def build_system(name: str, kindex, *, encoder, llm=None, **opts):
 
 
 # -- results ---------------------------------------------------------------------------------
-@dataclass
-class SystemResult:
-    question: str
-    answer: Optional[str]
-    passages: List[Any]                 # ranked RetrievedPassage list
-    trace: Any
-    triples: List[tuple] = field(default_factory=list)
-    error: Optional[Any] = None
-    detail: Any = None                  # the system's own result (e.g. RASResult)
+SystemResult = _types.SystemResult   # defined in rasfast.types (the gear systems return it too)
 
 
-def _retriever(kindex, encoder, scope_k: Optional[int] = None, backend: str = "auto"):
-    from .ras.retrievers import ThemeIndexRetriever
+RETRIEVERS = ("dense", "bm25", "hybrid")
+
+
+def base_retriever(kindex, encoder, kind: str = "dense", scope_k: Optional[int] = None,
+                   backend: str = "auto"):
+    """The base retriever ``kind`` over ``kindex``: dense (theme-scoped with ``scope_k``),
+    BM25 over the passages (the index's saved BM25), or GEAR's hybrid (RRF of the two)."""
+    from .ras.retrievers import BM25Retriever, HybridRetriever, ThemeIndexRetriever
+    if kind not in RETRIEVERS:
+        raise ValueError(f"retriever: expected one of {', '.join(RETRIEVERS)}, got {kind!r}")
     if scope_k is not None:
         scope_k = min(int(scope_k), len(kindex))
-    return ThemeIndexRetriever(kindex.theme, encoder, K=scope_k, backend=backend)
+    dense = ThemeIndexRetriever(kindex.theme, encoder, K=scope_k, backend=backend)
+    if kind == "dense":
+        return dense
+    sparse = BM25Retriever(kindex.bm25, dense)
+    return sparse if kind == "bm25" else HybridRetriever(dense, sparse)
+
+
+_retriever = base_retriever
 
 
 class LoopSystem:
@@ -102,14 +119,16 @@ class LoopSystem:
                     if p.pid not in seen:
                         seen.add(p.pid)
                         ranked.append(p)
-            out.append(SystemResult(r.question, r.answer, ranked, r.trace, r.triples, r.error, r))
+            out.append(SystemResult(r.question, r.answer, ranked, r.trace, r.triples, r.error, r,
+                                    r.shown, r.reply))
         return out
 
     def run(self, question: str) -> SystemResult:
         return self.run_batch([question])[0]
 
 
-def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder, name: str):
+def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder, name: str,
+          context: str = "facts", reader: str = "contract"):
     from .ras.extractors import CachedTripleExtractor, SentenceTripleExtractor
     from .ras.heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
     from .ras.loop import RAS
@@ -118,7 +137,7 @@ def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder
     ext = CachedTripleExtractor(None if fallback else kindex.triples_by_pid, fallback)
     if llm is not None:
         from ..llm.adapters import LLMAnswerer, LLMPlanner
-        planner, answerer = LLMPlanner(llm), LLMAnswerer(llm)
+        planner, answerer = LLMPlanner(llm), LLMAnswerer(llm, context=context, reader=reader)
     else:
         reasoner = GraphPathReasoner(retriever.encoder)
         planner, answerer = HeuristicPlanner(reasoner=reasoner), HeuristicAnswerer(reasoner=reasoner)
@@ -126,13 +145,16 @@ def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder
                           max_iters=max_iters, k=k), name)
 
 
-def _ras(kindex, *, encoder, llm=None, k: int = 5, max_iters: int = 5, scope_k=None,
-         graph_encoder=None, backend: str = "auto", expand: bool = False, base_k: int = 10,
-         expand_kwargs: Optional[Dict[str, Any]] = None):
-    ret = _retriever(kindex, encoder, scope_k, backend)
-    if expand:   # RAS with GEAR's expansion as its retriever (the demo's configuration)
-        ret = _gear_retriever(kindex, ret, base_k, expand_kwargs)
-    return _loop(kindex, encoder, llm, ret, k, max_iters, graph_encoder, "ras")
+def _ras_factory(name: str, context: str):
+    def factory(kindex, *, encoder, llm=None, k: int = 5, max_iters: int = 5, scope_k=None,
+                graph_encoder=None, backend: str = "auto", expand: bool = False, base_k: int = 10,
+                expand_kwargs: Optional[Dict[str, Any]] = None, retriever: str = "dense",
+                reader: str = "contract"):
+        ret = base_retriever(kindex, encoder, retriever, scope_k, backend)
+        if expand:   # RAS with GEAR's expansion as its retriever (the demo's configuration)
+            ret = _gear_retriever(kindex, ret, base_k, expand_kwargs)
+        return _loop(kindex, encoder, llm, ret, k, max_iters, graph_encoder, name, context, reader)
+    return factory
 
 
 def _gear_retriever(kindex, base, base_k: int, expand_kwargs: Optional[Dict[str, Any]]):
@@ -144,16 +166,34 @@ def _gear_retriever(kindex, base, base_k: int, expand_kwargs: Optional[Dict[str,
                                   **(expand_kwargs or {}))
 
 
-def _gear(kindex, *, encoder, llm=None, k: int = 5, scope_k=None, base_k: int = 10,
-          graph_encoder=None, backend: str = "auto", expand_kwargs=None):
-    ret = _gear_retriever(kindex, _retriever(kindex, encoder, scope_k, backend), base_k, expand_kwargs)
-    return _loop(kindex, encoder, llm, ret, k, 1, graph_encoder, "gear")
+def _gear_factory(name: str, mode: str):
+    def factory(kindex, *, encoder, llm=None, k: int = 5, scope_k=None, base_k: int = 10,
+                link_k: int = 5, max_iters: int = 4, backend: str = "auto", retriever: str = "dense",
+                reader: str = "contract", beam: Optional[Dict[str, Any]] = None):
+        from .gear.system import build
+        if llm is None and mode != "naive":
+            raise ValueError(f"system {name}: GEAR's read step needs an LLM (--llm); without one, "
+                             "gear-naive (NaiveGE) runs model-free")
+        base = base_retriever(kindex, encoder, retriever, scope_k, backend)
+        offline = None
+        if llm is None:   # model-free: the heuristic answerer over the top passages' triples
+            from .ras.heuristic import GraphPathReasoner, HeuristicAnswerer
+            offline = HeuristicAnswerer(reasoner=GraphPathReasoner(base.encoder))
+        return build(kindex, base, llm=llm, mode=mode, k=k, reader=reader, max_iters=max_iters,
+                     base_k=base_k, link_k=link_k, backend=backend, beam=beam, name=name,
+                     offline_answerer=offline)
+    return factory
 
 
 def _components_factory(name: str, module: str) -> Factory:
-    def factory(kindex, *, encoder, llm=None, scope_k=None, backend: str = "auto", k=None, **opts):
+    def factory(kindex, *, encoder, llm=None, scope_k=None, backend: str = "auto", k=None,
+                retriever: str = "dense", reader: str = "contract", **opts):
         if k is not None:
             opts.setdefault(_K_OPTION.get(name, "k"), k)
+            if name == "kirag":
+                opts.setdefault("reader_docs", k)   # the reader reads the same k as dense RAG
+        if name == "kirag":
+            opts.setdefault("reader_prompt", reader)
         try:
             mod = importlib.import_module(module)
         except ImportError as e:
@@ -177,12 +217,27 @@ def _components_factory(name: str, module: str) -> Factory:
             saved = pathlib.Path(kindex.path) / ROUTER_DIR
             if (saved / "router.json").is_file():
                 opts["router"] = load_router(saved, encoder)
-        return fc(_retriever(kindex, encoder, scope_k, backend), kindex.triples_by_pid, encoder,
+        if name == "structrag":
+            opts.setdefault("reader", reader)
+        return fc(base_retriever(kindex, encoder, retriever, scope_k, backend), kindex.triples_by_pid, encoder,
                   llm=llm, **opts)
     return factory
 
 
-register_system("ras", _ras)
-register_system("gear", _gear)
+def _structrag_chunk(kindex, *, encoder, llm=None, **opts):
+    """StructRAG with every question routed to "chunk" (rasfast's variant)."""
+    from .structrag.router import FixedRouter
+    opts["router"] = FixedRouter("chunk")
+    return build_system("structrag", kindex, encoder=encoder, llm=llm, **opts)
 
-__all__ = ["register_system", "build_system", "system_names", "SystemResult", "LoopSystem"]
+
+register_system("ras", _ras_factory("ras", "facts"))
+register_system("ras+passages", _ras_factory("ras+passages", "facts+passages"))
+register_system("ras-passages", _ras_factory("ras-passages", "passages"))
+register_system("gear", _gear_factory("gear", "agent"))
+register_system("gear-sync", _gear_factory("gear-sync", "sync"))
+register_system("gear-naive", _gear_factory("gear-naive", "naive"))
+register_system("structrag-chunk", _structrag_chunk)
+
+__all__ = ["register_system", "build_system", "system_names", "base_retriever", "RETRIEVERS",
+           "SystemResult", "LoopSystem"]

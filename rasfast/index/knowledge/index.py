@@ -130,6 +130,8 @@ class KnowledgeIndex:
         self.max_degree = max_degree
         self.path: Optional[pathlib.Path] = None
         self._by_pid: Optional[Dict[int, List[tuple]]] = None
+        self._bm25 = None                         # rasfast.index.bm25.BM25Index, made on first use
+        self._bm25_saved: Optional[Dict[str, Any]] = None   # knowledge.json's "bm25" entry
 
     # ------------------------------------------------------------------ views
     @property
@@ -169,6 +171,21 @@ class KnowledgeIndex:
         if self._by_pid is None:
             self._by_pid = _TriplesByPid(np.asarray(self.theme.pids), self.triples)
         return self._by_pid
+
+    @property
+    def bm25(self):
+        """The BM25 index over the passages (title + text): the saved one when
+        ``knowledge.json`` names one covering every passage, else built now (and saved with
+        the next :meth:`save`)."""
+        if self._bm25 is None:
+            from ..bm25 import BM25Index
+            saved = self._bm25_saved
+            if saved and self.path is not None and int(saved.get("num_passages", -1)) == len(self):
+                self._bm25 = BM25Index.load(pathlib.Path(self.path) / saved["dir"], mmap=True)
+            else:
+                self._bm25 = BM25Index.build([f"{t}\n{x}" for t, x in zip(self.theme.titles, self.theme.texts)],
+                                             self.pids)
+        return self._bm25
 
     def dataset(self, name: str = "index"):
         """The passages and triples as a QADataset (no questions) for the loop's helpers."""
@@ -240,6 +257,7 @@ class KnowledgeIndex:
         self.graph = g
         self.unparsed = sorted(set(self.unparsed) | {int(p) for p in unparsed})
         self._by_pid = None
+        self._bm25, self._bm25_saved = None, None   # idf and lengths change: built again on use
         return self
 
     # ------------------------------------------------------------------ save / load
@@ -281,12 +299,27 @@ class KnowledgeIndex:
                     parts, start = _parts(disk), on_disk
             part = _write_part(d, g, self, start)
             parts.append(part)
-            _durable.atomic_write_json(d / MANIFEST, self._manifest(g, parts))
+            bm = self._save_bm25(d, g, same_dir=expect is not None)
+            _durable.atomic_write_json(d / MANIFEST, self._manifest(g, parts, bm))
         self.path = d
+        self._bm25_saved = bm
         g_._delta_base = (g_.num_triples, g_.num_entities, _EMPTY, _EMPTY, _EMPTY)   # d holds it now
         return d
 
-    def _manifest(self, g: int, parts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def _save_bm25(self, d: pathlib.Path, g: int, same_dir: bool) -> Dict[str, Any]:
+        """The BM25 entry of the manifest: the folder already committed in ``d`` when it
+        covers every passage, else a new ``bm25.<g>/`` written (and fsync'd) now."""
+        saved = self._bm25_saved
+        if same_dir and saved and int(saved.get("num_passages", -1)) == len(self) \
+                and (d / saved["dir"] / "ids.npy").is_file():
+            return dict(saved)
+        name = f"bm25.{g}"
+        self.bm25.save(d / name)
+        from .. import durable as _durable
+        _durable.fsync_dir(d)
+        return {"dir": name, "num_passages": len(self)}
+
+    def _manifest(self, g: int, parts: List[Dict[str, Any]], bm25: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         g_ = self.graph
         files = {k: parts[-1][k] for k in ("triples", "graph", "triple_emb")}
         return {
@@ -299,6 +332,7 @@ class KnowledgeIndex:
             "unparsed": self.unparsed,
             "graph": {"normalize": g_.normalize, "max_degree": self.max_degree,
                       "n_skipped": g_.n_skipped, "n_hubs": g_.n_hubs},
+            **({"bm25": bm25} if bm25 else {}),
         }
 
     @staticmethod
@@ -326,17 +360,19 @@ class KnowledgeIndex:
                 tm = ki.theme._commit(d, publish=True, expect=gen)
                 g = _store.generation_of(tm)
                 part = _write_part(d, g, ki, (0, 0, 0, 0), full=True)
-                _durable.atomic_write_json(d / MANIFEST, ki._manifest(g, [part]))
+                _durable.atomic_write_json(d / MANIFEST, ki._manifest(g, [part], m.get("bm25")))
                 del ki
                 m = _read_manifest_or_none(d)
             keep = {p[k] for p in _parts(m) for k in ("triples", "graph", "triple_emb", "triples_ends")
                     if k in p}
+            if isinstance(m.get("bm25"), dict):
+                keep.add(m["bm25"]["dir"])
             g = m.get("theme_generation")
             if g is not None:
                 keep |= set(_store.referenced_files(_store.read_manifest(d, g))) | {_store.manifest_name(g)}
             removed = ThemeIndex.compact(d, keep=sorted(keep))
             pattern = re.compile(r"^(?:triples(?:\.\d+)?\.(?:jsonl|ends\.npy)|graph(?:\.\d+)?"
-                                 r"|triple_emb(?:\.\d+)?\.npy)$")
+                                 r"|triple_emb(?:\.\d+)?\.npy|bm25\.\d+)$")
             for p in sorted(d.iterdir()):
                 if pattern.match(p.name) and p.name not in keep:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -417,6 +453,8 @@ class KnowledgeIndex:
                                  normalize=gm["normalize"], max_degree=gm["max_degree"])
         ki = cls(theme, triples, sids, g, None, m["extraction"], m.get("unparsed", ()), gm["max_degree"])
         ki.path = d
+        if isinstance(m.get("bm25"), dict):
+            ki._bm25_saved = dict(m["bm25"])
         return ki
 
 

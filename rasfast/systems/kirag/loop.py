@@ -26,12 +26,10 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..._validate import check_int_arg, check_questions
-from ...llm.isolated import generate_isolated
 from ...ops.segment import segment_max_rank, segment_topk_scores
 from ...profile import Trace, span
 from ...types import RetrievedPassage, Triple
 from .constructor import ConstructorInput, Decision, HeuristicConstructor, LLMConstructor
-from .prompts import parse_answer, reader_prompt
 from .triples import TripleEmbeddings, TripleStore, chain_text
 
 # KiRAG's stages in order, for the profiler: retrieve K0 passages, align (score their triples),
@@ -65,6 +63,8 @@ class KiRAGResult:
     trace: Trace                       # shared by all questions of one run_batch call
     stopped: str = ""                  # "answer" | "constructor" | "no_candidates" | "max_steps"
     errors: Dict[str, str] = field(default_factory=dict)  # stage -> failure ("reader", ...)
+    shown: Optional[object] = None     # what the reader was shown (rasfast.llm.reader.ReaderInput)
+    reply: Optional[str] = None        # the reader's raw reply
 
     @property
     def pids(self) -> List[int]:
@@ -78,6 +78,8 @@ class _State:
     chain_ids: List[int] = field(default_factory=list)
     steps: List[KiRAGStep] = field(default_factory=list)
     first: List[RetrievedPassage] = field(default_factory=list)
+    shown: Optional[object] = None
+    reply: Optional[str] = None
     seen: Dict[int, RetrievedPassage] = field(default_factory=dict)
     answer: Optional[str] = None
     stopped: str = ""
@@ -99,12 +101,14 @@ class KiRAG:
         reader_docs: ranked documents the reader sees (the paper's QA uses the top 3).
         reader_chain: also show the reader the reasoning chain (the paper's reader reads
             only the documents; off by default).
+        reader_prompt: the reader contract's prompt (rasfast.llm.reader: "contract" or
+            "one-shot").
         backend: backend of the segment ops.
     """
 
     def __init__(self, retriever, store: TripleStore, aligner, constructor=None, reader=None,
                  K0: int = 10, N: int = 20, L: int = 5, top_k: int = 10, backend: str = "auto",
-                 reader_docs: int = 3, reader_chain: bool = False):
+                 reader_docs: int = 3, reader_chain: bool = False, reader_prompt: str = "contract"):
         if not callable(getattr(retriever, "retrieve", None)):
             raise TypeError("retriever: expected an object with retrieve(queries, k)")
         if not isinstance(store, TripleStore):
@@ -122,6 +126,7 @@ class KiRAG:
         if not isinstance(reader_chain, bool):
             raise TypeError(f"reader_chain: expected a bool, got {type(reader_chain).__name__}")
         self.reader_chain = reader_chain
+        self.reader_name = reader_prompt
         self.backend = backend
         self.triple_emb = TripleEmbeddings(store, aligner)
 
@@ -143,7 +148,7 @@ class KiRAG:
             ranked = self._rank(states)
             answers = self._answer(states, ranked)
         assert len(ranked) == len(answers) == len(states)  # never drop a question
-        return [KiRAGResult(s.question, a, s.chain, s.steps, r, trace, s.stopped, s.errors)
+        return [KiRAGResult(s.question, a, s.chain, s.steps, r, trace, s.stopped, s.errors, s.shown, s.reply)
                 for s, r, a in zip(states, ranked, answers)]
 
     # -- one round ---------------------------------------------------------------------------
@@ -233,19 +238,25 @@ class KiRAG:
         return out
 
     def _answer(self, states: List[_State], ranked) -> List[Optional[str]]:
+        """The reader contract (rasfast.llm.reader) over each question's top ``reader_docs``
+        documents (and the chain, with ``reader_chain``), as the paper reads the same top-k
+        as its baselines; the reader's prompt follows the paper's Figure 8."""
+        from ...llm.reader import ReaderInput, read
         if self.reader is None:
             return [s.answer for s in states]
-        prompts = [reader_prompt(s.question, s.chain if self.reader_chain else (),
-                                 r[:self.reader_docs]) for s, r in zip(states, ranked)]
-        with span("answer", batch=len(prompts)):
-            # one reply per question, always: a failed prompt (or a short reply list) keeps
-            # that question's constructor answer and records the error on its result
-            replies, errors = generate_isolated(self.reader, prompts, 32)
+        inputs = [ReaderInput(s.question, list(r[:self.reader_docs]),
+                              [("", list(s.chain))] if (self.reader_chain and s.chain) else [])
+                  for s, r in zip(states, ranked)]
+        with span("answer", batch=len(inputs)):
+            # one reply per question, always: a failed prompt keeps that question's
+            # constructor answer and records the error on its result
+            got = read(self.reader, inputs, self.reader_name)
         out = []
-        for i, (r, s) in enumerate(zip(replies, states)):
-            if i in errors:
-                s.errors["reader"] = f"{type(errors[i]).__name__}: {errors[i]}"
-            out.append(parse_answer(r) or s.answer if isinstance(r, str) else s.answer)
+        for r, s in zip(got, states):
+            s.shown, s.reply = r.shown, r.reply
+            if r.error:
+                s.errors["reader"] = r.error
+            out.append(r.answer or s.answer if r.answer is not None else s.answer)
         return out
 
 

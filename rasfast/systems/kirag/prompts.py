@@ -48,12 +48,6 @@ CONSTRUCTOR_EXAMPLES = (
      "<The Glass Orchard (2004 film); directed by; Ines Varga>. So the answer is Ines Varga."),
 )
 
-READER_INSTRUCTION = (
-    "Answer the question using the information in the documents. Reply with a short answer "
-    "only (an entity, a date, a number or a short phrase)."
-)
-
-
 def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Sequence[Triple]) -> str:
     """Instruction, worked examples, then Context (the aligner's candidate triples), Question
     and Thought holding the chain so far: the model continues the thought."""
@@ -62,13 +56,6 @@ def constructor_prompt(question: str, chain: Sequence[Triple], candidates: Seque
     thought = chain_text(chain)
     return (f"{CONSTRUCTOR_INSTRUCTION}\n\nExamples:\n\n{shots}\n\n"
             f"Context: {context}\nQuestion: {question}\nThought:" + (f" {thought}," if thought else ""))
-
-
-def reader_prompt(question: str, chain: Sequence[Triple], passages: Sequence[RetrievedPassage]) -> str:
-    """The reader's prompt over the ranked documents (and the chain, when given)."""
-    docs = "\n\n".join(f"Document {i + 1}: {p.title}\n{p.text}" for i, p in enumerate(passages))
-    triples = f"\n\nKnowledge triples: {chain_text(chain)}" if chain else ""
-    return f"{READER_INSTRUCTION}\n\nContext:\n{docs}{triples}\n\nQuestion: {question}\nAnswer:"
 
 
 # A written triple: <s; p; o> (the prompt's form), or (s; p; o) / [s; p; o]. Names keep

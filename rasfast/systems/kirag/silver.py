@@ -151,12 +151,11 @@ def verify_chains(chains: Sequence[SilverChain], store: TripleStore,
     correctly -- the paper keeps a TRACE chain only when a reader answers from it. The
     reader sees the question and the chain's triples; its answer must contain a gold answer
     (``golden_match``). One batched call; a failed prompt drops its chain."""
-    from ...llm.isolated import check_llm, generate_isolated
+    from ...llm.isolated import check_llm
+    from ...llm.reader import ReaderInput, read
     from ..ras.metrics import golden_match
-    from .prompts import parse_answer, reader_prompt
     check_llm(reader, "reader")
-    prompts = [reader_prompt(c.question, [store.triples[i] for i in c.triple_ids], ())
-               for c in chains]
-    replies, _ = generate_isolated(reader, prompts, max_new_tokens)
-    return [c for c, r in zip(chains, replies)
-            if r is not None and golden_match(parse_answer(r) or "", list(answers.get(c.qid, ()))) > 0]
+    got = read(reader, [ReaderInput(c.question, [], [("", [store.triples[i] for i in c.triple_ids])])
+                        for c in chains], max_new_tokens=max_new_tokens)
+    return [c for c, r in zip(chains, got)
+            if r.answer is not None and golden_match(r.answer, list(answers.get(c.qid, ()))) > 0]

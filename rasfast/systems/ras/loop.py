@@ -52,6 +52,8 @@ class RASResult:
     graph_embeddings: List[Any]
     trace: Trace                    # shared by all questions of one run_batch call
     error: Optional[ErrorRecord] = None
+    shown: Optional[Any] = None     # what the final reader was shown (rasfast.llm.reader.ReaderInput)
+    reply: Optional[str] = None     # the reader's raw reply
 
     @property
     def ok(self) -> bool:
@@ -177,7 +179,8 @@ class RAS:
         return [RASResult(questions[i], (None if answers.get(i) is None else str(answers[i])),
                           plans[i], list(states[i].subqueries), states[i].step_triples,
                           states[i].step_passages, states[i].graph, states[i].graph_embeddings,
-                          trace, errors[i]) for i in range(n)]
+                          trace, errors[i], states[i].reader_input, states[i].reader_reply)
+                for i in range(n)]
 
     # -- stages --------------------------------------------------------------------------
     def _stage(self, stage: str, fn, ids: List[int], items: Sequence[Any],

@@ -47,8 +47,22 @@ def _f1(pred: str, gold: str) -> float:
     return 2 * prec * rec / (prec + rec)
 
 
-def token_f1(pred: str, golds: Sequence[str]) -> float:
-    return max((_f1(pred, g) for g in golds), default=0.0)
+YES_NO = frozenset(("yes", "no", "noanswer"))
+
+
+def _f1_yes_no(pred: str, gold: str) -> float:
+    """HotpotQA's official F1: a yes/no/noanswer prediction or gold that differs from the
+    other scores 0 (plain token F1 would give partial credit, e.g. "no" vs "no answer")."""
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    if (p in YES_NO or g in YES_NO) and p != g:
+        return 0.0
+    return _f1(pred, gold)
+
+
+def token_f1(pred: str, golds: Sequence[str], yes_no: bool = False) -> float:
+    """SQuAD token F1, best over the gold answers; ``yes_no``: HotpotQA's rule (_f1_yes_no)."""
+    f = _f1_yes_no if yes_no else _f1
+    return max((f(pred, g) for g in golds), default=0.0)
 
 
 def recall_at_k(retrieved: Sequence[int], gold: Iterable[int], k: int) -> float:
@@ -58,9 +72,11 @@ def recall_at_k(retrieved: Sequence[int], gold: Iterable[int], k: int) -> float:
     return len(gold & set(list(retrieved)[:k])) / len(gold)
 
 
-def answer_scores(pred: str, golds: Sequence[str]) -> Dict[str, float]:
+def answer_scores(pred: str, golds: Sequence[str], yes_no: bool = False) -> Dict[str, float]:
+    """acc, F1 and EM of ``pred``; ``yes_no``: F1 follows the official HotpotQA (and 2Wiki)
+    script's yes/no/noanswer rule."""
     pred = pred or ""
-    return {"acc": golden_match(pred, golds), "f1": token_f1(pred, golds), "em": exact_match(pred, golds)}
+    return {"acc": golden_match(pred, golds), "f1": token_f1(pred, golds, yes_no), "em": exact_match(pred, golds)}
 
 
 __all__ = ["normalize_answer", "exact_match", "golden_match", "token_f1", "recall_at_k", "answer_scores"]

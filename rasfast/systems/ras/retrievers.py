@@ -1,8 +1,11 @@
-"""Retrievers for the loop: exact dense search, faiss, theme-scoped and GEAR graph-expanded.
+"""Retrievers for the loop: exact dense search, faiss, theme-scoped, BM25, the BM25 + dense
+hybrid, and GEAR graph-expanded.
 
 All are batched (``retrieve(queries, k)`` encodes every query of the round in one encoder call)
 and record their stages on the active trace: ``encode`` (category "model"), ``scope``,
-``dense``, ``expand``.
+``dense``, ``bm25``, ``expand``. Every one also has ``search_text(queries, k, q_emb=None)``
+-> (index rows [B, k] padded with -1, scores), which graph expansion and GEAR run on
+whichever base retriever they are given.
 """
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ def _top_k(scores: np.ndarray, k: int, small: int = 1 << 16):
 class DenseRetriever:
     """Exact inner-product search over L2-normalised passage embeddings (cosine)."""
 
+    kind = "dense"
+
     def __init__(self, passages: Sequence, embeddings, encoder):
         self.passages = list(passages)
         self.embeddings = _check_corpus(self.passages, embeddings)
@@ -87,11 +92,14 @@ class DenseRetriever:
             scores, ids = _top_k(q_emb @ self.embeddings.T, k)
         return ids, scores
 
+    def search_text(self, queries: Sequence[str], k: int, q_emb=None):
+        q = self.encoder.encode(list(queries)) if q_emb is None else q_emb
+        return self.search(q, k)
+
     def retrieve(self, queries: Sequence[str], k: int) -> List[List[RetrievedPassage]]:
         if not queries:
             return []
-        q = self.encoder.encode(list(queries))
-        ids, scores = self.search(q, k)
+        ids, scores = self.search_text(queries, k)
         return self.to_passages(ids, scores)
 
 
@@ -149,7 +157,81 @@ class ThemeIndexRetriever(DenseRetriever):
         return [int(p) for p in np.asarray(self.index.pids)]
 
     def to_passages(self, ids, scores) -> List[List[RetrievedPassage]]:
-        return self.index.passages(ids, scores)
+        return self.index.passages(ids, np.asarray(scores, dtype=np.float32))
+
+
+def _rows(lists, k: int, dtype=np.float32):
+    """Ragged (rows, scores) per query -> [B, k] arrays padded with -1 / 0."""
+    ids = np.full((len(lists), k), -1, dtype=np.int64)
+    sc = np.zeros((len(lists), k), dtype=dtype)
+    for b, (r, s) in enumerate(lists):
+        n = min(k, len(r))
+        ids[b, :n], sc[b, :n] = np.asarray(r)[:n], np.asarray(s)[:n]
+    return ids, sc
+
+
+class BM25Retriever:
+    """BM25 (:class:`rasfast.index.bm25.BM25Index`) over the passages of a dense retriever's
+    index (``base``: a ThemeIndexRetriever / DenseRetriever giving rows, passages and the
+    query encoder that graph expansion scores with). Passages with score 0 share no word
+    with the query and are not returned."""
+
+    kind = "bm25"
+
+    def __init__(self, bm25, base):
+        self.bm25, self.base = bm25, base
+        self.encoder = base.encoder
+        self._pid_row = {int(p): r for r, p in enumerate(base.row_pids())}
+
+    def row_pids(self) -> List[int]:
+        return self.base.row_pids()
+
+    def to_passages(self, ids, scores) -> List[List[RetrievedPassage]]:
+        return self.base.to_passages(ids, scores)
+
+    def search_text(self, queries: Sequence[str], k: int, q_emb=None):
+        with span("bm25", batch=len(queries), k=k):
+            got = self.bm25.search(list(queries), k)
+        return _rows([([self._pid_row[int(p)] for p in pids], s) for pids, s in got], k)
+
+    def retrieve(self, queries: Sequence[str], k: int) -> List[List[RetrievedPassage]]:
+        if not queries:
+            return []
+        return self.to_passages(*self.search_text(queries, k))
+
+
+class HybridRetriever:
+    """GEAR's hybrid base retriever: Reciprocal Rank Fusion (k = 60) of the dense and the BM25
+    rankings, each taken ``depth`` deep (default max(2k, 30)); scores are the RRF scores."""
+
+    kind = "hybrid"
+
+    def __init__(self, dense, bm25: BM25Retriever, depth: Optional[int] = None, rrf_k: float = 60.0):
+        self.dense, self.sparse, self.depth, self.rrf_k = dense, bm25, depth, rrf_k
+        self.encoder = dense.encoder
+
+    def row_pids(self) -> List[int]:
+        return self.dense.row_pids()
+
+    def to_passages(self, ids, scores) -> List[List[RetrievedPassage]]:
+        return self.dense.to_passages(ids, scores)
+
+    def search_text(self, queries: Sequence[str], k: int, q_emb=None):
+        from ..gear.expand import reciprocal_rank_fusion
+        depth = self.depth or max(2 * k, 30)
+        q = self.encoder.encode(list(queries)) if q_emb is None else q_emb
+        d_ids, _ = self.dense.search_text(queries, depth, q_emb=q)
+        s_ids, _ = self.sparse.search_text(queries, depth)
+        out = []
+        for a, b in zip(np.asarray(d_ids), np.asarray(s_ids)):
+            ids, sc = reciprocal_rank_fusion([a[a >= 0], b[b >= 0]], k=self.rrf_k, top=k)
+            out.append((ids, sc))
+        return _rows(out, k)
+
+    def retrieve(self, queries: Sequence[str], k: int) -> List[List[RetrievedPassage]]:
+        if not queries:
+            return []
+        return self.to_passages(*self.search_text(queries, k))
 
 
 class GraphExpandedRetriever:
@@ -197,7 +279,7 @@ class GraphExpandedRetriever:
         if not queries:
             return []
         q = self.encoder.encode(list(queries))
-        ids, _ = self.base.search(q, self.base_k or k)
+        ids, _ = self.base.search_text(queries, self.base_k or k, q_emb=q)
         base_pids = [self._row_pid[row[row >= 0]] for row in np.asarray(ids)]
         with span("expand", batch=len(queries)):
             res = graph_expand(self.graph, self.triple_emb, q, base_pids, top=k, **self.expand_kwargs)
@@ -210,4 +292,5 @@ class GraphExpandedRetriever:
             (1.0 / (1 + np.arange(k))).astype(np.float32), rows.shape))   # float32: ThemeIndex.passages checks
 
 
-__all__ = ["DenseRetriever", "FaissRetriever", "ThemeIndexRetriever", "GraphExpandedRetriever"]
+__all__ = ["DenseRetriever", "FaissRetriever", "ThemeIndexRetriever", "BM25Retriever", "HybridRetriever",
+           "GraphExpandedRetriever"]

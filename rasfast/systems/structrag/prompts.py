@@ -86,13 +86,6 @@ EXTRACT_INSTRUCTIONS: Dict[str, str] = {
              "answer it or 'none'."),
 }
 
-INFER_INSTRUCTION = (
-    "Answer the question using the sub-questions and the knowledge extracted for each of them "
-    "from the structured documents. Reason over the knowledge step by step in your head, then "
-    "reply with the final answer only: an entity, a date, a number or a few words, no "
-    "explanation.")
-
-
 def _chat(instruction: str, shots, user: str, few_shot: bool) -> List[Dict[str, str]]:
     msgs = [{"role": "system", "content": instruction}]
     if few_shot:
@@ -138,13 +131,6 @@ def extract_messages(kind: str, subquestion: str, knowledge: str) -> List[Dict[s
     return _chat(instr, (), user, False)
 
 
-def infer_messages(question: str, subquestions: Sequence[str], knowledge: Sequence[str]) -> List[Dict[str, str]]:
-    parts = [f"[{i + 1}] Sub-question: {q}\nKnowledge: {k or 'none'}"
-             for i, (q, k) in enumerate(zip(subquestions, knowledge))]
-    user = f"Question:\n{question}\n\nRetrieved knowledge:\n" + "\n".join(parts) + "\n\nAnswer:"
-    return _chat(INFER_INSTRUCTION, (), user, False)
-
-
 __all__ = ["ROUTER_INSTRUCTION", "STRUCTURIZER_INSTRUCTIONS", "DECOMPOSE_INSTRUCTION",
-           "EXTRACT_INSTRUCTIONS", "INFER_INSTRUCTION", "router_messages", "router_text",
-           "structurizer_messages", "decompose_messages", "extract_messages", "infer_messages"]
+           "EXTRACT_INSTRUCTIONS", "router_messages", "router_text",
+           "structurizer_messages", "decompose_messages", "extract_messages"]

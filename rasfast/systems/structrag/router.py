@@ -91,6 +91,19 @@ class HeuristicRouter:
         return [self.route_one(q) for q, _ in items]
 
 
+class FixedRouter:
+    """Routes every question to one structure type: the paper's single-type ablations (its
+    Table 4: "chunk" alone is the strongest single type)."""
+
+    def __init__(self, kind: str):
+        if kind not in STRUCTURE_TYPES:
+            raise ValueError(f"kind: expected one of {STRUCTURE_TYPES}, got {kind!r}")
+        self.kind = kind
+
+    def route(self, items: Sequence[RouteItem]) -> List[str]:
+        return [self.kind for _ in items]
+
+
 class EmbeddingRouter:
     """A small MLP over ``[enc(question), enc(core content)]`` -> five type logits.
 
@@ -210,5 +223,5 @@ def load_router(directory, encoder) -> EmbeddingRouter:
     return router
 
 
-__all__ = ["core_content", "LLMRouter", "HeuristicRouter", "EmbeddingRouter", "load_router",
+__all__ = ["core_content", "LLMRouter", "HeuristicRouter", "FixedRouter", "EmbeddingRouter", "load_router",
            "ROUTER_DIR"]

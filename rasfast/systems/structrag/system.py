@@ -56,11 +56,13 @@ class StructRAG:
             only the documents' knowledge; n: graph/table structures also follow the corpus
             knowledge graph n hops from the documents' entities).
         extract_k: items the default utilizer selects per sub-question.
+        reader: the default utilizer's reader-contract prompt (rasfast.llm.reader).
     """
 
     def __init__(self, llm=None, retriever=None, router=None, structurizer=None, utilizer=None,
                  encoder=None, triples_by_pid: Optional[Mapping[int, Sequence[Triple]]] = None,
-                 k: int = 5, default_type: str = DEFAULT_TYPE, kg_hops: int = 0, extract_k: int = 8):
+                 k: int = 5, default_type: str = DEFAULT_TYPE, kg_hops: int = 0, extract_k: int = 8,
+                 reader: str = "contract"):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k: expected an int >= 1, got {k!r}")
         if default_type not in STRUCTURE_TYPES:
@@ -76,7 +78,8 @@ class StructRAG:
             HeuristicRouter("graph" if triples_by_pid else DEFAULT_TYPE))
         self.structurizer = structurizer if structurizer is not None else \
             HybridStructurizer(llm, triples_by_pid, kg_hops=kg_hops)
-        self.utilizer = utilizer if utilizer is not None else Utilizer(llm, encoder, extract_k=extract_k)
+        self.utilizer = utilizer if utilizer is not None else Utilizer(llm, encoder, extract_k=extract_k,
+                                                                       reader=reader)
         for name, obj, meth in (("router", self.router, "route"),
                                 ("structurizer", self.structurizer, "structurize")):
             if not callable(getattr(obj, meth, None)):
@@ -165,12 +168,17 @@ class StructRAG:
             live = self._live(errors)
             got = self._stage("infer", self.utilizer.infer, live,
                               [(questions[i], subqs[i], sels[i], structures[i]) for i in live], errors)
+            shown: List[Any] = [None] * n
+            reply: List[Optional[str]] = [None] * n
             for i, a in got.items():
-                answers[i] = None if a is None else str(a)
+                if hasattr(a, "shown"):        # a reader-contract ReadResult
+                    answers[i], shown[i], reply[i] = a.answer, a.shown, a.reply
+                else:
+                    answers[i] = None if a is None else str(a)
 
         return [StructRAGResult(questions[i], answers[i], kinds[i], raw_route[i], fallback[i],
                                 docs[i] or [], structures[i], subqs[i], [s.text for s in sels[i]],
-                                trace, errors[i], doc_errors[i]) for i in range(n)]
+                                trace, errors[i], doc_errors[i], shown[i], reply[i]) for i in range(n)]
 
     # -- internals -----------------------------------------------------------------------
     @staticmethod

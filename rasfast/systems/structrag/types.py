@@ -69,6 +69,8 @@ class StructRAGResult:
     trace: Trace                           # shared by all questions of one run_batch call
     error: Optional[ErrorRecord] = None    # why the question stopped early, if it did
     doc_errors: List[ErrorRecord] = field(default_factory=list)  # documents not structurized
+    shown: Optional[object] = None         # what the reader was shown (rasfast.llm.reader.ReaderInput)
+    reply: Optional[str] = None            # the reader's raw reply
 
     @property
     def ok(self) -> bool:

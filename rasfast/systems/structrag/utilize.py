@@ -14,8 +14,9 @@
   catalogues are ordered documents and are passed whole (cut at ``max_chars``). With an LLM,
   the model then reads only that selection and keeps the precise knowledge (one concurrent
   call for all sub-questions of the batch); offline, the selection is the knowledge.
-- **infer**: an LLM answers from the sub-questions and their knowledge (its whole reply,
-  less an "Answer:" prefix: a multi-line answer is not cut to its first line). Offline:
+- **infer**: the reader contract (:mod:`rasfast.llm.reader`: one instruction family, answer
+  shape, token budget and post-processing for every system) answers from the sub-questions
+  and their knowledge. Offline:
   rasfast's model-free relation-path reasoner over the extracted triples (graph triples, and
   table cells read back as (row, column, value)); for chunks, the best-scoring chunk's first
   sentence. A baseline, not a reader.
@@ -35,7 +36,7 @@ import numpy as np
 from ...profile import span
 from ._llm import check_llm, generate_isolated
 from .parse import parse_subquestions, split_row
-from .prompts import decompose_messages, extract_messages, infer_messages
+from .prompts import decompose_messages, extract_messages
 from .types import Structure
 
 _SELECTABLE = ("table", "graph", "chunk", "text")
@@ -95,7 +96,7 @@ class Utilizer:
 
     def __init__(self, llm=None, encoder=None, extract_k: int = 8, graph_hops: int = 1,
                  max_subquestions: int = 4, max_chars: int = 6000, max_new_tokens: int = 256,
-                 answer_tokens: int = 64, temperature: float = 0.0):
+                 answer_tokens: Optional[int] = None, temperature: float = 0.0, reader: str = "contract"):
         if llm is not None:
             check_llm(llm)
         if not isinstance(extract_k, int) or isinstance(extract_k, bool) or extract_k < 1:
@@ -112,6 +113,8 @@ class Utilizer:
         self.extract_k, self.graph_hops = extract_k, graph_hops
         self.max_subquestions, self.max_chars = max_subquestions, max_chars
         self.max_new_tokens, self.answer_tokens, self.temperature = max_new_tokens, answer_tokens, temperature
+        self.reader = reader
+        self.defer_reading = False     # infer returns the reader inputs unread
         self._reasoner = None
         self.stats = {"whole": 0, "preselected": 0, "cut": 0}
 
@@ -202,12 +205,19 @@ class Utilizer:
         return out
 
     # -- infer ---------------------------------------------------------------------------
-    def infer(self, items: Sequence[Tuple[str, List[str], List[Selection], List[Structure]]]) -> List[str]:
-        """An answer per (question, sub-questions, selections, structures)."""
+    def infer(self, items: Sequence[Tuple[str, List[str], List[Selection], List[Structure]]]) -> List[Any]:
+        """An answer per (question, sub-questions, selections, structures). With an LLM, the
+        reader contract (rasfast.llm.reader) reads the sub-questions and the knowledge
+        extracted for each (one :class:`~rasfast.llm.reader.ReadResult` per question, or the
+        exception of a failed call); offline, an answer string."""
         if self.llm is not None:
-            prompts = [infer_messages(q, subqs, [s.text for s in sels]) for q, subqs, sels, _ in items]
-            replies, errs = generate_isolated(self.llm, prompts, self.answer_tokens, self.temperature)
-            return [errs[i] if i in errs else _final_answer(r) for i, r in enumerate(replies)]
+            from ...llm.reader import MAX_NEW_TOKENS, ReaderInput, ReadResult, read
+            inputs = [ReaderInput(q, knowledge=knowledge_text(subqs, [s.text for s in sels]))
+                      for q, subqs, sels, _ in items]
+            if self.defer_reading:     # the caller reads (rasfast eval qa's read phase)
+                return [ReadResult(None, None, i) for i in inputs]
+            got = read(self.llm, inputs, self.reader, self.answer_tokens or MAX_NEW_TOKENS)
+            return [(r.exception or RuntimeError(r.error)) if r.error else r for r in got]
         return [self._infer_offline(q, sels, ss) for q, _, sels, ss in items]
 
     def _infer_offline(self, question: str, sels: Sequence[Selection], structures: Sequence[Structure]) -> str:
@@ -250,15 +260,10 @@ def _main_kind(structures: Sequence[Structure]) -> str:
     return max(dict.fromkeys(kinds), key=kinds.count) if kinds else "text"
 
 
-def _final_answer(text: str) -> str:
-    """The model's answer: its reply stripped, less a leading "Answer:" / "Final answer:"
-    (the whole reply, not its first line: lists and explanations stay)."""
-    ans = (text or "").strip()
-    for prefix in ("final answer:", "answer:"):
-        if ans.casefold().startswith(prefix):
-            ans = ans[len(prefix):].strip()
-            break
-    return ans
+def knowledge_text(subquestions: Sequence[str], knowledge: Sequence[str]) -> str:
+    """The utilizer's input to the reader: each sub-question and what extraction kept for it."""
+    return "\n".join(f"[{i + 1}] Sub-question: {q}\nKnowledge: {k or 'none'}"
+                     for i, (q, k) in enumerate(zip(subquestions, knowledge)))
 
 
 __all__ = ["Utilizer", "Selection", "KnowledgeCutWarning"]

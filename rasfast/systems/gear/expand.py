@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._validate import check_choice, check_int_arg
+from ..._validate import check_choice, check_int_arg
 
 RRF_K = 60
 
@@ -212,7 +212,7 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
         :class:`ExpansionResult`; ``passages[i]`` = RRF([base_pids[i], expansion[i]]), ties
         broken in favour of the base list (see :func:`reciprocal_rank_fusion`).
     """
-    from ..ops.beam import triple_beam_search
+    from ...ops.beam import triple_beam_search
 
     mode = check_choice(mode, "mode", ("naive", "sync"))
     pid_table = _passage_table(graph)
@@ -298,9 +298,9 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
         {"rows": [{"method", "base_size", "recall@k"...}], "graph": degree stats,
          "n_questions", "encoder", "settings"}.
     """
-    from .. import data as _data
-    from ..encode import SentenceTransformerEncoder, encode_cached
-    from ..graph import TripleGraph
+    from ... import data as _data
+    from ...encode import SentenceTransformerEncoder, encode_cached
+    from ...graph import TripleGraph
 
     ks = [check_int_arg(k, "ks", 1) for k in ks]
     base_sizes = [check_int_arg(m, "base_sizes", 1) for m in base_sizes]

