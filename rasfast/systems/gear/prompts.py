@@ -89,7 +89,8 @@ def rewrite_prompt(question: str, memory: Sequence[Triple], reason: str) -> str:
 
 # -- parsers ------------------------------------------------------------------------------------
 _Q = r"\"([^\"\n]{1,300})\"|'([^'\n]{1,300})'|([^,()\"'\n]{1,300}?)"
-_TRIPLE = re.compile(rf"\(\s*(?:{_Q})\s*,\s*(?:{_Q})\s*,\s*(?:{_Q})\s*\)")
+_Q_LAST = r"\"([^\"\n]{1,300})\"|'([^'\n]{1,300})'|([^()\"'\n]{1,300}?)"   # an object may hold commas
+_TRIPLE = re.compile(rf"\(\s*(?:{_Q})\s*,\s*(?:{_Q})\s*,\s*(?:{_Q_LAST})\s*\)")
 _PIPE = re.compile(r"^\W*([^|\n]{1,300}?)\s*\|\s*([^|\n]{1,300}?)\s*\|\s*([^|\n]{1,300}?)\W*$")
 
 
