@@ -20,7 +20,7 @@ QUESTIONS = [Question("q1", "In which city was the founder of Velora Studios bor
 class Engine:
     """Replies by role: the RAS planner searches once then says ENOUGH (or garbles when told
     to); the reader answers from a lookup; anything else gets a short fixed reply."""
-    n_ctx = 8192
+    n_ctx = 4096
 
     def __init__(self, garble_planner=False, interrupt_after=None, delay=0.0, wrong=()):
         self.garble_planner, self.interrupt_after, self.calls = garble_planner, interrupt_after, 0

@@ -2,16 +2,14 @@
 
 The paper-style RAS prompts (:mod:`rasfast.llm.prompts`: an instruction listing three tags
 plus few-shot conversations) suit API models; a 1.5B instruct model given them mostly
-repeats the question as its "sub-query". These prompts keep the RAS structure -- a planner
-that either asks for one more retrieval or declares the knowledge sufficient, and an
-answerer that reads the triples gathered per retrieval step -- but ask for it in plain
-words with one fixed reply form each, and they share one system message and the knowledge
-block, so a local backend's KV prefix cache serves the answerer (and the next round's
-planner) from the planner's prompt.
+repeats the question as its "sub-query". This prompt keeps RAS's planner -- it either asks
+for one more retrieval or declares the knowledge sufficient -- but asks for it in plain words
+with one fixed reply form. The answering step is the reader contract's
+(:mod:`rasfast.llm.reader`), in both prompt styles.
 
-Replies are mapped back to the loop's tags by :func:`plan_to_tags` (``SEARCH: q`` ->
-``[SUBQ] q``, ``ENOUGH`` -> ``[SUFFICIENT]``); :func:`plan_parsed` says whether a reply had
-one of the two forms (the parse-failure rate the QA evaluation reports).
+Replies are mapped back to the loop's tags by :func:`parse_plan_reply` (``SEARCH: q`` ->
+``[SUBQ] q``, ``ENOUGH`` -> ``[SUFFICIENT]``), which also says whether a reply had one of the
+two forms (the parse-failure rate the QA evaluation reports).
 """
 from __future__ import annotations
 
@@ -28,51 +26,24 @@ PLAN_TASK = ("Task: decide the next step. If the facts above already contain the
              "next search, a short question about the one missing fact, using the names found "
              "above (no pronouns), in this form:\nSEARCH: <question>")
 
-ANSWER_TASK = ("Task: answer the question using the facts above; if they do not contain the "
-               "answer, give your best guess. Reply with the answer only, in a few words (a "
-               "name, a date or a number), with no explanation.")
-
-READER_SYSTEM = "You answer questions using the documents you are given."
-READER_TASK = ("Answer the question using the documents; if they do not contain the answer, give "
-               "your best guess. Reply with the answer only, in a few words (a name, a date or "
-               "a number), with no explanation.")
-CLOSED_BOOK_TASK = ("Reply with the answer only, in a few words (a name, a date or a number), with "
-                    "no explanation; if you are not sure, give your best guess.")
-
-
 def _fact(t: Sequence[str]) -> str:
     return " | ".join(str(x).strip() for x in t[:3])
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("the a an of in on at to for by with from and or is was were are be been who what which "
-                  "when where whom whose how did does do that this as its it his her their".split())
-
-
-def _words(text: str) -> set:
-    return {w for w in _WORD.findall(str(text).lower()) if w not in _STOP and len(w) > 1}
-
-
-def rank_triples(triples: Sequence[Triple], query: str, question: str = "") -> List[Triple]:
-    """``triples`` ordered by word overlap with the step's search (and, half-weighted, the
-    question), stable for ties: a small model reads the few facts it sees first best."""
-    qw, qq = _words(query), _words(question)
-    def score(t):
-        w = _words(" ".join(str(x) for x in t[:3]))
-        return len(w & qw) + 0.5 * len(w & qq)
-    return sorted(triples, key=lambda t: -score(t))
-
-
 def knowledge_text(subqueries: Sequence[str], step_triples: Sequence[Sequence[Triple]],
                    max_per_step: int = 10, max_steps: int = 5, question: str = "") -> str:
-    """One block per retrieval step: the search and its ``max_per_step`` new facts that share
-    the most words with that search and the question (:func:`rank_triples`)."""
+    """One block per retrieval step: the search and up to ``max_per_step`` of its new facts,
+    chosen along the question graph (:func:`rasfast.llm.reader.order_by_question_graph`: the
+    facts about entities the question names first, then their neighbourhood) -- the
+    planner's compact view; the reader sees every fact."""
+    from .reader import order_by_question_graph
     seen, blocks = set(), []
     steps = list(enumerate(subqueries))[-max_steps:]
     for i, q in steps:
-        trip = rank_triples(step_triples[i] if i < len(step_triples) else [], q, question)
+        trip = list(step_triples[i]) if i < len(step_triples) else []
         facts = []
-        for t in trip:
+        for j in order_by_question_graph(trip, f"{question} {q}"):   # the sub-query names the bridge
+            t = trip[j]
             key = tuple(str(x).strip().lower() for x in t[:3])
             if key in seen:
                 continue
@@ -91,22 +62,6 @@ def _user(question: str, subqueries, step_triples, task: str, **kw) -> str:
 def planner_messages(question: str, subqueries, step_triples, **kw) -> List[Dict[str, str]]:
     return [{"role": "system", "content": SYSTEM},
             {"role": "user", "content": _user(question, subqueries, step_triples, PLAN_TASK, **kw)}]
-
-
-def answerer_messages(question: str, subqueries, step_triples, **kw) -> List[Dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": _user(question, subqueries, step_triples, ANSWER_TASK, **kw)}]
-
-
-def reader_messages(question: str, passages: Sequence = (), max_chars: int = 1200) -> List[Dict[str, str]]:
-    """The passage reader (dense RAG) or, with no passages, the closed-book prompt."""
-    if not passages:
-        return [{"role": "system", "content": "You answer questions."},
-                {"role": "user", "content": f"Question: {question}\n\n{CLOSED_BOOK_TASK}"}]
-    docs = "\n\n".join(f"Document {i + 1}: {getattr(p, 'title', '')}\n{getattr(p, 'text', '')[:max_chars]}"
-                       for i, p in enumerate(passages))
-    return [{"role": "system", "content": READER_SYSTEM},
-            {"role": "user", "content": f"{docs}\n\nQuestion: {question}\n\n{READER_TASK}"}]
 
 
 _SEARCH = re.compile(r"^\W*(?:search|next search|query|sub-?query)\s*\d*\s*[:\-]\s*(.+)$", re.IGNORECASE)
@@ -131,14 +86,4 @@ def parse_plan_reply(text: Optional[str]) -> Tuple[str, bool]:
     return "[SUFFICIENT]", False
 
 
-def clean_answer(text: Optional[str]) -> str:
-    """The first non-empty line, without an ``Answer:`` prefix, quotes or a final period."""
-    for line in (text or "").strip().splitlines():
-        line = _PREFIX.sub("", line.strip()).strip().strip('"*`').strip()
-        if line:
-            return line[:-1].strip() if line.endswith(".") else line
-    return ""
-
-
-__all__ = ["SYSTEM", "planner_messages", "answerer_messages", "reader_messages", "knowledge_text",
-           "parse_plan_reply", "clean_answer"]
+__all__ = ["SYSTEM", "planner_messages", "knowledge_text", "parse_plan_reply"]

@@ -55,10 +55,6 @@ def planner_user_message(question: str, subqueries, step_triples) -> str:
     return f"Question: {question}\n{knowledge_block(subqueries, step_triples)}\nNext step:"
 
 
-def answerer_user_message(question: str, subqueries, step_triples) -> str:
-    return f"Question: {question}\n{knowledge_block(subqueries, step_triples)}\nAnswer:"
-
-
 # Few-shot conversations for API models (fictional facts, so no example leaks world knowledge)
 _PLAN_SHOTS = [
     ("What is 17 plus 25?", [], [], "[NO_RETRIEVAL]"),
@@ -70,12 +66,6 @@ _PLAN_SHOTS = [
      ["In which city was the founder of Velora Studios born?", "In which city was Mira Okonkwo born?"],
      [[("Velora Studios", "founded by", "Mira Okonkwo")], [("Mira Okonkwo", "born in", "Castrell")]],
      "[SUFFICIENT]"),
-]
-_ANSWER_SHOTS = [
-    ("In which city was the founder of Velora Studios born?",
-     ["In which city was the founder of Velora Studios born?", "In which city was Mira Okonkwo born?"],
-     [[("Velora Studios", "founded by", "Mira Okonkwo")], [("Mira Okonkwo", "born in", "Castrell")]],
-     "Castrell"),
 ]
 _TRIPLE_SHOT = (
     "Title: Harlan Vey\nHarlan Vey (born 1931) is a painter from Oskarby. He studied at the Drussel Academy, "
@@ -98,12 +88,6 @@ def planner_messages(question, subqueries, step_triples, few_shot: bool = True) 
     """Chat prompt for an API model acting as the RAS planner."""
     shots = [(planner_user_message(q, s, t), r) for q, s, t, r in _PLAN_SHOTS]
     return _chat(PLANNER_INSTRUCTION, shots, planner_user_message(question, subqueries, step_triples), few_shot)
-
-
-def answerer_messages(question, subqueries, step_triples, few_shot: bool = True) -> List[Dict[str, str]]:
-    """Chat prompt for an API model acting as the RAS answerer."""
-    shots = [(answerer_user_message(q, s, t), r) for q, s, t, r in _ANSWER_SHOTS]
-    return _chat(ANSWERER_INSTRUCTION, shots, answerer_user_message(question, subqueries, step_triples), few_shot)
 
 
 def triples_messages(passage_text: str, few_shot: bool = True) -> List[Dict[str, str]]:

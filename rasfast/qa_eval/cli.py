@@ -53,7 +53,7 @@ def cmd_eval_qa(args) -> int:
         if getattr(args, "report", False):
             out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
                             max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root,
-                            encoder=args.encoder, **common)
+                            encoder=args.encoder, n_ctx=args.llm_ctx or 4096, **common)
         else:
             llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
                            **local_options(args))

@@ -81,13 +81,13 @@ def _aligner_id(aligner) -> Optional[str]:
 
 
 def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, retriever: str, gear_iters: int,
-                  kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+                  kirag_aligner=None, router: Optional[str] = None, n_ctx: Optional[int] = None) -> Dict[str, Any]:
     """What a system's preparation (everything before its reader) depends on beyond dataset,
     LLM and encoder: its cache key."""
     prep, fam = PREP[system], FAMILY[system]
     s: Dict[str, Any] = {"schema": SCHEMA, "prep": prep}
-    if fam != "reader":
-        s.update(retriever=retriever, prompts=prompt_signature(fam))
+    if fam != "reader":   # the LLM's context window decides what fits its prompts
+        s.update(retriever=retriever, prompts=prompt_signature(fam), n_ctx=n_ctx)
     if fam == "ras":
         s.update(k=k, max_iters=max_iters, prompt_style=prompt_style)
     if fam == "gear":
@@ -101,13 +101,14 @@ def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, ret
 
 
 def settings_for(system: str, *, k: int, max_iters: int, reader: str, prompt_style: str, retriever: str,
-                 gear_iters: int, kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+                 gear_iters: int, kirag_aligner=None, router: Optional[str] = None,
+                 n_ctx: Optional[int] = None) -> Dict[str, Any]:
     """What a system's final records depend on: its preparation, the reader and the k it reads."""
     from ..llm.reader import settings as reader_settings
     s = prep_settings(system, k=k, max_iters=max_iters, prompt_style=prompt_style, retriever=retriever,
-                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router)
+                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router, n_ctx=n_ctx)
     s.update(system=system, k=k, reader=reader, reader_settings=reader_settings(),
-             reader_prompts=prompt_signature("reader"))
+             reader_prompts=prompt_signature("reader"), n_ctx=n_ctx)   # what the reader's input is cut to
     return s
 
 
@@ -244,7 +245,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     preparers: Dict[str, Any] = {}
     for name in systems:
         kw = dict(k=k, max_iters=max_iters, prompt_style=style, retriever=retriever, gear_iters=giters,
-                  kirag_aligner=kirag_aligner, router=router)
+                  kirag_aligner=kirag_aligner, router=router, n_ctx=getattr(llm, "n_ctx", None))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, settings_for(name, reader=reader, **kw), enc.name))
         pf = RecordFile(cache / cache_file(ds.name, PREP[name], llm_name, prep_settings(name, **kw), enc.name, "prep"))
         done = rf.load()
@@ -420,7 +421,8 @@ def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequen
 def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[int] = None, k: int = 5,
               max_iters: int = 5, cache_dir=None, data_root=None, encoder=None, *, questions: Optional[str] = None,
               prompt_style: Optional[str] = "compact", reader: str = "contract", retriever: str = "dense",
-              gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None) -> Dict[str, Any]:
+              gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None,
+              n_ctx: Optional[int] = 4096) -> Dict[str, Any]:
     """What the per-question cache holds for these settings, aggregated as
     :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
     selected questions that are cached (its ``n``); ``missing`` counts the others."""
@@ -437,7 +439,8 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     rows, missing, recs_by, dups = [], {}, {}, {}
     for name in systems:
         st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
-                          retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router)
+                          retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router,
+                          n_ctx=n_ctx)
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
         recs = _records(qs, rf.load())
         missing[name] = len(qs) - len(recs)
