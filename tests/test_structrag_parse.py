@@ -193,3 +193,21 @@ def test_parsers_never_raise_on_model_text(text, kind):
         assert s.content == text.strip()
     subs = parse_subquestions(text, "Q?")
     assert subs and all(isinstance(x, str) and x for x in subs)
+
+
+def test_graph_triples_may_hold_sentences_and_parentheses():
+    """The paper's graph structurizer lets heads and tails be whole sentences of the document."""
+    from rasfast.systems.structrag.parse import _graph_items
+    body = ("(A | b | C (film))\n1. (The Salt Harbour is a 1934 film | directed by | Orrin Vale, who died "
+            "in 1968.)\n- x | y | z\nnot | a triple\n(S> a| P> b| O> c)")
+    assert _graph_items(body) == [("a", "b", "c"), ("A", "b", "C (film)"),
+                                  ("The Salt Harbour is a 1934 film", "directed by", "Orrin Vale, who died in 1968."),
+                                  ("x", "y", "z")]
+
+
+def test_the_decomposer_gets_its_worked_example_and_the_graph_prompt_allows_sentences():
+    from rasfast.systems.structrag.prompts import STRUCTURIZER_INSTRUCTIONS, decompose_messages
+    msgs = decompose_messages("Who directed the film in which Mara Quell played Iris?", ["A graph of films."])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert "Sub-questions:" in msgs[1]["content"] and msgs[2]["content"].count("\n") == 2
+    assert "whole sentence" in STRUCTURIZER_INSTRUCTIONS["graph"]

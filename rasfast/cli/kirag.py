@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
     t.add_argument("--dataset", default="musique", choices=["musique"])
     t.add_argument("--model", default=None, help="sentence-transformers model path (default MiniLM)")
     t.add_argument("--data-root", default=None)
+    t.add_argument("--questions", default=None, metavar="A-B",
+                   help="train on the silver chains of questions A to B only (1-based, inclusive), e.g. "
+                        "1-50, so that `eval qa --questions 51-100 --kirag-aligner DIR` is held out")
     t.add_argument("--verify-llm", default=None, metavar="SPEC",
                    help="keep only the silver chains this reader answers from, as the paper filters "
                         "its chains (an --llm spec: local, local:PATH.gguf, openai, ...)")
@@ -56,6 +59,15 @@ def cmd_train(args) -> int:
     from ..systems.kirag.silver import load_musique_chains, training_pairs
 
     ds, store, chains = load_musique_chains(args.data_root)
+    if args.questions:
+        from ..qa_eval.run import parse_questions
+        try:
+            a, b = parse_questions(args.questions, None)
+        except ValueError as e:
+            raise SystemExit(f"kirag train: {e}")
+        keep = {q.qid for q in ds.questions[a - 1:b]}
+        chains = [c for c in chains if c.qid in keep]
+        print(f"training on the silver chains of questions {a}-{min(b, len(ds.questions))} only")
     n_chains = len(chains)
     if args.verify_llm:
         from ..llm.adapters import make_llm

@@ -123,7 +123,7 @@ def parse_structure(kind: str, text, pids: Sequence[int] = (), title: str = "") 
     return Structure(kind, desc, content, items, list(pids), header)
 
 
-_PIPE_TRIPLE = re.compile(r"^\s*[-*\d.)\s]*\(?\s*([^|()]+?)\s*\|\s*([^|()]+?)\s*\|\s*([^|()]+?)\s*\)?\s*[,;.]?\s*$")
+_LINE_BULLET = re.compile(r"^\s*(?:[-*]|\d+[.)])\s*")
 _SEMI_TRIPLE = re.compile(r"^\s*[-*\d.)\s]*\(\s*([^;()]+?)\s*[;,]\s*([^;()]+?)\s*[;,]\s*([^;()]+?)\s*\)\s*[,;.]?\s*$")
 
 
@@ -132,12 +132,27 @@ def _graph_items(body: str) -> List[tuple]:
     RAS's ``(S> h| P> r| O> t)`` form; duplicates kept once."""
     out = list(parse_triples(body).triples)
     for ln in body.splitlines():
-        m = _PIPE_TRIPLE.match(ln) or _SEMI_TRIPLE.match(ln)
-        if m and ">" not in ln:
-            t = tuple(x.strip().strip("\"'") for x in m.groups())
-            if all(t):
-                out.append(t)
+        if ">" in ln:
+            continue
+        t = _pipe_triple(ln)
+        if t is None:
+            m = _SEMI_TRIPLE.match(ln)
+            t = tuple(x.strip().strip("\"'") for x in m.groups()) if m else None
+        if t and all(t):
+            out.append(t)
     return list(dict.fromkeys(out))
+
+
+def _pipe_triple(line: str):
+    """``(head | relation | tail)`` with heads and tails of any length (the paper's graph
+    structurizer allows sentences), parentheses inside them kept: "Boston (Lincolnshire)"."""
+    s = _LINE_BULLET.sub("", line.strip()).rstrip(",;.").strip()
+    if s.startswith("(") and s.endswith(")"):
+        s = s[1:-1]
+    parts = s.split("|")
+    if len(parts) != 3:
+        return None
+    return tuple(x.strip().strip("\"'").strip() for x in parts)
 
 
 def parse_subquestions(text, question: str, max_n: int = 6) -> List[str]:

@@ -48,8 +48,9 @@ STRUCTURIZER_INSTRUCTIONS: Dict[str, str] = {
               "numbers and units exactly as written; write '\\|' for a '|' inside a cell."),
     "graph": ("Turn the knowledge in the document that is relevant to the question into a graph. "
               + _DESCRIPTION_RULE + " Write the graph as head-relation-tail triples, one per line, "
-              "in the form (head | relation | tail); use full entity names as written in the "
-              "document, short relations, one fact per triple."),
+              "in the form (head | relation | tail). Extract only the triples the question needs, "
+              "not every fact. Make each head and tail as complete as possible: it may be a name, a "
+              "phrase or a whole sentence of the document, kept as written, without abbreviations."),
     "algorithm": ("Turn the procedure in the document that is relevant to the question into an "
                   "algorithm. " + _DESCRIPTION_RULE + " Write the algorithm as numbered pseudo-code "
                   "steps, one per line, with conditions and loops written out (IF / FOR EACH / "
@@ -68,6 +69,13 @@ DECOMPOSE_INSTRUCTION = (
     "documents. Break the question into the simple sub-questions that must be answered from that "
     "knowledge to answer it, in the order they must be answered. Write one sub-question per "
     "line, nothing else. A simple question is its own single sub-question.")
+
+# the paper's decomposer prompt has one worked example (its Figure 6); rasfast's is fictional
+_DECOMPOSE_SHOT = (
+    "Question:\nIn which country is the academy where the founder of Velora Studios studied?\n\n"
+    "Knowledge:\n- A graph of Velora Studios, its founder Mira Okonkwo and her education.\n"
+    "- A graph of the Drussel Academy and where it is.\n\nSub-questions:",
+    "Who founded Velora Studios?\nWhere did Mira Okonkwo study?\nIn which country is the Drussel Academy?")
 
 EXTRACT_INSTRUCTIONS: Dict[str, str] = {
     "table": ("From the table rows below, keep only the rows and cells that help answer the "
@@ -122,7 +130,7 @@ def structurizer_messages(kind: str, question: str, title: str, text: str) -> Li
 def decompose_messages(question: str, descriptions: Sequence[str]) -> List[Dict[str, str]]:
     info = "\n".join(f"- {d}" for d in descriptions if d) or "- (no structured knowledge)"
     user = f"Question:\n{question}\n\nKnowledge:\n{info}\n\nSub-questions:"
-    return _chat(DECOMPOSE_INSTRUCTION, (), user, False)
+    return _chat(DECOMPOSE_INSTRUCTION, [_DECOMPOSE_SHOT], user, True)
 
 
 def extract_messages(kind: str, subquestion: str, knowledge: str) -> List[Dict[str, str]]:
