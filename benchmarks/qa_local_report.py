@@ -1,115 +1,168 @@
-"""Tables for benchmarks/results/qa_local.md from the `rasfast eval qa` per-question cache.
+"""benchmarks/results/qa_local.md: every system through one reader, on held-out questions.
 
-Runs no model: it reads the cached records (`rasfast eval qa --report` does the same for one
-table) and adds what a single table does not show:
+Runs no model: it reads the `rasfast eval qa` per-question records (the cache the runs wrote,
+or the compressed copies kept in benchmarks/results/qa_records) and writes the tables:
 
-- every system over the *same* questions (the first N that all of them have finished);
-- paired differences against dense RAG: questions won / lost / tied on F1, and a paired
-  bootstrap 95% interval of the F1 difference (10,000 resamples, seed 0);
-- "answer in context": the share of questions where a gold answer (or alias), SQuAD-normalised,
-  occurs as whole words in the normalised title + text of a passage the system returned (for
-  RAS, every round's passages; its answerer reads their triples) -- retrieval reached the
-  answer, so what is lost beyond that is the reader's (or the triples');
-- seconds per question as median and mean; StructRAG's routed structure types.
+- the held-out table (default questions 51-100; 1-50 were the only ones prompts could be
+  looked at on): EM, F1, the paired bootstrap 95% interval of F1 against dense RAG over the
+  same questions, answer retrieved / answer shown, what the reader was shown, prompt tokens,
+  LLM calls and seconds per question; rasfast's own variants labelled as such;
+- KiRAG against dense at the same k (3 and 5), zero-shot and with the aligner trained on
+  questions 1-50 (the frozen protocol);
+- where each system lost its questions: not retrieved / retrieved but not shown / shown but
+  misread / correct;
+- the share of replies per LLM role that did not have the asked-for form;
+- "before": the previous round's records (benchmarks/results/qa_local_records, each system
+  with its own reader) over the same held-out questions.
 
-Usage: .venv/bin/python benchmarks/qa_local_report.py --dataset musique \
-           --systems none,dense,ras,gear,kirag,structrag --limit 100 [--llm local]
+    .venv/bin/python benchmarks/qa_local_report.py --cache-dir benchmarks/results/qa_records \\
+        [--datasets musique hotpotqa] [--questions 51-100] [--aligner DIR]
 """
 from __future__ import annotations
 
 import argparse
-import random
-import statistics
-from collections import Counter
+import json
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import header_markdown, machine_info  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+BEFORE = RESULTS / "qa_local_records"
+# (system, base retriever): GEAR runs on its paper's hybrid base, the others on dense
+MAIN = [("none", "dense"), ("dense", "dense"), ("ras", "dense"), ("gear", "hybrid"), ("kirag", "dense"),
+        ("structrag", "dense"), ("ras+passages", "dense"), ("ras-passages", "dense"), ("structrag-chunk", "dense")]
 
 
-def paired(a, b, n_boot=10_000, seed=0):
-    """(wins, losses, ties, mean diff, lo, hi): system a's F1 minus b's over the same questions."""
-    d = [x - y for x, y in zip(a, b)]
-    rng = random.Random(seed)
-    n = len(d)
-    boots = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    return (sum(x > 0 for x in d), sum(x < 0 for x in d), sum(x == 0 for x in d), sum(d) / n,
-            boots[int(0.025 * n_boot)], boots[int(0.975 * n_boot) - 1])
+def _report(ds, systems, cache, label, questions, retriever="dense", k=5, aligner=None):
+    from rasfast.qa_eval import report_qa
+    return report_qa(ds, systems, label, cache_dir=cache, questions=questions, retriever=retriever, k=k,
+                     kirag_aligner=aligner, n_ctx=8192)
+
+
+def _merge(parts):
+    rows, recs, missing = [], {}, {}
+    for p in parts:
+        rows += p["rows"]
+        recs.update(p["records"])
+        missing.update(p["missing"])
+    return rows, recs, missing
+
+
+def before_rows(ds, questions):
+    """The previous round's records over the same questions (each system its own reader)."""
+    from rasfast.qa_eval.records import RecordFile
+    from rasfast.qa_eval.run import _records, _select, parse_questions
+    from rasfast.qa_eval.tables import paired_against, summarise
+    qs = _select(ds.questions, parse_questions(questions, None))
+    recs = {}
+    for f in sorted(BEFORE.glob(f"{ds.name}-*.jsonl")):
+        system = f.name[len(ds.name) + 1:].split("-local_")[0]
+        got = _records(qs, RecordFile(f).load())
+        if got:
+            recs[system] = got
+    return [summarise(s, r, 5) for s, r in recs.items()], paired_against(recs)
+
+
+def f3(x):
+    return "–" if x is None else f"{x:.3f}"
+
+
+def pct(x):
+    return "–" if x is None else f"{100 * x:.0f}%"
 
 
 def main(argv=None) -> int:
-    from rasfast.data.qa import load_dataset
-    from rasfast.qa_eval import DATASETS, _load_done, _records, _settings_key, llm_label, summarise
-    from rasfast.llm.local import cache_dir
-    from rasfast.systems.ras.metrics import normalize_answer
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", required=True, choices=sorted(DATASETS))
-    ap.add_argument("--systems", default="none,dense,ras,gear,kirag,structrag")
-    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--cache-dir", default=str(RESULTS / "qa_records"))
+    ap.add_argument("--datasets", nargs="+", default=["musique", "hotpotqa"])
+    ap.add_argument("--questions", default="51-100")
+    ap.add_argument("--aligner", default=None, help="the KiRAG aligner trained on questions 1-50")
     ap.add_argument("--llm", default="local")
-    ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--max-iters", type=int, default=5)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--out", default=str(RESULTS / "qa_local"))
     args = ap.parse_args(argv)
-
-    ds = load_dataset(DATASETS[args.dataset], args.data_root)
-    cache = cache_dir() / "eval_qa" if args.cache_dir is None else __import__("pathlib").Path(args.cache_dir)
-    label = llm_label(args.llm)
-    qs = ds.questions[:args.limit]
-    done = {}
-    for name in [s.strip() for s in args.systems.split(",") if s.strip()]:
-        got = _load_done(cache / _settings_key(ds.name, name, label, args.k, args.max_iters))
-        if any(q.qid in got for q in qs):
-            done[name] = got
-    # the first N questions every listed system has finished
-    n = 0
-    while n < len(qs) and all(qs[n].qid in d for d in done.values()):
-        n += 1
-    qs = qs[:n]
-    # padded with spaces so that an answer matches whole words only ("1" is not in "1999")
-    text = {p.pid: f" {normalize_answer(f'{p.title} {p.text}')} " for p in ds.passages}
-    k = args.k
-
-    print(f"### {ds.name}: the first {n} questions, every system\n")
-    print("| system | n | EM | F1 | R@5 | answer in context | F1 where in context | LLM calls/q | prompt tok/q "
-          "| gen tok/q | s/q median | s/q mean | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    recs = {name: _records(qs, d) for name, d in done.items()}
-    for name, rs in recs.items():
-        row = summarise(name, rs, k)
-        golds = [[f" {g} " for g in map(normalize_answer, q.answers) if g] for q in qs]
-        in_ctx = [any(g in text[pid] for g in gs for pid in r.get("passages") or []) for gs, r in zip(golds, rs)]
-        hit = [r["f1"] for r, c in zip(rs, in_ctx) if c]
-        ctx = "- | -" if name == "none" else \
-            f"{sum(in_ctx) / len(in_ctx):.2f} | {(sum(hit) / len(hit)) if hit else 0:.3f}"
-        rk = row[f"recall@{k}"]
-        print(f"| {name} | {row['n']} | {row['em']:.3f} | {row['f1']:.3f} | {'-' if rk is None else f'{rk:.3f}'} "
-              f"| {ctx} | {row['llm_calls_per_q']:.1f} | {row['prompt_tokens_per_q']:.0f} "
-              f"| {row['completion_tokens_per_q']:.0f} | {statistics.median(r['seconds'] for r in rs):.1f} "
-              f"| {row['seconds_per_q']:.1f} | {row['errors']} |")
-    print("\nParse failures (unparsed / replies):")
-    for name, rs in recs.items():
-        pf = summarise(name, rs, k)["parse_failures"]
-        print(f"- {name}: " + ", ".join(f"{role} {v['unparsed']}/{v['replies']}" for role, v in pf.items()))
-    if "dense" in recs:
-        print(f"\nPaired against dense RAG, F1 per question ({n} questions; 95% paired bootstrap interval):\n")
-        print("| system | higher | lower | same | mean F1 difference | 95% interval |")
-        print("|---|---|---|---|---|---|")
-        base = [r["f1"] for r in recs["dense"]]
-        for name, rs in recs.items():
-            if name == "dense":
-                continue
-            w, lo_, t, m, lo, hi = paired([r["f1"] for r in rs], base)
-            print(f"| {name} | {w} | {lo_} | {t} | {m:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
-    if "structrag" in recs:
-        kinds = Counter(r.get("structure", "not recorded") for r in recs["structrag"])
-        fb = sum(1 for r in recs["structrag"] if r.get("route_fallback"))
-        print("\nStructRAG's routed structure types: "
-              + ", ".join(f"{kind} {c}" for kind, c in kinds.most_common())
-              + f" (router replies naming no type, fallback used: {fb})")
-        by_kind = {}
-        for r in recs["structrag"]:
-            by_kind.setdefault(r.get("structure", "not recorded"), []).append(r["f1"])
-        print("F1 by structure type: " + ", ".join(f"{kind} {sum(v) / len(v):.3f} (n={len(v)})"
-                                                    for kind, v in sorted(by_kind.items())))
+    from rasfast.data.qa import load_dataset
+    from rasfast.qa_eval import LABELS, llm_label
+    from rasfast.qa_eval.records import STAGE_LABELS, STAGES
+    from rasfast.qa_eval.tables import paired_against
+    cache, label = pathlib.Path(args.cache_dir), llm_label(args.llm)
+    out = {"machine": machine_info(), "llm": label, "questions": args.questions, "datasets": {}}
+    md = []
+    for name in args.datasets:
+        ds = load_dataset(name)
+        parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args.questions, ret)
+                 for ret in ("dense", "hybrid")]
+        rows, recs, missing = _merge(parts)
+        order = [s for s, _ in MAIN]
+        rows.sort(key=lambda r: order.index(r["system"]))
+        paired = paired_against(recs)
+        d = {"rows": rows, "paired": paired, "missing": missing}
+        md += [f"## {name}, questions {args.questions}: every system through the reader contract", "",
+               "| system | retriever | n | EM | F1 | F1 − dense [95% CI] | answer retrieved | answer shown "
+               "| shown: passages / triples | prompt tok/q | calls/q | s/q |",
+               "|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+        for r in rows:
+            p = paired.get(r["system"])
+            ci = "–" if r["system"] == "dense" or not p or not p["n"] else \
+                f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+            ret = dict(MAIN)[r["system"]] if r["system"] not in ("none", "dense") else ("–" if r["system"] == "none" else "dense")
+            sp, st = r["shown_passages_per_q"], r["shown_triples_per_q"]
+            md.append(f"| {LABELS[r['system']]} | {ret} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {ci} "
+                      f"| {pct(r['answer_retrieved'])} | {pct(r['answer_shown'])} "
+                      f"| {'–' if sp is None else f'{sp:.1f}'} / {'–' if st is None else f'{st:.0f}'} "
+                      f"| {r['prompt_tokens_per_q']:,.0f} | {r['llm_calls_per_q']:.1f} | {r['seconds_per_q']:.0f} |")
+        absent = [s for s, m in missing.items() if m]
+        if absent:
+            md.append("")
+            md.append("Not complete: " + ", ".join(f"{s} ({missing[s]} questions missing)" for s in absent) + ".")
+        # KiRAG at k = 3 and 5, zero-shot and trained aligner
+        md += ["", f"### {name}: KiRAG against dense RAG at the same k (KiRAG's protocol: same reader, same k)", "",
+               "| k | aligner | n | dense F1 | KiRAG F1 | KiRAG − dense [95% CI] | KiRAG R@k | dense R@k |",
+               "|---:|---|---:|---:|---:|---|---:|---:|"]
+        d["kirag"] = []
+        for k in (3, 5):
+            for al in (None, args.aligner):
+                if al is None and k not in (3, 5):
+                    continue
+                rep = _report(ds, ["dense", "kirag"], cache, label, args.questions, "dense", k=k, aligner=al)
+                got = {r["system"]: r for r in rep["rows"]}
+                if "kirag" not in got or "dense" not in got:
+                    continue
+                p = rep["paired"]["kirag"]
+                row = {"k": k, "aligner": "trained on 1-50" if al else "zero-shot (MiniLM)", "n": got["kirag"]["n"],
+                       "dense_f1": got["dense"]["f1"], "kirag_f1": got["kirag"]["f1"], "paired": p,
+                       "kirag_recall": got["kirag"][f"recall@{k}"], "dense_recall": got["dense"][f"recall@{k}"]}
+                d["kirag"].append(row)
+                md.append(f"| {k} | {row['aligner']} | {row['n']} | {row['dense_f1']:.3f} | {row['kirag_f1']:.3f} "
+                          f"| {p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}] | {f3(row['kirag_recall'])} "
+                          f"| {f3(row['dense_recall'])} |")
+                if al is None and args.aligner is None:
+                    break
+        md += ["", f"### {name}: where the questions were lost", "",
+               "| system | " + " | ".join(STAGE_LABELS[s] for s in STAGES) + " |",
+               "|---|" + "---:|" * len(STAGES)]
+        for r in rows:
+            md.append(f"| {LABELS[r['system']]} | " + " | ".join(str(r["stages"][s]) for s in STAGES) + " |")
+        md += ["", f"### {name}: replies without the asked-for form (unparsed / replies)", ""]
+        for r in rows:
+            pf = ", ".join(f"{role} {v['unparsed']}/{v['replies']}" for role, v in r["parse_failures"].items())
+            md.append(f"- {LABELS[r['system']]}: {pf or '–'}")
+        brows, bpaired = before_rows(ds, args.questions)
+        d["before"] = {"rows": brows, "paired": bpaired}
+        if brows:
+            md += ["", f"### {name}, before this round: the same questions, each system with its own reader", "",
+                   "| system | n | EM | F1 | F1 − dense [95% CI] | prompt tok/q |", "|---|---:|---:|---:|---|---:|"]
+            for r in brows:
+                p = bpaired.get(r["system"])
+                ci = "–" if r["system"] == "dense" or not p else f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+                md.append(f"| {r['system']} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {ci} | {r['prompt_tokens_per_q']:,.0f} |")
+        md.append("")
+        out["datasets"][name] = d
+    text = "\n".join(md)
+    pathlib.Path(args.out + ".json").write_text(json.dumps(out, indent=1, default=str))
+    print(header_markdown() + "\n\n" + text)
     return 0
 
 

@@ -363,3 +363,13 @@ def test_sigkill_at_random_points_never_changes_the_final_table(tmp_path):
     for f in (tmp_path / "killed").glob("*.jsonl"):
         data = f.read_bytes()
         assert data.endswith(b"\n") and all(json.loads(x) for x in data.splitlines())
+
+
+def test_records_kept_compressed_load_like_plain_ones(tmp_path):
+    import gzip
+    out = run(tmp_path, llm(), systems=("dense",))
+    for f in (tmp_path / "cache").glob("*.jsonl"):
+        f.with_name(f.name + ".gz").write_bytes(gzip.compress(f.read_bytes()))
+        f.unlink()
+    rep = report_qa(dataset(), ["dense"], "stand-in", cache_dir=tmp_path / "cache", encoder="hashing")
+    assert rep["rows"] == out["rows"]

@@ -10,6 +10,8 @@ run continues where it stopped. A record is either fully in the file or absent:
 - :meth:`RecordFile.open_for_append` repairs a torn last line (bytes after the last
   newline) before anything is appended, truncating it away, so a resumed run never glues
   its first record onto a fragment;
+- a file kept compressed as ``<name>.jsonl.gz`` (as under benchmarks/results) is read the
+  same way when the plain file is absent;
 - a question recorded twice (two runs over the same cache at once, or a hand-made merge)
   counts once, at its first complete record; :attr:`RecordFile.duplicates` says how many
   lines were ignored that way and :attr:`RecordFile.torn` whether a torn tail was found.
@@ -63,9 +65,14 @@ class RecordFile:
         """qid -> its first complete record. A torn last line is skipped (and noted)."""
         self.torn, self.duplicates, self.bad_lines = False, 0, 0
         done: Dict[str, dict] = {}
-        if not self.path.is_file():
+        gz = self.path.with_name(self.path.name + ".gz")
+        if not self.path.is_file() and gz.is_file():   # records kept compressed (benchmarks/results)
+            import gzip
+            data = gzip.decompress(gz.read_bytes())
+        elif not self.path.is_file():
             return done
-        data = self.path.read_bytes()
+        else:
+            data = self.path.read_bytes()
         lines = data.split(b"\n")
         if lines and lines[-1] != b"":       # bytes after the last newline: a torn record
             self.torn = True
