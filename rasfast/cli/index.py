@@ -135,10 +135,13 @@ def _system(args, ki, enc):
         llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
                        **local_options(args))
     opts = {"k": args.k, "scope_k": args.scope_k}
-    if args.system == "ras":
+    if getattr(args, "retriever", None) in ("bm25", "hybrid"):
+        opts["retriever"] = args.retriever
+    ras = args.system in ("ras", "ras+passages", "ras-passages")
+    if ras:
         opts["max_iters"] = args.max_iters
     graph_encoder = None
-    if getattr(args, "graph_encoder", None) and args.system in ("ras", "gear"):
+    if getattr(args, "graph_encoder", None) and ras:
         from ._common import _graph_encoder
         graph_encoder = _graph_encoder(args, enc)
         opts["graph_encoder"] = graph_encoder
