@@ -211,9 +211,11 @@ def render(name, ds, ki, d):
                       f"| {it['completion_tokens'][i]:,.0f} |")
     if d["agent"]:
         a = d["agent"]
-        md += ["", f"Agent rounds: mean {a['rounds_mean']:.2f} ({', '.join(f'{k} rounds: {v}' for k, v in sorted(a['rounds'].items()))}); "
-               f"stopped: {', '.join(f'{k} {v}' for k, v in a['stopped'].items())}; verdicts: "
-               f"{', '.join(f'{k or 'none'} {v}' for k, v in a['verdicts'].items())}. Reads: {a['reads']}, "
+        rounds = ", ".join(f"{k} rounds: {v}" for k, v in sorted(a["rounds"].items()))
+        stops = ", ".join(f"{k} {v}" for k, v in a["stopped"].items())
+        verdicts = ", ".join(f"{k or 'none'} {v}" for k, v in a["verdicts"].items())
+        md += ["", f"Agent rounds: mean {a['rounds_mean']:.2f} ({rounds}); stopped: {stops}; verdicts: "
+               f"{verdicts}. Reads: {a['reads']}, "
                f"{a['proximal_per_read']:.1f} proximal triples each, {a['reads_without_triples']} with none; "
                f"{a['memory_triples_in_corpus']} of {a['memory_triples']} gist triples are corpus triples verbatim."]
     md.append("")

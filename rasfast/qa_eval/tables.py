@@ -102,7 +102,7 @@ def format_rows(out: Dict[str, Any]) -> str:
                      f"{r['prompt_tokens_per_q'] + r['completion_tokens_per_q']:>8.0f}{r['seconds_per_q']:>7.1f}"
                      f"{r['errors']:>5}")
     if out.get("paired"):
-        lines.append(f"paired against dense (F1, 95% bootstrap interval over the same questions):")
+        lines.append("paired against dense (F1, 95% bootstrap interval over the same questions):")
         for name, p in out["paired"].items():
             if p["n"]:
                 lines.append(f"  {name:<16}{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]  "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..ras.qgraph import normalize_entity
-from ...types import RetrievedPassage, Triple
+from ...types import Triple
 from .triples import chain_text
 
 ANSWER_MARK = "the answer is"
