@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "rasfast"
 LAYERS = [
     ("package", ["rasfast"]),
     ("cli", ["cli"]),
-    ("integrations and evaluation", ["integrations", "qa_eval"]),
+    ("integrations and evaluation", ["integrations", "qa_eval", "report"]),
     ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
                  "systems.structrag"]),
     ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages", "index.bm25",
