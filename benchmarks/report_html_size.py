@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -194,24 +195,27 @@ def main(argv=None) -> int:
     cmd = [str(pathlib.Path(sys.executable).parent / "rasfast"), "eval", "qa", "--report", "--dataset", "musique",
            "--systems", ",".join(SYSTEMS), "--llm", "local", "--cache-dir", str(out / "cache"), "--limit", "100",
            "--html", str(html)]
-    t0 = time.perf_counter()
+    t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, ru1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if p.returncode != 0:
         print(p.stdout[-2000:], p.stderr[-3000:], file=sys.stderr)
         return 1
     print(p.stdout.splitlines()[0])
     load = os.getloadavg()
-    print(f"`rasfast eval qa --report --html`: {wall:.1f} s wall (process start, imports, corpus, cache, "
-          f"bootstrap, HTML), load average {load[0]:.2f}; report.html {html.stat().st_size / 1e6:.2f} MB")
-    t0 = time.perf_counter()
+    print(f"`rasfast eval qa --report --html`: {wall:.1f} s wall, {cpu:.1f} s CPU (process start, imports, corpus, "
+          f"cache, bootstrap, HTML), load average {load[0]:.2f} on {os.cpu_count()} cores; "
+          f"report.html {html.stat().st_size / 1e6:.2f} MB")
     from rasfast.qa_eval.report_html import report_document
     from rasfast.qa_eval.run import report_qa
+    t0, c0 = time.perf_counter(), time.process_time()
     res = report_qa("musique", SYSTEMS, label, limit=100, cache_dir=out / "cache")
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     doc = report_document(res, res["records"], dataset=ds)
-    t2 = time.perf_counter()
-    print(f"in process: report_qa {t1 - t0:.1f} s, rendering the HTML {t2 - t1:.1f} s ({len(doc) / 1e6:.2f} MB)")
+    t2, c2 = time.perf_counter(), time.process_time()
+    print(f"in process: report_qa {t1 - t0:.1f} s wall / {c1 - c0:.1f} s CPU, rendering the HTML "
+          f"{t2 - t1:.1f} s wall / {c2 - c1:.1f} s CPU ({len(doc.encode()) / 1e6:.2f} MB)")
     print(f"files in {out}")
     if not a.out and not a.keep:
         shutil.rmtree(out)

@@ -230,7 +230,8 @@ def main(argv=None) -> int:
     for e in r.errors:
         print(f"console error: {e}")
     for u in r.requests:
-        print(f"request: {u}")
+        if u != pathlib.Path(a.html).resolve().as_uri():
+            print(f"request: {u}")
     for k, v in r.values.items():
         print(f"{k} = {v!r}")
     if a.shot:

@@ -13,6 +13,7 @@ escaping.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -33,9 +34,10 @@ def step_colour(step: int) -> str:
     return READER_COLOUR if step < 0 else PALETTE[step % len(PALETTE)]
 
 
+@functools.lru_cache(maxsize=1 << 16)   # a report keys the same entities across its systems
 def _key(s: str) -> str:
     from ..systems.ras.qgraph import normalize_entity
-    return normalize_entity(str(s))
+    return normalize_entity(s)
 
 
 @dataclass
