@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import header_markdown, machine_info  # noqa: E402
 
-from rasfast.gear import evaluate_musique  # noqa: E402
+from rasfast.systems.gear import evaluate_musique  # noqa: E402
 
 
 def main():

@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import header_markdown, machine_info  # noqa: E402
 
-from rasfast.kirag.eval import evaluate_kirag_musique, format_table  # noqa: E402
+from rasfast.systems.kirag.eval import evaluate_kirag_musique, format_table  # noqa: E402
 
 
 def main():
@@ -70,7 +70,7 @@ def main():
         "by their best candidate triple (rasfast.segment_max_rank); lists shorter than k filled "
         "with the question's next dense passages.",
         "dense + GEAR NaiveGE: GEAR's beam search seeded with the triples of the dense top-10, "
-        "fused with the dense list by RRF (rasfast.gear).",
+        "fused with the dense list by RRF (rasfast.systems.gear).",
         f"Trained aligner: {s['folds']}-fold cross-validation over the questions; each fold's "
         "questions are ranked by a MiniLM aligner fine-tuned only on the other folds' silver "
         f"chains ({sc['questions']} chains, {sc['complete']} complete, mean length "

@@ -130,8 +130,9 @@ def graph_bench(label, n, add, n_ent, zipf, offset, md, repeats):
 def _old_index_module(ref: str):
     """The knowledge index module as of ``ref`` (rebuild + full rewrite), loaded as a module of
     the installed package (same relative imports; the compiled module is a superset)."""
-    for rel, package in (("rasfast/index/knowledge/index.py", "rasfast.index.knowledge"),
-                         ("rasfast/knowledge/index.py", "rasfast.knowledge")):
+    # refs from before the systems/ and index/ folders (rasfast/knowledge/index.py) are not
+    # loadable any more: their relative imports name modules that no longer exist
+    for rel, package in (("rasfast/index/knowledge/index.py", "rasfast.index.knowledge"),):
         got = subprocess.run(["git", "show", f"{ref}:{rel}"], capture_output=True, text=True,
                              cwd=HERE.parent)
         if got.returncode == 0:

@@ -27,8 +27,8 @@ from machine import header_markdown, machine_info  # noqa: E402
 from fake_openai_server import FakeServer  # noqa: E402
 
 from rasfast.data.qa import Passage  # noqa: E402
-from rasfast.knowledge.extract import extract_triples, extraction_record  # noqa: E402
-from rasfast.knowledge.journal import Journal  # noqa: E402
+from rasfast.index.knowledge.extract import extract_triples, extraction_record  # noqa: E402
+from rasfast.index.knowledge.journal import Journal  # noqa: E402
 from rasfast.llm.openai_chat import OpenAIChat  # noqa: E402
 
 

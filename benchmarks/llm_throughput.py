@@ -176,7 +176,7 @@ def http_client(n: int, concurrency: int, reps: int):
     from fake_openai_server import FakeServer
     from rasfast.llm.base import PartialBatchError
     from rasfast.llm.openai_chat import OpenAIChat
-    from rasfast.pipeline import call_isolated
+    from rasfast.systems.ras import call_isolated
 
     echo = [{"contains": "", "echo": True}]
     ps = [f"prompt {i}" for i in range(n)]

@@ -37,8 +37,8 @@ def main(argv=None) -> int:
 
     from rasfast.data.demo import generate_world
     from rasfast.data.qa import load_dataset
-    from rasfast.pipeline import build_ras, evaluate
-    from rasfast.pipeline.system import make_encoder
+    from rasfast.systems.ras import build_ras, evaluate
+    from rasfast.systems.ras.system import make_encoder
 
     cols = ["acc", "f1", "em", "R@2", "R@5", "R@all", "rounds", "errors"]
     lines = ["# RAS loop evaluation (heuristic baseline planner/answerer)", "", header_markdown(),

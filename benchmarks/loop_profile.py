@@ -31,8 +31,8 @@ from machine import header_markdown, machine_info  # noqa: E402
 
 def run(encoder_name: str, n: int, repeats: int, seed: int, device: str = "cpu"):
     from rasfast.data.demo import generate_world
-    from rasfast.pipeline import build_ras
-    from rasfast.pipeline.system import make_encoder
+    from rasfast.systems.ras import build_ras
+    from rasfast.systems.ras.system import make_encoder
     from rasfast.profile import Trace
 
     world = generate_world(seed, n_passages=2000, n_questions=n + 20)

@@ -27,8 +27,8 @@ from fake_openai_server import FakeServer  # noqa: E402
 from machine import header_markdown, machine_info  # noqa: E402
 
 from rasfast.llm.openai_chat import OpenAIChat  # noqa: E402
-from rasfast.pipeline.types import RetrievedPassage  # noqa: E402
-from rasfast.structrag import STRUCTURE_TYPES, LLMStructurizer, StructTask  # noqa: E402
+from rasfast.types import RetrievedPassage  # noqa: E402
+from rasfast.systems.structrag import STRUCTURE_TYPES, LLMStructurizer, StructTask  # noqa: E402
 
 REPLY = ("Description: the people and places of the document\n"
          "| name | born in | year |\n| --- | --- | --- |\n| Mira Okonkwo | Castrell | 1931 |\n")

@@ -8,10 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from . import _aliases
 from .dispatch import BackendUnavailable, backends, get_num_threads, set_num_threads
-
-_aliases.install()   # rasfast.pipeline, rasfast.kirag, rasfast.knowledge, ... (the old paths)
 
 __version__ = "0.1.0"
 
@@ -46,8 +43,7 @@ _LAZY: Dict[str, str] = {
 
 _SUBMODULES = ("dispatch", "ops", "reference", "index", "theme", "graph", "models", "encode", "types",
                "parse", "llm", "profile", "data", "cli", "kernels", "systems", "integrations",
-               # old homes (rasfast._aliases): still importable
-               "gear", "pipeline", "distributed", "kirag", "knowledge", "structrag")
+               "distributed")
 
 __all__ = sorted(["backends", "BackendUnavailable", "__version__", "set_num_threads",
                   "get_num_threads", *_LAZY])

@@ -1,6 +1,6 @@
 """Crash-test drivers: a process that imports rasfast once, then forks one child per kill
 point; each child counts "points" (before and after every durable primitive of
-rasfast._durable, os.replace and os.pwrite; a pwrite that the kill lands right after writes
+rasfast.index.durable, os.replace and os.pwrite; a pwrite that the kill lands right after writes
 only half its bytes) and SIGKILLs itself at point k. k = 0 runs to the end and writes the
 count next to the directory. The driver itself runs no torch op before forking, so no
 OpenMP pool is forked."""
@@ -14,7 +14,7 @@ import textwrap
 # `def run(d): ...` (and may wrap more functions) before LOOP.
 PRELUDE = textwrap.dedent("""
     import json, os, signal, sys
-    from rasfast import _durable
+    from rasfast.index import durable as _durable
 
     count, kill_at = [0], [0]
 

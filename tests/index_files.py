@@ -1,5 +1,5 @@
 """Where a saved index keeps an array: file names carry the generation that wrote them
-(rasfast._index_store), so tests look them up in the committed manifest."""
+(rasfast.index.store), so tests look them up in the committed manifest."""
 import json
 import pathlib
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from rasfast.gear import (ExpansionResult, dense_rankings, evaluate_musique, graph_expand,
+from rasfast.systems.gear import (ExpansionResult, dense_rankings, evaluate_musique, graph_expand,
                           link_triples, recall_at_k, reciprocal_rank_fusion)
 from rasfast.graph import TripleGraph, synthetic_triples
 

@@ -201,7 +201,7 @@ def test_corrupt_passage_lines_name_the_file_and_line(tmp_path):
 
 
 def test_passages_are_decoded_lazily_and_survive_add_and_save(tmp_path):
-    from rasfast._passages import TextColumn
+    from rasfast.index.passages import TextColumn
     x, orig = _base(tmp_path, n=200)
     ix = ThemeIndex.load(x)
     assert isinstance(ix.texts, TextColumn) and ix.texts == orig.texts and ix.titles == orig.titles

@@ -4,8 +4,8 @@ import pytest
 
 from rasfast.data.demo import generate_world
 from rasfast.encode import HashingEncoder
-from rasfast.knowledge import KnowledgeIndex
-from rasfast.knowledge.extract import corpus_record
+from rasfast.index.knowledge import KnowledgeIndex
+from rasfast.index.knowledge.extract import corpus_record
 from rasfast.systems import build_system
 
 ENC = HashingEncoder()

@@ -1,4 +1,4 @@
-"""rasfast.kirag: the batched loop (stages, one call per stage per round, ranking by the
+"""rasfast.systems.kirag: the batched loop (stages, one call per stage per round, ranking by the
 segment ops), the heuristic and LLM constructors (scripted local HTTP server, malformed
 replies), aligner training on a tiny bi-encoder built here, silver chains on MuSiQue."""
 import numpy as np
@@ -9,12 +9,12 @@ from fake_openai_server import FakeServer
 from llm_util import torch_threads
 from rasfast.data.qa import Passage
 from rasfast.encode import HashingEncoder
-from rasfast.kirag import (AlignerPair, ConstructorInput, HeuristicConstructor, KiRAG,
+from rasfast.systems.kirag import (AlignerPair, ConstructorInput, HeuristicConstructor, KiRAG,
                            LLMConstructor, TripleStore, from_components, heuristic_decision,
                            load_aligner, save_aligner, train_aligner)
-from rasfast.kirag.prompts import parse_constructor
+from rasfast.systems.kirag.prompts import parse_constructor
 from rasfast.llm.openai_chat import OpenAIChat
-from rasfast.pipeline.retrievers import DenseRetriever
+from rasfast.systems.ras.retrievers import DenseRetriever
 
 PASSAGES = [Passage(0, "Alice", "Alice was born in Paris."),
             Passage(1, "Paris", "Paris is the capital of France."),
@@ -229,7 +229,7 @@ def test_train_aligner_loss_falls_and_save_load(tmp_path):
 # ----------------------------------------------------------------------------- MuSiQue data
 @pytest.mark.data
 def test_musique_silver_chains(data_dir):
-    from rasfast.kirag import load_musique_chains, training_pairs
+    from rasfast.systems.kirag import load_musique_chains, training_pairs
     ds, store, chains = load_musique_chains(data_dir)
     assert len(chains) == len(ds.questions) == 100
     assert sum(c.complete for c in chains) >= 90
@@ -275,7 +275,7 @@ def test_cli_kirag_train_verifies_chains_and_draws_retrieved_negatives(data_dir,
     import rasfast.llm.adapters as adapters
     from rasfast.cli import main
     from rasfast.data import load_dataset
-    from rasfast.kirag import silver
+    from rasfast.systems.kirag import silver
 
     ds = load_dataset("musique", data_dir)
     known = {q.question: q.answer for i, q in enumerate(ds.questions) if i % 2 == 0}
@@ -406,7 +406,7 @@ def test_answer_marker_inside_an_entity_name_is_not_the_answer():
     assert out.written == [0, 1] and out.answer is None and out.answer_after is None
     out = parse_constructor("<X; directed; The Answer Is Blowin>\nThe answer is: 1950.", cands)
     assert out.written == [0] and out.answer_after == 1 and out.answer == "1950"
-    from rasfast.kirag.prompts import parse_answer
+    from rasfast.systems.kirag.prompts import parse_answer
     assert parse_answer("<X; directed; The Answer Is Blowin> so the answer is Y") == "Y"
 
 
@@ -433,7 +433,7 @@ def test_reader_reads_the_top_3_documents_by_default(parts):
 
 
 def test_training_negatives_come_from_the_step_retrieval_and_chains_are_reader_checked():
-    from rasfast.kirag import SilverChain, training_pairs, verify_chains
+    from rasfast.systems.kirag import SilverChain, training_pairs, verify_chains
     store = TripleStore(TRIPLES)
     a = store.triples.index(("Alice", "born in", "Paris"))
     b = store.triples.index(("Paris", "capital of", "France"))
@@ -449,7 +449,7 @@ def test_training_negatives_come_from_the_step_retrieval_and_chains_are_reader_c
             return [[RetrievedPassage(2 if "knowledge triples" not in q else 3, "", "", 0.0)]
                     for q in queries]
 
-    from rasfast.pipeline.types import RetrievedPassage
+    from rasfast.types import RetrievedPassage
     ret = Retriever()
     pairs = training_pairs([chain], store, retriever=ret, K0=4)
     assert len(ret.calls) == 1 and ret.calls[0][1] == 4 and len(ret.calls[0][0]) == 2  # one call
@@ -470,7 +470,7 @@ def test_training_negatives_come_from_the_step_retrieval_and_chains_are_reader_c
 def test_constructor_prompt_has_the_papers_structure():
     """Figure 7 of the KiRAG paper: instruction, worked examples, then Context (candidate
     triples), Question, and Thought holding the chain so far, which the model continues."""
-    from rasfast.kirag.prompts import CONSTRUCTOR_EXAMPLES, constructor_prompt, parse_constructor
+    from rasfast.systems.kirag.prompts import CONSTRUCTOR_EXAMPLES, constructor_prompt, parse_constructor
     cands = [("Paris", "capital of", "France"), ("Alice", "born in", "Paris (Texas)")]
     p = constructor_prompt("Where was Alice born?", [], cands)
     head, inputs = p.rsplit("\n\n", 1)

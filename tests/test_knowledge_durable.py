@@ -12,8 +12,8 @@ import pytest
 
 from rasfast.encode import HashingEncoder
 from rasfast.index import IndexConflictError
-from rasfast.knowledge import KnowledgeIndex, build_knowledge_index
-from rasfast.knowledge.build import add_to_knowledge_index
+from rasfast.index.knowledge import KnowledgeIndex, build_knowledge_index
+from rasfast.index.knowledge.build import add_to_knowledge_index
 
 from crash_util import drive
 
@@ -83,9 +83,9 @@ def test_version_1_layout_loads_and_upgrades_on_save(tmp_path):
 
 
 RUN = """
-import rasfast.knowledge.index as kindex
+import rasfast.index.knowledge.index as kindex
 from rasfast.encode import HashingEncoder
-from rasfast.knowledge.build import add_to_knowledge_index
+from rasfast.index.knowledge.build import add_to_knowledge_index
 corpus = sys.argv[1]
 wrap(kindex, "_write_npy")
 

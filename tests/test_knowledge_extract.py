@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rasfast.encode import HashingEncoder
-from rasfast.knowledge import (ExtractionError, Journal, JournalError, KnowledgeIndex,
+from rasfast.index.knowledge import (ExtractionError, Journal, JournalError, KnowledgeIndex,
                                UnparsedError, build_knowledge_index, extraction_record)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # fake_openai_server
@@ -198,7 +198,7 @@ def test_local_models_get_batches_and_resume_too(tmp_path):
 
 
 def test_bad_arguments(tmp_path):
-    from rasfast.knowledge.extract import extract_triples
+    from rasfast.index.knowledge.extract import extract_triples
     j = Journal(tmp_path / "j.jsonl", extraction_record("m"))
     with pytest.raises(ValueError, match="concurrency"):
         extract_triples([], ScriptedLLM(), j, concurrency=0)

@@ -7,8 +7,8 @@ import pytest
 
 from rasfast.encode import HashingEncoder
 from rasfast.graph import TripleGraph
-from rasfast.knowledge import KnowledgeIndex, build_knowledge_index, read_corpus
-from rasfast.knowledge.extract import corpus_record, extraction_record
+from rasfast.index.knowledge import KnowledgeIndex, build_knowledge_index, read_corpus
+from rasfast.index.knowledge.extract import corpus_record, extraction_record
 
 ENC = HashingEncoder()
 

@@ -257,7 +257,7 @@ def test_format_3_fixture_loads_grows_and_compacts(tmp_path):
 
 
 RUN = """
-import rasfast.knowledge.index as kindex
+import rasfast.index.knowledge.index as kindex
 wrap(kindex, "_write_npy")
 
 def run(d):

@@ -11,10 +11,10 @@ import pytest
 from rasfast.cli import main
 from rasfast.data.demo import generate_world
 from rasfast.encode import HashingEncoder
-from rasfast.knowledge import KnowledgeIndex
-from rasfast.knowledge.extract import corpus_record
-from rasfast.pipeline.metrics import golden_match
-from rasfast.pipeline.types import RetrievedPassage
+from rasfast.index.knowledge import KnowledgeIndex
+from rasfast.index.knowledge.extract import corpus_record
+from rasfast.systems.ras.metrics import golden_match
+from rasfast.types import RetrievedPassage
 from rasfast.systems import build_system, register_system, system_names
 
 ENC = HashingEncoder()
@@ -74,7 +74,7 @@ def test_gear_uses_the_loaded_graph_not_a_rebuilt_one(world, saved, monkeypatch)
 
 
 class _FakeSystemModule:
-    """What rasfast.kirag / rasfast.structrag expose: from_components(...)."""
+    """What rasfast.systems.kirag / rasfast.systems.structrag expose: from_components(...)."""
 
     def __init__(self):
         self.got = None
@@ -94,7 +94,7 @@ class _FakeSystemModule:
 def test_component_systems_are_built_from_the_index(world, saved, name, monkeypatch):
     ki = KnowledgeIndex.load(saved)
     try:
-        importlib.import_module(f"rasfast.{name}")
+        importlib.import_module(f"rasfast.systems.{name}")
         real = True
     except ImportError:
         real = False
@@ -102,10 +102,10 @@ def test_component_systems_are_built_from_the_index(world, saved, name, monkeypa
         res = build_system(name, ki, encoder=ENC).run_batch([_questions(world, 1)[0].question])
         assert res[0].passages and hasattr(res[0], "answer")
         return
-    with pytest.raises(ValueError, match=f"rasfast.{name} is not available"):
+    with pytest.raises(ValueError, match=f"rasfast.systems.{name} is not available"):
         build_system(name, ki, encoder=ENC)
     fake = _FakeSystemModule()
-    monkeypatch.setitem(sys.modules, f"rasfast.{name}", types.SimpleNamespace(from_components=fake.from_components))
+    monkeypatch.setitem(sys.modules, f"rasfast.systems.{name}", types.SimpleNamespace(from_components=fake.from_components))
     import rasfast.systems as systems
     monkeypatch.delitem(systems._FACTORIES, name, raising=False)
     res = build_system(name, ki, encoder=ENC, llm="llm-object", scope_k=50, budget=3, k=4).run_batch(["Who?"])

@@ -10,8 +10,8 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests  # noqa
 from rasfast.data.demo import generate_world  # noqa: E402
 from rasfast.encode import HashingEncoder  # noqa: E402
 from rasfast.integrations.langchain import RasfastRetriever  # noqa: E402
-from rasfast.knowledge import KnowledgeIndex  # noqa: E402
-from rasfast.knowledge.extract import corpus_record  # noqa: E402
+from rasfast.index.knowledge import KnowledgeIndex  # noqa: E402
+from rasfast.index.knowledge.extract import corpus_record  # noqa: E402
 
 _WORLD = generate_world(seed=0, n_passages=120, n_questions=20)
 _INDEX = KnowledgeIndex.build(_WORLD.passages, _WORLD.triples, HashingEncoder(),

@@ -278,7 +278,7 @@ def test_real_model_too_long_prompt_fails_alone():
 @real
 def test_real_model_in_the_ras_loop(smol):
     from rasfast.llm.adapters import LLMAnswerer, LLMPlanner
-    from rasfast.pipeline.types import LoopState
+    from rasfast.types import LoopState
     s = LoopState("Where was the founder of Velora born?")
     assert len(LLMPlanner(smol).plan([s, s])) == 2
     assert all(isinstance(a, str) for a in LLMAnswerer(smol).answer([s]))

@@ -11,8 +11,8 @@ from rasfast.encode import HashingEncoder
 from rasfast.llm.adapters import (GraphLLMAnswerer, GraphLLMPlanner, LLMAnswerer, LLMPlanner,
                                   LLMTripleExtractor, from_cli, make_llm)
 from rasfast.llm.openai_chat import OpenAIChat
-from rasfast.pipeline import RAS, format_triples, make_retriever
-from rasfast.pipeline.types import LoopState, RetrievedPassage
+from rasfast.systems.ras import RAS, format_triples, make_retriever
+from rasfast.types import LoopState, RetrievedPassage
 from rasfast.profile import Trace
 
 pytestmark = pytest.mark.timeout(120)
@@ -152,7 +152,7 @@ def test_graph_llm_planner_and_answerer_in_the_loop(world):
     from rasfast import GraphEncoder
     from rasfast.llm.graph_llm import GraphLLM
     from rasfast.llm.tiny import tiny_llama
-    from rasfast.pipeline import CachedTripleExtractor
+    from rasfast.systems.ras import CachedTripleExtractor
 
     with torch_threads(1):
         model, tok = tiny_llama(hidden_size=32, num_layers=2, num_heads=2, seed=0, initializer_range=0.1)

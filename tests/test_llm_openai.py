@@ -197,8 +197,8 @@ def test_partial_failure_keeps_successes(server, client):
 
 
 def test_call_isolated_never_resends_a_success(server, client):
-    from rasfast.pipeline import call_isolated
-    from rasfast.structrag._llm import generate_isolated
+    from rasfast.systems.ras import call_isolated
+    from rasfast.systems.structrag._llm import generate_isolated
     server.script([{"contains": "poison", "fault": {"kind": "400"}}, {"contains": "", "echo": True}])
     prompts = [f"fine {i}" for i in range(7)] + ["poison 7", "fine 8", "poison 9"]
     out, errs = call_isolated(lambda ps: client.generate(ps), prompts)
@@ -215,8 +215,8 @@ def test_call_isolated_never_resends_a_success(server, client):
 
 def test_ras_adapters_keep_successes(server, client):
     from rasfast.llm.adapters import LLMAnswerer, LLMTripleExtractor
-    from rasfast.pipeline import call_isolated
-    from rasfast.pipeline.types import LoopState, RetrievedPassage
+    from rasfast.systems.ras import call_isolated
+    from rasfast.types import LoopState, RetrievedPassage
     server.script([{"last_contains": "poison", "fault": {"kind": "400"}},
                    {"contains": "", "reply": "an answer\n(S> a| P> b| O> c)"}])
     states = [LoopState(f"question {i}" + (" poison" if i == 2 else "")) for i in range(5)]

@@ -1,7 +1,7 @@
 """Plan and triple parsers: tolerant of model output, never raising (hypothesis fuzzing)."""
 from hypothesis import given, strategies as st
 
-from rasfast.pipeline.parse import (NoRetrieval, SubQuery, Sufficient, clean_triples, format_triples,
+from rasfast.parse import (NoRetrieval, SubQuery, Sufficient, clean_triples, format_triples,
                                     parse_plan, parse_triples)
 
 

@@ -4,11 +4,11 @@ import pytest
 
 from rasfast.data.demo import generate_world, hops
 from rasfast.encode import HashingEncoder
-from rasfast.pipeline import (RAS, CachedTripleExtractor, DenseRetriever, FaissRetriever,
+from rasfast.systems.ras import (RAS, CachedTripleExtractor, DenseRetriever, FaissRetriever,
                               HeuristicAnswerer, HeuristicPlanner, QuestionGraph, RetrievedPassage,
                               SentenceTripleExtractor, build_ras, call_isolated, evaluate)
-from rasfast.pipeline.graph_encoding import MeanTextGraphEncoder
-from rasfast.pipeline.metrics import answer_scores, recall_at_k
+from rasfast.systems.ras.graph_encoding import MeanTextGraphEncoder
+from rasfast.systems.ras.metrics import answer_scores, recall_at_k
 
 
 @pytest.fixture(autouse=True)
@@ -294,8 +294,8 @@ def test_metrics():
 
 
 def test_heuristic_components_alone():
-    from rasfast.pipeline.types import LoopState
-    from rasfast.pipeline.qgraph import merge_steps
+    from rasfast.types import LoopState
+    from rasfast.systems.ras.qgraph import merge_steps
     st = LoopState("In which country was Alda Morven born?", subqueries=["q"],
                    step_triples=[[("Alda Morven", "born in", "Tarsk"), ("Alda Morven", "born in year", "1954")]])
     st.graph = merge_steps(st.step_triples)
@@ -311,7 +311,7 @@ def test_heuristic_components_alone():
 
 def test_gnn_graph_encoder_in_the_loop(world, enc):
     pytest.importorskip("rasfast.models.graph_encoder")
-    from rasfast.pipeline.graph_encoding import GNNGraphEncoder
+    from rasfast.systems.ras.graph_encoding import GNNGraphEncoder
     ge = GNNGraphEncoder(text_encoder=enc, hidden=32, heads=2, num_layers=2)
     ras = build_ras(world, encoder=enc, graph_encoder=ge)
     out = ras.run_batch([q.question for q in world.questions[:3]])
@@ -328,7 +328,7 @@ def test_theme_index_retriever(world, enc):
     pytest.importorskip("rasfast.index")
     from rasfast.encode import encode_cached
     from rasfast.index import ThemeIndex
-    from rasfast.pipeline import ThemeIndexRetriever
+    from rasfast.systems.ras import ThemeIndexRetriever
     emb = encode_cached(enc, [p.content for p in world.passages])
     index = ThemeIndex.build(emb, passages=world.passages, num_themes=8)
     dense = DenseRetriever(world.passages, emb, enc)
@@ -379,7 +379,7 @@ def test_triple_csr():
 
 def test_beam_answerer(world, enc):
     pytest.importorskip("rasfast.ops.beam")
-    from rasfast.pipeline import BeamAnswerer
+    from rasfast.systems.ras import BeamAnswerer
     ras = build_ras(world, encoder=enc)
     ras.answerer = BeamAnswerer(enc)
     qs = world.questions[:30]
@@ -391,7 +391,7 @@ def test_beam_answerer(world, enc):
 
 
 def test_graph_expanded_retriever(world, enc):
-    pytest.importorskip("rasfast.gear")
+    pytest.importorskip("rasfast.systems.gear")
     ras = build_ras(world, encoder=enc, retriever="gear")
     qs = world.questions[:20]
     got = ras.retriever.retrieve([q.question for q in qs], 5)

@@ -147,8 +147,8 @@ def test_timed_encoder_records_model_spans():
 def test_loop_trace_has_the_stages(tmp_path, monkeypatch):
     monkeypatch.setenv("RASFAST_CACHE", str(tmp_path))
     from rasfast.data.demo import generate_world
-    from rasfast.pipeline import build_ras
-    from rasfast.pipeline.graph_encoding import MeanTextGraphEncoder
+    from rasfast.systems.ras import build_ras
+    from rasfast.systems.ras.graph_encoding import MeanTextGraphEncoder
     from rasfast.encode import HashingEncoder
     w = generate_world(1, n_passages=300, n_questions=6)
     enc = HashingEncoder()

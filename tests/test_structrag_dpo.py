@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from llm_util import torch_threads
-from rasfast.structrag import STRUCTURE_TYPES
-from rasfast.structrag.dpo import DPORouterTrainer, LogProbRouter, dpo_loss, sequence_logprobs
+from rasfast.systems.structrag import STRUCTURE_TYPES
+from rasfast.systems.structrag.dpo import DPORouterTrainer, LogProbRouter, dpo_loss, sequence_logprobs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,9 +31,9 @@ PAIRS = [("How many staff do Acme and Zeta have in total?", '"Acme report" "Zeta
 
 def test_dpo_trains_lora_router_on_tiny_llama():
     from rasfast.llm.tiny import tiny_llama
-    from rasfast.pipeline.types import RetrievedPassage
-    from rasfast.structrag.dpo import _prompt
-    from rasfast.structrag.prompts import ROUTER_INSTRUCTION
+    from rasfast.types import RetrievedPassage
+    from rasfast.systems.structrag.dpo import _prompt
+    from rasfast.systems.structrag.prompts import ROUTER_INSTRUCTION
     with torch_threads(1):
         # the tokenizer learns the prompt's words, so sequences stay short (fast on a CPU)
         model, tok = tiny_llama(texts=[ROUTER_INSTRUCTION, *STRUCTURE_TYPES] + [p[0] for p in PAIRS], seed=0)
@@ -76,8 +76,8 @@ def test_structrag_over_a_local_hf_model_survives_gibberish():
     exercises the fallbacks (unknown route -> chunk, malformed structures kept as text)."""
     from rasfast.llm.hf import HFCausalLM
     from rasfast.llm.tiny import tiny_llama
-    from rasfast.structrag import HybridStructurizer, LLMRouter, StructRAG, Utilizer
-    from rasfast.structrag import prompts as P
+    from rasfast.systems.structrag import HybridStructurizer, LLMRouter, StructRAG, Utilizer
+    from rasfast.systems.structrag import prompts as P
     with torch_threads(1):
         # a tokenizer that knows the prompts' words keeps the sequences short on a CPU
         from rasfast.llm.reader import ANSWER_SHAPE, READER_SYSTEM

@@ -7,9 +7,9 @@ import pytest
 
 from fake_openai_server import FakeServer
 from rasfast.llm.openai_chat import OpenAIChat
-from rasfast.pipeline.types import RetrievedPassage
-from rasfast.structrag import LLMStructurizer, StructRAG, StructTask, Utilizer, graph_structure
-from rasfast.structrag.parse import split_row
+from rasfast.types import RetrievedPassage
+from rasfast.systems.structrag import LLMStructurizer, StructRAG, StructTask, Utilizer, graph_structure
+from rasfast.systems.structrag.parse import split_row
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -100,7 +100,7 @@ def test_all_five_llm_structurizers(server):
 
 def test_utilizer_reads_the_whole_knowledge_when_it_fits_else_the_selection(server):
     from rasfast.encode import HashingEncoder
-    from rasfast.structrag import KnowledgeCutWarning
+    from rasfast.systems.structrag import KnowledgeCutWarning
     triples = [(f"Entity{i}", "relates to", f"Entity{i + 1}") for i in range(60)]
     triples += [("Velora Studios", "founded by", "Mira Okonkwo"), ("Mira Okonkwo", "born in", "Castrell")]
     g = graph_structure([(0, triples)])
@@ -147,7 +147,7 @@ def test_batch_isolation_failing_document_and_question(server):
                    {"contains": INFER, "last_contains": "q-two", "reply": "two"},
                    {"contains": INFER, "last_contains": "q-three", "reply": "three"}], default="none")
     llm = _llm(server)
-    from rasfast.structrag import HybridStructurizer
+    from rasfast.systems.structrag import HybridStructurizer
     sr = StructRAG(llm, structurizer=HybridStructurizer(llm, llm_chunks=True))
     qs = ["q-one?", "q-bad?", "q-two?", "q-three?"]
     docs = [[_doc(0, "fine"), _doc(1, "poison")], [_doc(2, "fine")], [_doc(3, "fine")], [_doc(4, "poison")]]
@@ -223,7 +223,7 @@ def test_cli_demo_over_http(server, capsys):
 def test_with_an_llm_graph_and_table_documents_go_to_the_llm_structurizer(server):
     """Issue 21: with an LLM, the paper's question-aware structurizer reads each document;
     the stored triples are only the model-free fallback (or an explicit opt-in)."""
-    from rasfast.structrag import HybridStructurizer
+    from rasfast.systems.structrag import HybridStructurizer
     server.script([{"last_contains": "Title: doc-g", "reply": REPLIES["graph"]},
                    {"last_contains": "Title: doc-t", "reply": REPLIES["table"]}])
     before = len(server.stats()["log"])
@@ -246,7 +246,7 @@ def test_with_an_llm_graph_and_table_documents_go_to_the_llm_structurizer(server
 
 
 def test_structurizer_reports_documents_it_cuts(server):
-    from rasfast.structrag import KnowledgeCutWarning
+    from rasfast.systems.structrag import KnowledgeCutWarning
     server.script([], default="none")
     st = LLMStructurizer(_llm(server), max_doc_chars=50)
     with pytest.warns(KnowledgeCutWarning, match="1 document.*max_doc_chars=50.*passage 7"):

@@ -2,9 +2,9 @@
 the CLI demo), and the table pivot / graph structurizers on MuSiQue's OpenIE triples."""
 import pytest
 
-from rasfast.pipeline.parse import clean_triples
-from rasfast.structrag import StructRAG, from_components, graph_structure, table_structure
-from rasfast.structrag.parse import split_row
+from rasfast.parse import clean_triples
+from rasfast.systems.structrag import StructRAG, from_components, graph_structure, table_structure
+from rasfast.systems.structrag.parse import split_row
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -17,9 +17,9 @@ def world():
 
 def test_from_components_offline_on_demo_world(world):
     from rasfast.encode import HashingEncoder
-    from rasfast.pipeline.metrics import golden_match
-    from rasfast.pipeline.system import make_retriever
-    from rasfast.structrag.system import triples_by_pid
+    from rasfast.systems.ras.metrics import golden_match
+    from rasfast.systems.ras.system import make_retriever
+    from rasfast.systems.structrag.system import triples_by_pid
     enc = HashingEncoder()
     ret = make_retriever("dense", world.passages, enc)
     tbp = triples_by_pid(world)
@@ -116,8 +116,8 @@ def test_cli_ask_structrag_json(capsys):
 
 
 def test_hybrid_structurizer_paths_and_kg_hops():
-    from rasfast.pipeline.types import RetrievedPassage as P
-    from rasfast.structrag import HybridStructurizer, StructTask
+    from rasfast.types import RetrievedPassage as P
+    from rasfast.systems.structrag import HybridStructurizer, StructTask
     tbp = {0: [("Mira Okonkwo", "works for", "Velora Studios")],
            1: [("Velora Studios", "founded by", "Harlan Vey")],
            2: [("Harlan Vey", "born in", "Oskarby")]}
@@ -141,7 +141,7 @@ def test_hybrid_structurizer_paths_and_kg_hops():
 def test_call_isolated_concurrent_retries_keep_order():
     import threading
     import time
-    from rasfast.pipeline.loop import call_isolated
+    from rasfast.systems.ras.loop import call_isolated
     active, peak = [0], [0]
     lock = threading.Lock()
 
@@ -170,9 +170,9 @@ def test_a_trained_router_beside_the_index_is_used(tmp_path, world):
     """The paper's router is the trained one: saved into <index>/structrag_router, it routes
     every question of build_system("structrag") (here trained to always pick 'table')."""
     from rasfast.encode import HashingEncoder
-    from rasfast.knowledge import KnowledgeIndex
-    from rasfast.knowledge.extract import corpus_record
-    from rasfast.structrag import ROUTER_DIR, EmbeddingRouter, load_router
+    from rasfast.index.knowledge import KnowledgeIndex
+    from rasfast.index.knowledge.extract import corpus_record
+    from rasfast.systems.structrag import ROUTER_DIR, EmbeddingRouter, load_router
     from rasfast.systems import build_system
     enc = HashingEncoder()
     ki = KnowledgeIndex.build(world.passages[:200], world.triples[:200], enc, corpus_record("demo"), num_themes=4)

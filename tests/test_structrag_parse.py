@@ -6,11 +6,11 @@ from hypothesis import given, strategies as st
 
 from llm_util import torch_threads
 
-from rasfast.pipeline.types import RetrievedPassage
-from rasfast.structrag import (DEFAULT_TYPE, STRUCTURE_TYPES, EmbeddingRouter, HeuristicRouter, Utilizer,
+from rasfast.types import RetrievedPassage
+from rasfast.systems.structrag import (DEFAULT_TYPE, STRUCTURE_TYPES, EmbeddingRouter, HeuristicRouter, Utilizer,
                                chunk_structures, graph_structure, markdown_table, parse_route, parse_structure,
                                parse_subquestions, table_structure)
-from rasfast.structrag.parse import split_row
+from rasfast.systems.structrag.parse import split_row
 
 
 @pytest.mark.parametrize("reply,kind", [("graph", "graph"), ("Graph.", "graph"), ("**table**", "table"),

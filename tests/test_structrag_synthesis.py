@@ -4,9 +4,9 @@ LLM under which only the table structure recovers the answer."""
 import pytest
 
 from rasfast.encode import HashingEncoder
-from rasfast.pipeline.types import RetrievedPassage
-from rasfast.structrag import StructRAG
-from rasfast.structrag.synthesis import (FixedRouter, judge, parse_task, preference_pairs,
+from rasfast.types import RetrievedPassage
+from rasfast.systems.structrag import StructRAG
+from rasfast.systems.structrag.synthesis import (FixedRouter, judge, parse_task, preference_pairs,
                                          simulate, synthesize_router_data, synthesize_tasks)
 
 DOCS = [[RetrievedPassage(1, "Acme", "Acme employs one hundred twenty people in Oslo."),
@@ -96,7 +96,7 @@ def test_cli_router_data_writes_pairs_and_trains_a_router_the_system_loads(data_
 
     import rasfast.llm.adapters as adapters
     from rasfast.cli import main
-    from rasfast.structrag import ROUTER_DIR, load_router
+    from rasfast.systems.structrag import ROUTER_DIR, load_router
 
     class Scripted(ScriptedLLM):
         def generate(self, prompts, max_new_tokens=128, stop=None, temperature=0.0):

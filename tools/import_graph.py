@@ -6,8 +6,8 @@ top-level part, imports that run back up a layer, and circles.
     python tools/import_graph.py --json     # the graph as JSON
 
 Only ``rasfast.*`` imports written in the source count (module level and inside functions),
-resolved to the top-level part they name: ``rasfast/kirag/loop.py`` importing
-``..pipeline.types`` is an edge kirag -> pipeline. Layers are listed in LAYERS (top first); a
+resolved to the top-level part they name: ``rasfast/systems/kirag/loop.py`` importing
+``...types`` is an edge systems.kirag -> types. Layers are listed in LAYERS (top first); a
 module's part is its first path component under rasfast/, and in the two folders that hold
 several parts (``systems/``, ``index/``) the second too: ``systems.kirag``, ``index.store``.
 """
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "rasfast"
 LAYERS = [
     ("package", ["rasfast"]),
     ("cli", ["cli"]),
-    ("integrations and evaluation", ["integrations", "qa_eval"]),
+    ("integrations and evaluation", ["integrations", "qa_eval", "report"]),
     ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
                  "systems.structrag"]),
     ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages", "index.bm25",
@@ -33,7 +33,7 @@ LAYERS = [
     ("llm", ["llm"]),
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench"]),
     ("ops", ["ops", "parse", "types"]),
-    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "_aliases", "kernels"]),
+    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels"]),
 ]
 LAYER_OF = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
 

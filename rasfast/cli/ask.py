@@ -46,6 +46,9 @@ def _cmd_ask(args) -> int:
 
 
 def _ask(args) -> int:
+    if getattr(args, "html", None):   # one question's page, as eval qa records it
+        from .ask_html import cmd_ask_html
+        return cmd_ask_html(args)
     if args.system and args.index:   # a knowledge index through the system registry
         from .index import cmd_ask
         return cmd_ask(args)

@@ -25,7 +25,7 @@ def _cmd_eval(args) -> int:
         try:
             from ..systems.gear import evaluate_musique
         except ImportError as e:
-            raise SystemExit(f"eval gear: rasfast.gear is not available ({e})")
+            raise SystemExit(f"eval gear: rasfast.systems.gear is not available ({e})")
         out = evaluate_musique(data_root=args.data_root, encoder=_encoder(args))
         ks = [c for c in out["rows"][0] if c.startswith("recall@")]
         print(f"GEAR on MuSiQue ({out['n_questions']} questions, {out['encoder']}): "

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-triples", type=int, default=6)
     a.add_argument("--trace", default=None, help="write a Chrome trace here")
     a.add_argument("--json", action="store_true", help="also print the results as JSON")
+    a.add_argument("--html", default=None, metavar="FILE",
+                   help="with --index, --system and --llm: write the question's run (steps, passages, question "
+                        "graph, LLM calls, timings) as an offline HTML page")
     a.add_argument("--system", default=None, choices=["ras", "ras+passages", "ras-passages", "gear", "gear-sync",
                                                       "gear-naive", "kirag", "structrag", "structrag-chunk"],
                    help="with --index: the system that answers from the knowledge index (rasfast.systems); "

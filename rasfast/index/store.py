@@ -13,7 +13,7 @@ Format version 3 (written by this rasfast)::
     pids.<g>.bin           [N] int64 passage ids
     passages.<g>.jsonl     one {"pid", "title", "text"} per row, records end at b"\n"
     passages.<g>.ends      int64 end offset of every record: titles and texts are decoded
-                           lazily, on first access (rasfast._passages)
+                           lazily, on first access (rasfast.index.passages)
     theme_model.<g>/       the theme model, when it can be saved (rasfast.theme)
     .lock, append.claim    the writers' lock and the record of uncommitted in-place rows
 
@@ -378,7 +378,7 @@ def read_passages(d: pathlib.Path, m: Dict[str, Any]) -> Tuple[List[str], List[s
 
 def file_rows_args(d: pathlib.Path, m: Dict[str, Any], entry: Dict[str, Any]):
     """(path, byte offset of row 0, row width, file dtype, kernel dtype code) of a matrix,
-    for reading its rows with plain sequential reads (rasfast._index_stream.FileRows)."""
+    for reading its rows with plain sequential reads (rasfast.index.stream.FileRows)."""
     from .._arrays import DTYPE_CODES
     path = d / entry["file"]
     offset = 0

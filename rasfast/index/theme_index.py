@@ -13,7 +13,7 @@ Searches are thread-safe; add/save are serialised (docs/index.md "Thread safety"
 ``ThemeIndex.load(dir, mmap=True)`` memory-maps the arrays, and the compiled kernels search
 the mapped files in place (a mapped file is a buffer): same code, same results as in memory.
 A corpus larger than memory is searched with ``max_memory=`` (streamed from the files in
-blocks, bounded memory; rasfast._index_stream), and one spread over several processes or
+blocks, bounded memory; rasfast.index.stream), and one spread over several processes or
 hosts with rasfast.distributed.DistributedThemeIndex -- all bit-identical to one in-memory
 search.
 
@@ -152,7 +152,7 @@ class ThemeIndex:
         self.ppd = ppd
         self.emb = emb
         self.pids = pids
-        # TextColumn: saved rows decoded on access (rasfast._passages); anything else a list
+        # TextColumn: saved rows decoded on access (rasfast.index.passages); anything else a list
         self.titles = titles if isinstance(titles, TextColumn) else list(titles)
         self.texts = texts if isinstance(texts, TextColumn) else list(texts)
         self.shards = shards
@@ -638,7 +638,7 @@ class ThemeIndex:
                 memory-mapped index is searched in place by the same kernels as one in
                 memory (a mapped file is a buffer), with the same results.
             chunk_rows: search the corpus in blocks of this many rows (cpu kernels; same
-                result as in one piece, see rasfast._index_stream).
+                result as in one piece, see rasfast.index.stream).
             max_memory: a memory budget (bytes, or a string such as "1GB" / "512MiB") for a
                 corpus larger than memory: the theme and dense rows are streamed from the
                 index's files in blocks with large sequential reads and read-ahead (only the

@@ -1,4 +1,4 @@
-"""Retriever adapters for RAG frameworks, over a :class:`rasfast.knowledge.KnowledgeIndex`
+"""Retriever adapters for RAG frameworks, over a :class:`rasfast.index.knowledge.KnowledgeIndex`
 and any registered system (rasfast.systems):
 
 - ``rasfast.integrations.langchain.RasfastRetriever``: a ``langchain_core`` BaseRetriever

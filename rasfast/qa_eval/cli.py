@@ -25,6 +25,8 @@ def add_args(e) -> None:
                    help="qa: GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
     e.add_argument("--kirag-aligner", default=None, metavar="DIR",
                    help="qa: KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
+    e.add_argument("--html", default=None, metavar="FILE",
+                   help="qa: also write an offline HTML report here (table, failure stages, every question's pages)")
 
 
 def _style(args):

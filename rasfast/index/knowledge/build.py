@@ -1,6 +1,6 @@
 """``rasfast index build``: corpus -> knowledge index directory.
 
-Steps: read the corpus strictly (rasfast.knowledge.corpus); take triples from the corpus, or
+Steps: read the corpus strictly (rasfast.index.knowledge.corpus); take triples from the corpus, or
 extract them with an LLM through the journal (resumable, concurrent); embed the passages and
 fit the theme model; build the triple graph; embed the triples; save (manifest last). Any
 failure before the final write leaves a directory that does not load as an index.

@@ -4,7 +4,7 @@ All systems rank passages for the same 100 questions with the same encoder
 (all-MiniLM-L6-v2 by default). KiRAG retrieves with the dense retriever, aligns with the
 zero-shot encoder or a trained aligner, constructs with the model-free heuristic (no LLM
 here), and ranks documents by their best candidate triple; a list shorter than k is filled
-with the question's next dense passages (as rasfast.gear does for NaiveGE). The trained
+with the question's next dense passages (as rasfast.systems.gear does for NaiveGE). The trained
 aligner is evaluated with n-fold cross-validation over the questions: fold f's questions are
 ranked by an aligner trained only on the other folds' silver chains, so no question is
 scored by an aligner that saw it.

@@ -86,7 +86,7 @@ def build_index(dataset: QADataset, encoder, directory: os.PathLike, num_themes:
 
 def load_index(directory: os.PathLike, mmap: bool = False) -> Tuple[object, QADataset]:
     """(ThemeIndex, dataset of its passages with the saved triples or None). A knowledge
-    index (rasfast.knowledge) is loaded through KnowledgeIndex, so the passages and triples
+    index (rasfast.index.knowledge) is loaded through KnowledgeIndex, so the passages and triples
     come from the same committed generation."""
     from ...index.theme_index import ThemeIndex
     from ...index.knowledge.index import KnowledgeIndex, is_knowledge_index

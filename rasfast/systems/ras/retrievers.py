@@ -235,7 +235,7 @@ class HybridRetriever:
 
 
 class GraphExpandedRetriever:
-    """GEAR graph expansion over a base retriever (``rasfast.gear.graph_expand``): the base
+    """GEAR graph expansion over a base retriever (``rasfast.systems.gear.graph_expand``): the base
     top ``base_k`` passages' triples (NaiveGE) seed a diverse triple beam search through the
     corpus triple graph; the beams' passages are fused with the base list by Reciprocal Rank
     Fusion and the top k returned. One batched search per round.
