@@ -135,7 +135,7 @@ def _cache_records(cache, ds, system, label, recs):
     from rasfast.qa_eval.run import cache_file, settings_for
     from rasfast.systems.gear.agent import MAX_ITERS
     st = settings_for(system, k=5, max_iters=5, reader="contract", prompt_style="compact", retriever="dense",
-                      gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None)
+                      gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None, n_ctx=4096)
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / cache_file(ds.name, system, label, st), "w") as f:
         for r in recs:
@@ -195,10 +195,21 @@ def test_ask_html_writes_the_page(tiny_index, tmp_path, monkeypatch, capsys):
     assert f"HTML: {out}" in capsys.readouterr().out
 
 
+def test_ask_html_without_a_model_draws_the_model_free_baseline(tiny_index, tmp_path, capsys):
+    """The issue's command: `rasfast ask --index DIR --system ras --html q.html "..."` (no --llm)."""
+    from rasfast.cli import main
+    out = tmp_path / "q.html"
+    assert main(["ask", "--index", str(tiny_index), "--system", "ras", "--encoder", "hashing", "--html", str(out),
+                 "In which city was the founder of Velora Studios born?"]) == 0
+    page = out.read_text()
+    assert U.StrictChecker().check(page).errors == [] and "model-free baseline" in page
+    assert page.count("<g class=\"n ") >= 2
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["--system", "ras", "--llm", "local"], "needs --index DIR and --system NAME"),
     (["--index", "IDX", "--llm", "local"], "needs --index DIR and --system NAME"),
-    (["--index", "IDX", "--system", "ras"], "needs --llm"),
+    (["--index", "IDX", "--system", "gear"], "gear needs an LLM"),
     (["--index", "IDX", "--system", "ras", "--llm", "local", "--retriever", "faiss"], "--retriever expected"),
 ])
 def test_ask_html_usage_errors_are_one_line(argv, msg, tiny_index, tmp_path):

@@ -3,9 +3,11 @@ through one system, written as an offline HTML page (steps, passages, the questi
 the LLM calls, timings).
 
 The page is the question's record exactly as ``eval qa`` writes it
-(:func:`rasfast.qa_eval.run.single_record`), so it needs what ``eval qa`` needs: a knowledge
-index and an LLM for the reader. A model-free run has no reader, hence no such record:
-``--html`` without ``--llm`` is refused with a one-line error.
+(:func:`rasfast.qa_eval.run.single_record`): a knowledge index and, for the reader, an LLM.
+Without ``--llm`` the systems that have a model-free baseline (ras and its variants,
+gear-naive, kirag, structrag) run it, and the page says that the answer is the heuristic
+baseline's, not a reader's; the others (the agent, SyncGE, the retrieval baselines) are
+refused with a one-line error.
 """
 from __future__ import annotations
 
@@ -21,9 +23,6 @@ def check_args(args) -> None:
     if not getattr(args, "index", None) or not getattr(args, "system", None):
         raise SystemExit("ask --html needs --index DIR and --system NAME (the page shows that system's run "
                          "over that knowledge index)")
-    if not getattr(args, "llm", None):
-        raise SystemExit("ask --html needs --llm (the page is the run as eval qa records it, the LLM reader "
-                         "included), e.g. --llm local or --llm local:smollm2")
     if len(args.question) != 1:
         raise SystemExit(f"ask --html writes one question's page: got {len(args.question)} questions "
                          "(quote the question)")
@@ -41,11 +40,13 @@ def cmd_ask_html(args) -> int:
     from ..qa_eval.run import single_record
     from .index import _load
     ki, enc = _load(args)
-    try:
-        llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
-                       **local_options(args))
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        raise SystemExit(f"--llm {args.llm}: {e}")
+    llm = None
+    if getattr(args, "llm", None):
+        try:
+            llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
+                           **local_options(args))
+        except (ValueError, FileNotFoundError, ImportError) as e:
+            raise SystemExit(f"--llm {args.llm}: {e}")
     try:
         rec = single_record(args.system, args.question[0], llm, ki, enc, k=args.k, max_iters=args.max_iters,
                             retriever=args.retriever, prompt_style=getattr(args, "prompt_style", None))

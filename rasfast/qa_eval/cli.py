@@ -74,13 +74,17 @@ def cmd_eval_qa(args) -> int:
           f"retriever {out['retriever']}" + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
     print(format_rows(out))
     records = out.pop("records", None)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-    html = getattr(args, "html", None)
-    if html:
-        from .report_html import write_report
-        write_report(html, out, records)
+    try:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        html = getattr(args, "html", None)
+        if html:
+            from .report_html import write_report
+            write_report(html, out, records, data_root=args.data_root)
+    except OSError as e:
+        print(f"eval qa: cannot write {e.filename or 'the output'}: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -317,24 +317,27 @@ def _range_text(rng, n: int) -> str:
 
 
 class _Usage:
-    """LLM use between two points: calls, tokens, seconds, the calls' log and per-role counts."""
+    """LLM use between two points: calls, tokens, seconds, the calls' log and per-role counts
+    (a model-free run has none of them but the seconds)."""
 
     def __init__(self, ctx: "_Ctx"):
         self.ctx = ctx
         self.before = dict(getattr(ctx.llm, "stats", {}) or {})
-        self.roles_before = ctx.rec_llm.snapshot()
-        ctx.rec_llm.log = []
+        self.roles_before = ctx.rec_llm.snapshot() if ctx.rec_llm is not None else {}
+        if ctx.rec_llm is not None:
+            ctx.rec_llm.log = []
         self.t0 = time.perf_counter()
 
     def done(self) -> Dict[str, Any]:
         dt = time.perf_counter() - self.t0
         after = dict(getattr(self.ctx.llm, "stats", {}) or {})
         d = lambda key: int(after.get(key, 0)) - int(self.before.get(key, 0))  # noqa: E731
+        rec = self.ctx.rec_llm
         roles = {r: [a - b for a, b in zip(v, self.roles_before.get(r, [0, 0, 0]))]
-                 for r, v in self.ctx.rec_llm.snapshot().items()}
+                 for r, v in (rec.snapshot() if rec is not None else {}).items()}
         return {"llm_calls": d("requests"), "prompt_tokens": d("prompt_tokens"),
                 "completion_tokens": d("completion_tokens"), "cached_prompt_tokens": d("cached_prompt_tokens"),
-                "seconds": dt, "calls": list(self.ctx.rec_llm.log),
+                "seconds": dt, "calls": list(rec.log) if rec is not None else [],
                 "roles": {r: v for r, v in roles.items() if any(v)}}
 
 
@@ -362,13 +365,18 @@ def _add_usage(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx") -> Dict[str, Any]:
-    """The final record of ``name`` on ``q``: the reader over the prepared input."""
+def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) -> Dict[str, Any]:
+    """The final record of ``name`` on ``q``: the reader over the prepared input (a
+    model-free run: ``offline_answer``, the system's own baseline, and the input a reader
+    would have been shown)."""
     from ..llm.reader import read
     from ..systems.ras.metrics import answer_scores, recall_at_k
     u = _Usage(ctx)
     answer, reply, shown, err = None, None, None, prep.error
-    if prep.error is None:
+    if ctx.llm is None:
+        answer = offline_answer
+        shown = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get) if prep.error is None else None
+    elif prep.error is None:
         inp = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get)
         try:
             r = read(ctx.rec_llm, [inp], ctx.reader)[0]
@@ -402,16 +410,27 @@ def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequen
     from .roles import RoleRecorder
     if system not in SYSTEMS:
         raise ValueError(f"system: expected one of {', '.join(SYSTEMS)}, got {system!r}")
-    style = prompt_style or _default_style(llm)
-    rec_llm = RoleRecorder(llm, prompt_style=style)
+    if llm is None and system in ("none", "dense", "bm25", "hybrid", "gear", "gear-sync"):
+        raise ValueError(f"{system} needs an LLM (--llm): its answer or its retrieval is the model's")
+    style = prompt_style or (_default_style(llm) if llm is not None else "compact")
+    rec_llm = RoleRecorder(llm, prompt_style=style) if llm is not None else None
     by_pid = {p.pid: p for p in ki.passages} if ki is not None else {}
     ctx = _Ctx(llm, rec_llm, k, False, by_pid, style, reader, retriever)
-    prep = _prepare(make_preparer(PREP[system], rec_llm, ki, encoder, k, max_iters, retriever=retriever,
-                                  gear_iters=gear_iters, kirag_aligner=kirag_aligner),
-                    Question("ask", question, golds[0] if golds else "", list(golds[1:])), ctx)
     q = Question("ask", question, golds[0] if golds else "", list(golds[1:]))
-    rec = _read_one(system, q, prep, ctx)
+    prep = _prepare(make_preparer(PREP[system], rec_llm, ki, encoder, k, max_iters, retriever=retriever,
+                                  gear_iters=gear_iters, kirag_aligner=kirag_aligner), q, ctx)
+    offline = None
+    if llm is None and prep.error is None:
+        # model-free: the system's own baseline answers (rasfast's heuristic answerers), not a reader
+        from ..systems import build_system
+        opts: Dict[str, Any] = {"k": k, "retriever": retriever}
+        if FAMILY[system] == "ras":
+            opts["max_iters"] = max_iters
+        offline = build_system(system, ki, encoder=encoder, llm=None, **opts).run_batch([question])[0].answer
+    rec = _read_one(system, q, prep, ctx, offline)
     rec["system"] = system
+    if llm is None:
+        rec["reader"] = "model-free baseline (no LLM: rasfast's heuristic answer, not the reader contract)"
     if not golds:
         for key in ("em", "f1", "acc", "answer_retrieved", "answer_shown"):
             rec[key] = None
