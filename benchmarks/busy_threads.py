@@ -1,8 +1,10 @@
-"""CPU ops on a busy machine (issue 23): each op's default threading against the same call
-pinned to one thread (``rasfast.set_num_threads(1)``), on a quiet machine and with a
-background load generator keeping every core busy, interleaved, median of --reps calls.
+"""CPU ops on a busy machine (issues 23 and 31): each op's default threading against the
+same call pinned to one thread (``rasfast.set_num_threads(1)`` and
+``torch.set_num_threads(1)``: the kernels and the op's torch work), on a quiet machine and
+with a background load generator keeping every core busy, interleaved, median of --reps
+calls per setting, median of 5 interleavings.
 
-    python benchmarks/busy_threads.py [--reps 15] [--report]
+    python benchmarks/busy_threads.py [--reps 41] [--only per] [--report]
 
 Goal: busy, default within 1.25x of single-threaded; quiet, never slower than
 single-threaded. The load generator is ``os.cpu_count()`` Python processes spinning
@@ -31,9 +33,11 @@ import rasfast  # noqa: E402
 
 
 def workloads():
-    """name -> zero-argument call, small and large sizes of the ops a RAG server runs."""
+    """name -> zero-argument call: small and large sizes of the ops a RAG server runs, and
+    the per-question shapes the loops call them with (issue 31)."""
     from beam_graph import make_problem
     from graph_conv_workload import make_batch, make_modules
+    from rasfast.index.theme_index import ThemeIndex
     from rasfast.models.graph_encoder import GraphEncoder
     rng = np.random.default_rng(0)
     out = {}
@@ -59,6 +63,42 @@ def workloads():
         with torch.no_grad():
             enc.encode_batch(x, ei, ea, ptr)
     out["graph_transformer_pool (17 small graphs)"] = gt
+
+    # per question (issue 31): 16 questions of a batch, MiniLM's 384 dims, a 2,000-passage
+    # corpus (the demo world; MuSiQue's is 1,890) with 64 themes, --scope-k 500, k = 5
+    Q, D, N, T = 16, 384, 2_000, 64
+    q16 = rng.standard_normal((Q, D), dtype=np.float32)
+    q16p = rng.random((Q, T), dtype=np.float32)
+    pemb = rng.standard_normal((N, D), dtype=np.float32)
+    pppd = rng.random((N, T), dtype=np.float32)
+    pb = make_problem(n=4_000, dim=D, queries=Q, seeds_per_query=20, seed=1)
+    out["per question: triple_beam_search (16 q, 4k triples, beam 10, len 2)"] = \
+        lambda: rasfast.triple_beam_search(pb["graph"], pb["triple_emb"], pb["q_emb"], pb["seeds"],
+                                           beam_width=10, max_len=2, backend="cpu")
+    out["per question: theme_scoped_search (16 q, 2k rows, K=500)"] = \
+        lambda: rasfast.theme_scoped_search(q16p, q16, pppd, pemb, 500, 5, backend="cpu")
+    index = ThemeIndex.build(pemb, pppd)
+    out["per question: ThemeIndex.search (16 q, 2k rows, K=500)"] = \
+        lambda: index.search(q16p, q16, 500, 5)
+    out["per question: ThemeIndex.dense_search (16 q, 2k rows)"] = \
+        lambda: index.dense_search(q16, 5)
+    scores = rng.standard_normal((4, 500), dtype=np.float32)     # StructRAG: sub-questions x items
+    out["per question: select_k (4 x 500, k=10)"] = lambda: rasfast.select_k(scores, 10, largest=True)
+    table = rng.standard_normal((17_000, D), dtype=np.float32)   # KiRAG: MuSiQue's triples
+    cand = rng.integers(0, 17_000, Q * 60)                       # ~60 candidates per question
+    cptr = np.arange(0, Q * 60 + 1, 60, dtype=np.int64)
+    out["per question: segment_topk_scores (16 q x 60 of 17k triples, n=10)"] = \
+        lambda: rasfast.segment_topk_scores(q16, table, cptr, 10, cand_ids=cand)
+    item_scores = rng.standard_normal(Q * 60, dtype=np.float32)
+    groups = rng.integers(0, N, Q * 60)
+    out["per question: segment_max_rank (16 q x 60 items, k=5)"] = \
+        lambda: rasfast.segment_max_rank(item_scores, groups, cptr, 5)
+    x1, ei1, ea1, ptr1 = make_batch(1, seed=1, dim=128)
+
+    def gt1():
+        with torch.no_grad():
+            enc.encode_batch(x1, ei1, ea1, ptr1)
+    out["per question: graph_transformer_pool (1 graph)"] = gt1
     return out
 
 
@@ -75,18 +115,25 @@ def _median_ms(fn, reps):
     return statistics.median(ts)
 
 
+def _threads(n: int, torch_default: int) -> None:
+    """n = 0: the defaults (rasfast's per-call rule, torch's own width); 1: both pinned."""
+    rasfast.set_num_threads(n)
+    torch.set_num_threads(torch_default if n == 0 else n)
+
+
 def measure(fns, reps):
     """{name: {"default": ms, "single": ms}}, the two settings interleaved per op."""
     res = {}
+    torch_default = torch.get_num_threads()
     for name, fn in fns.items():
         fn()  # warm up
         d, s = [], []
         for _ in range(ROUNDS):
-            rasfast.set_num_threads(0)
+            _threads(0, torch_default)
             d.append(_median_ms(fn, reps))
-            rasfast.set_num_threads(1)
+            _threads(1, torch_default)
             s.append(_median_ms(fn, reps))
-        rasfast.set_num_threads(0)
+        _threads(0, torch_default)
         res[name] = {"default_ms": statistics.median(d), "single_ms": statistics.median(s)}
         r = res[name]
         print(f"  {name}: default {r['default_ms']:.2f} ms, 1 thread {r['single_ms']:.2f} ms, "
@@ -96,12 +143,13 @@ def measure(fns, reps):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=41)
+    ap.add_argument("--only", default=None, help="run the ops whose name contains this")
     ap.add_argument("--busy-seconds", type=float, default=600)
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args(argv)
-    from machine import machine_info
-    fns = workloads()
+    from machine import cpu_family_text, machine_info
+    fns = {k: f for k, f in workloads().items() if a.only is None or a.only in k}
     res = {"machine": machine_info(), "threads_default": rasfast.get_num_threads(),
            "grain": rasfast.dispatch.cpu_module().parallel_grain()}
     res["loadavg_quiet_start"] = os.getloadavg()
@@ -123,10 +171,12 @@ def main(argv=None) -> int:
         m = res["machine"]
         lines = ["# CPU ops on a busy machine: default threading vs one thread", "",
                  f"`python benchmarks/busy_threads.py --report` at commit {m.get('git', '?')}; "
-                 f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, no GPU. Busy = "
+                 f"{m.get('cpu', '?')} ({cpu_family_text(m)}), {m.get('cores', '?')} cores, "
+                 f"no GPU. Busy = "
                  f"{os.cpu_count()} spinning processes. Median of {a.reps} calls, the two "
-                 f"settings interleaved {ROUNDS} times (median of the {ROUNDS}). Ratio = default / one thread "
-                 "(goal: busy <= 1.25, quiet <= 1.0 within noise).",
+                 f"settings interleaved {ROUNDS} times (median of the {ROUNDS}). One thread = "
+                 "`rasfast.set_num_threads(1)` and `torch.set_num_threads(1)`. Ratio = default / "
+                 "one thread (goal: busy <= 1.25, quiet <= 1.0 within noise).",
                  f"Load average: quiet {res['loadavg_quiet_start'][0]:.1f}, busy "
                  f"{res['loadavg_busy_start'][0]:.1f} -> {res['loadavg_busy_end'][0]:.1f}. "
                  f"Serial below {2 * res['grain']:,} work units per call.", "",

@@ -43,6 +43,7 @@ from .passages import TextColumn
 from .._arrays import as_tensor, kind_of, to_kind
 from .._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
                         check_rank)
+from .._threads import follows_width_rule
 
 SCOPES = ("per_shard", "global")
 METRICS = ("l2", "ip")
@@ -618,6 +619,7 @@ class ThemeIndex:
             raise ValueError(f"theme_weight: expected a number in [0, 1], got {theme_weight!r}")
         return qe, qp, K, k, scope, float(theme_weight)
 
+    @follows_width_rule
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None,
                max_memory=None):
@@ -742,6 +744,7 @@ class ThemeIndex:
                                             self.metric == "ip", keep_keys=keep)
         return sc, ids
 
+    @follows_width_rule
     def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None,
                      max_memory=None):
         """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),
