@@ -35,6 +35,7 @@ from ._validate import check_finite, check_float, check_int_arg, check_rank
 PAPER_THEMES = 298
 
 _CONFIG = "theme_model.json"
+_KIND_NAMES = ("kmeans", "classifier")   # the kinds of the models below (their .kind)
 
 
 def _as_embeddings(x, name: str, dim: Optional[int] = None) -> torch.Tensor:
@@ -74,8 +75,14 @@ def _read_config(directory: pathlib.Path, kind: Optional[str] = None) -> Dict[st
         config = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
     if kind is not None and config.get("kind") != kind:
         raise ValueError(f"{path}: holds a {config.get('kind')!r} model, expected {kind!r}")
+    if config.get("kind") in _KIND_NAMES:   # an unknown kind is refused by load_theme_model
+        from .index.manifest_schemas import theme_model
+        from .index.schema import validate
+        validate(config, theme_model(config["kind"]), path)
     return config
 
 

@@ -382,7 +382,8 @@ class KnowledgeIndex:
     @classmethod
     def load(cls, directory, mmap: bool = False) -> "KnowledgeIndex":
         """Loads a saved knowledge index; ValueError naming the file when anything is missing,
-        truncated or inconsistent with ``knowledge.json``."""
+        truncated or inconsistent with ``knowledge.json``, or ``knowledge.json`` itself lacks
+        a key or holds a value of the wrong type (rasfast.index.manifest_schemas)."""
         from ...graph import TripleGraph
         from ..theme_index import ThemeIndex
         d = pathlib.Path(directory)
@@ -396,9 +397,15 @@ class KnowledgeIndex:
         except json.JSONDecodeError as e:
             raise ValueError(f"{mpath}: not valid JSON ({e})") from None
         if not isinstance(m, dict) or m.get("format") != FORMAT \
-                or m.get("version") not in READABLE_VERSIONS:
+                or m.get("version") not in READABLE_VERSIONS or isinstance(m.get("version"), bool):
+            got = (f"format {m.get('format', '(missing)')!r}, version "
+                   f"{m.get('version', '(missing)')!r}") if isinstance(m, dict) \
+                else f"a JSON {type(m).__name__}"
             raise ValueError(f"{mpath}: not a {FORMAT} manifest of version "
-                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
+                             f"{' or '.join(map(str, READABLE_VERSIONS))} ({got})")
+        from ..manifest_schemas import knowledge as _schema
+        from ..schema import validate
+        validate(m, _schema(int(m["version"])), mpath)
         parts = _parts(m)
         theme = ThemeIndex.load(d, mmap=mmap, generation=m.get("theme_generation"))
         n = int(m["num_passages"])
