@@ -108,6 +108,17 @@ def build_graph(triples_per_row: Sequence[list], pids: Sequence[int], max_degree
     return TripleGraph.from_triples(flat, tp, max_degree=max_degree)
 
 
+def _check_unique_pids(pids: Sequence[int]) -> None:
+    """Passage ids are the index's keys (triples_by_pid, gold passages): two passages with one
+    id would make which one a lookup returns undefined."""
+    first: Dict[int, int] = {}
+    for i, pid in enumerate(pids):
+        j = first.setdefault(int(pid), i)
+        if j != i:
+            raise ValueError(f"passages: pid {int(pid)} is used by passages {j} and {i}; passage "
+                             f"ids must be unique")
+
+
 class KnowledgeIndex:
     """A ThemeIndex plus triples, triple graph and triple embeddings (module docstring)."""
 
@@ -211,6 +222,7 @@ class KnowledgeIndex:
             raise ValueError("passages: no passages to index")
         if len(triples) != len(passages):
             raise ValueError(f"triples: {len(triples)} lists for {len(passages)} passages")
+        _check_unique_pids([p.pid for p in passages])
         theme = ThemeIndex.build(passages=passages, encoder=encoder,
                                  num_themes=max(1, min(num_themes, len(passages))))
         rows = [list(t) for t in triples]
@@ -234,6 +246,7 @@ class KnowledgeIndex:
                              f"sha {str(self.extraction.get('prompt_sha256'))[:12]}); refusing to mix")
         if encoder.name != self.encoder_name:
             raise ValueError(f"encoder: index was built with {self.encoder_name!r}, got {encoder.name!r}")
+        _check_unique_pids([p.pid for p in passages])
         new_pids = np.asarray([p.pid for p in passages], dtype=np.int64)
         clash = new_pids[np.isin(new_pids, np.asarray(self.theme.pids))].tolist()   # vectorised: no set of every pid
         if clash:
