@@ -2,9 +2,13 @@
 same call pinned to one thread (``rasfast.set_num_threads(1)`` and
 ``torch.set_num_threads(1)``: the kernels and the op's torch work), on a quiet machine and
 with a background load generator keeping every core busy, interleaved, median of --reps
-calls per setting, median of 5 interleavings.
+calls per setting and round, the settings alternating in blocks of 4 calls (the first call
+after a switch untimed), median of 9 rounds.
 
-    python benchmarks/busy_threads.py [--reps 41] [--only per] [--report]
+    python benchmarks/busy_threads.py [--reps 41] [--only per] [--json PATH] [--before PATH] [--report]
+
+--json writes the raw results anywhere; --before adds the busy ratios of such a file (the
+same script run against an older rasfast) to the report.
 
 Goal: busy, default within 1.25x of single-threaded; quiet, never slower than
 single-threaded. The load generator is ``os.cpu_count()`` Python processes spinning
@@ -102,17 +106,14 @@ def workloads():
     return out
 
 
-ROUNDS = 5  # interleavings of the two settings; with every core busy a call's time swings
-            # 2-4x with the scheduler's time slices, so the medians of several rounds
+ROUNDS = 9  # rounds of --reps calls per setting; the median of the rounds' medians
+BLOCK = 4   # timed calls per setting before switching to the other
 
 
-def _median_ms(fn, reps):
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+def _time_ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _threads(n: int, torch_default: int) -> None:
@@ -122,17 +123,32 @@ def _threads(n: int, torch_default: int) -> None:
 
 
 def measure(fns, reps):
-    """{name: {"default": ms, "single": ms}}, the two settings interleaved per op."""
+    """{name: {"default_ms", "single_ms"}}: the two settings alternate in short blocks (each
+    first in turn), the first call after a switch untimed.
+
+    Why: with every core busy, the scheduler keeps this process on a core of its own or on
+    one it shares with a spinner for seconds at a time (a serial call then takes 1x or ~2x),
+    so settings timed in separate stretches of a second or more differ by up to ~1.9x on
+    identical code; short blocks give both the same placements. Alternating call by call
+    instead lets one setting's OpenMP workers, still spinning after its parallel region,
+    slow the other setting's next call (the pre-issue-31 beam search: 2.2x in blocks,
+    1.1x call by call); that call is the untimed one."""
     res = {}
     torch_default = torch.get_num_threads()
     for name, fn in fns.items():
         fn()  # warm up
         d, s = [], []
-        for _ in range(ROUNDS):
-            _threads(0, torch_default)
-            d.append(_median_ms(fn, reps))
-            _threads(1, torch_default)
-            s.append(_median_ms(fn, reps))
+        for r in range(ROUNDS):
+            times = {0: [], 1: []}
+            b = 0
+            while min(len(t) for t in times.values()) < reps:
+                for n in ((0, 1) if (b + r) % 2 == 0 else (1, 0)):
+                    _threads(n, torch_default)
+                    fn()   # untimed: the switch's after-effects land here
+                    times[n].extend(_time_ms(fn) for _ in range(BLOCK))
+                b += 1
+            d.append(statistics.median(times[0][:reps]))
+            s.append(statistics.median(times[1][:reps]))
         _threads(0, torch_default)
         res[name] = {"default_ms": statistics.median(d), "single_ms": statistics.median(s)}
         r = res[name]
@@ -147,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="run the ops whose name contains this")
     ap.add_argument("--busy-seconds", type=float, default=600)
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--before", default=None, help="a --json file of an older rasfast: its busy ratios in the report")
     a = ap.parse_args(argv)
     from machine import cpu_family_text, machine_info
     fns = {k: f for k, f in workloads().items() if a.only is None or a.only in k}
@@ -166,6 +184,9 @@ def main(argv=None) -> int:
     finally:
         for h in hogs:
             h.kill()
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(res, indent=1))
+    before = json.loads(pathlib.Path(a.before).read_text()) if a.before else None
     if a.report:
         (HERE / "results" / "busy_threads.json").write_text(json.dumps(res, indent=1))
         m = res["machine"]
@@ -173,20 +194,26 @@ def main(argv=None) -> int:
                  f"`python benchmarks/busy_threads.py --report` at commit {m.get('git', '?')}; "
                  f"{m.get('cpu', '?')} ({cpu_family_text(m)}), {m.get('cores', '?')} cores, "
                  f"no GPU. Busy = "
-                 f"{os.cpu_count()} spinning processes. Median of {a.reps} calls, the two "
-                 f"settings interleaved {ROUNDS} times (median of the {ROUNDS}). One thread = "
+                 f"{os.cpu_count()} spinning processes. The two settings alternate in blocks of "
+                 f"{BLOCK} timed calls (the first call after a switch untimed), {a.reps} calls "
+                 f"each per round; median of {ROUNDS} rounds' medians. One thread = "
                  "`rasfast.set_num_threads(1)` and `torch.set_num_threads(1)`. Ratio = default / "
                  "one thread (goal: busy <= 1.25, quiet <= 1.0 within noise).",
                  f"Load average: quiet {res['loadavg_quiet_start'][0]:.1f}, busy "
                  f"{res['loadavg_busy_start'][0]:.1f} -> {res['loadavg_busy_end'][0]:.1f}. "
                  f"Serial below {2 * res['grain']:,} work units per call.", "",
                  "| op | quiet default (ms) | quiet 1 thread (ms) | quiet ratio | busy default (ms) "
-                 "| busy 1 thread (ms) | busy ratio |", "|---|---:|---:|---:|---:|---:|---:|"]
+                 "| busy 1 thread (ms) | busy ratio |" + (" busy ratio before |" if before else ""),
+                 "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else "")]
         for name in fns:
             q, b = res["quiet"][name], res["busy"][name]
-            lines.append(f"| {name} | {q['default_ms']:.2f} | {q['single_ms']:.2f} | "
-                         f"{q['default_ms'] / q['single_ms']:.2f} | {b['default_ms']:.2f} | "
-                         f"{b['single_ms']:.2f} | {b['default_ms'] / b['single_ms']:.2f} |")
+            row = (f"| {name} | {q['default_ms']:.2f} | {q['single_ms']:.2f} | "
+                   f"{q['default_ms'] / q['single_ms']:.2f} | {b['default_ms']:.2f} | "
+                   f"{b['single_ms']:.2f} | {b['default_ms'] / b['single_ms']:.2f} |")
+            if before:
+                old = before.get("busy", {}).get(name)
+                row += f" {old['default_ms'] / old['single_ms']:.2f} |" if old else " - |"
+            lines.append(row)
         (HERE / "results" / "busy_threads.md").write_text("\n".join(lines) + "\n")
     return 0
 

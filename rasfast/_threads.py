@@ -12,7 +12,9 @@ single-thread time, all of it in that torch work, not in the kernel.
 :func:`follows_width_rule` wraps a public op so that the calling thread's OpenMP width,
 for the whole call, is what the kernel rule gives the op's input size (its array
 arguments' elements): small calls run their torch work on one thread, large ones on at
-most the idle cores. The op's kernel still sets its own width inside. MKL (torch's
+most the idle cores. The op's kernel still sets its own width inside, from the caller's
+width before the op narrowed it (csrc/common/parallel.h ``op_outer_width``): a large
+``select_k`` whose arguments are below the grain still runs its kernel on the idle cores. MKL (torch's
 ``bmm``/``addmm``) keeps a thread count of its own, global once anyone calls
 ``torch.set_num_threads``: the same width is set as MKL's per-thread count
 (``mkl_set_num_threads_local``) where torch's MKL exports it -- the graph encoder's per-head
@@ -65,7 +67,7 @@ def torch_width(work: int) -> Iterator[None]:
     # torch sets a thread's width on its first parallel call (lazy init); done here, that
     # init cannot overwrite the width set below
     torch.get_num_threads()
-    saved = mod.enter_threads(int(work))
+    saved, outer = mod.enter_threads(int(work))
     mkl = _mkl_set_local()
     mkl_saved = None if mkl is None else mkl(torch.get_num_threads())
     try:
@@ -73,7 +75,7 @@ def torch_width(work: int) -> Iterator[None]:
     finally:
         if mkl_saved is not None:
             mkl(mkl_saved)
-        mod.exit_threads(saved)
+        mod.exit_threads(saved, outer)
 
 
 def _elements(value: Any, nested: bool = True) -> int:

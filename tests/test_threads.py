@@ -200,3 +200,18 @@ def test_torch_width_follows_the_kernel_rule(wide_torch):
     with torch_width(100 * grain):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == 4
+
+
+def test_a_kernel_inside_an_op_sizes_its_width_from_the_callers(wide_torch):
+    """The op's scope narrows torch's width for the op's own torch work; the kernel it calls
+    still gets its width from the caller's (rasfast.get_num_threads: the most a kernel call
+    uses), or a large select_k with small arguments would run serial on an idle machine."""
+    from rasfast._threads import torch_width
+    assert rasfast.get_num_threads() == 4           # no cap: the calling thread's width
+    with torch_width(10):
+        assert torch.get_num_threads() == 1 and rasfast.get_num_threads() == 4
+        with torch_width(10):                       # nested (graph encoder layers)
+            assert torch.get_num_threads() == 1 and rasfast.get_num_threads() == 4
+        assert rasfast.get_num_threads() == 4
+    torch.set_num_threads(3)
+    assert rasfast.get_num_threads() == 3           # outside an op: the width as set
