@@ -23,8 +23,8 @@ from rasfast.index import ThemeIndex
 from rasfast.index import array_header, manifest_schemas
 from rasfast.index.knowledge import KnowledgeIndex
 from rasfast.index.knowledge.extract import corpus_record
-from rasfast.index.schema import problems
-from rasfast.theme import KMeansThemeModel
+from rasfast._schema import problems
+from rasfast.theme import KMeansThemeModel, config_schema
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
@@ -287,7 +287,7 @@ def test_the_schema_validator_agrees_with_jsonschema(saved, knowledge_dir):
         (json.loads((knowledge_dir / "knowledge.json").read_text()), manifest_schemas.knowledge(4)),
         (json.loads((FIXTURES / "knowledge_v3" / "knowledge.json").read_text()), manifest_schemas.knowledge(3)),
         (json.loads((FIXTURES / "knowledge_v3" / "theme_model.1" / "theme_model.json").read_text()),
-         manifest_schemas.theme_model("kmeans")),
+         config_schema("kmeans")),
     ]
     checked = 0
     for manifest, schema in cases:

@@ -1,7 +1,7 @@
 """The JSON Schemas of every manifest a saved index holds (issue 31), per format version:
 ``manifest.json`` / ``manifest.<g>.json`` of a ThemeIndex (versions 1-4), ``knowledge.json``
 of a KnowledgeIndex (versions 1-4) and ``theme_model.json`` of a theme model. Checked at
-load by rasfast.index.schema.validate.
+load by rasfast._schema.validate.
 
 "Required" is what a load reads without a default, in every version that has it (taken
 from each version's writer); keys with a default (``normalize_ppd``, ``metric``, ...) are
@@ -109,20 +109,4 @@ def knowledge(version: int) -> Dict[str, Any]:
     }
 
 
-def theme_model(kind: str) -> Dict[str, Any]:
-    """The schema of a ``theme_model.json`` of a theme model of ``kind``."""
-    if kind == "kmeans":
-        return {"type": "object",
-                "required": ["kind", "num_themes", "scale", "iters", "seed", "backend", "dim"],
-                "properties": {"kind": {"const": "kmeans"}, "name": {"type": "string"},
-                               "num_themes": {"type": "integer", "minimum": 1},
-                               "scale": {"type": "number"}, "iters": COUNT, "seed": {"type": "integer"},
-                               "backend": {"type": "string"},
-                               "dim": {"type": "integer", "minimum": 1}}}
-    return {"type": "object", "required": ["kind", "classifier"],
-            "properties": {"kind": {"const": kind}, "name": {"type": "string"},
-                           "classifier": {"type": "object"},
-                           "shifter": {"type": ["object", "null"]}}}
-
-
-__all__ = ["theme_index", "knowledge", "theme_model"]
+__all__ = ["theme_index", "knowledge"]

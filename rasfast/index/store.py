@@ -53,7 +53,7 @@ from . import array_header as _header
 from . import durable as _durable
 from . import manifest_schemas as _schemas
 from .passages import parse_record
-from .schema import validate
+from .._schema import validate
 
 FORMAT = "rasfast.ThemeIndex"
 VERSION = 4

@@ -417,7 +417,7 @@ class KnowledgeIndex:
             raise ValueError(f"{mpath}: not a {FORMAT} manifest of version "
                              f"{' or '.join(map(str, READABLE_VERSIONS))} ({got})")
         from ..manifest_schemas import knowledge as _schema
-        from ..schema import validate
+        from ..._schema import validate
         validate(m, _schema(int(m["version"])), mpath)
         parts = _parts(m)
         theme = ThemeIndex.load(d, mmap=mmap, generation=m.get("theme_generation"))

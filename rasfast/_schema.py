@@ -3,8 +3,8 @@
 A manifest names its files and the counts, dims and dtypes a load relies on; a missing key
 or a value of the wrong type used to surface as a bare ``KeyError`` (or worse, a wrong
 result) deep inside the load. :func:`validate` checks a parsed manifest against a schema
-written in JSON Schema (rasfast.index.manifest_schemas) and raises one ``ValueError`` naming
-the file, the key path and what was expected.
+written in JSON Schema (rasfast.index.manifest_schemas, rasfast.theme.config_schema) and
+raises one ``ValueError`` naming the file, the key path and what was expected.
 
 Only the keywords the schemas use are implemented (``type``, ``enum``, ``const``,
 ``required``, ``properties``, ``items``, ``minItems``, ``maxItems``, ``minimum``,
