@@ -108,7 +108,7 @@ def cmd_add(args) -> int:
                                      retry_unparsed=args.retry_unparsed, progress=args.progress)
     except _errors() as e:
         print(f"index add failed: {e}", file=sys.stderr)
-        return 1   # a failure (bad usage exits 2, from argparse)
+        return 1   # one line, exit 1, like every user error (rasfast/cli/errors.py)
     _report("index now holds", rep)
     return 0
 
@@ -129,7 +129,7 @@ def cmd_build(args) -> int:
                                     progress=args.progress)
     except _errors() as e:
         print(f"index build failed: {e}", file=sys.stderr)
-        return 1   # a failure (bad usage exits 2, from argparse)
+        return 1   # one line, exit 1, like every user error (rasfast/cli/errors.py)
     _report("indexed", rep)
     return 0
 
