@@ -240,6 +240,13 @@ def test_knowledge_json_without_num_passages_is_a_clear_error(knowledge_dir, tmp
         KnowledgeIndex.load(d)
 
 
+def test_knowledge_json_dim_must_be_its_theme_index_dim(knowledge_dir, tmp_path):
+    d = _copy(knowledge_dir, tmp_path)
+    _edit(d / "knowledge.json", lambda m: m.update(dim=32))
+    with pytest.raises(ValueError, match=r"knowledge.json: dim 32, its theme index .* dim 16"):
+        KnowledgeIndex.load(d)
+
+
 def test_theme_model_json_keys_are_validated(saved, tmp_path):
     d = _copy(saved, tmp_path)
     m = json.loads((d / "manifest.json").read_text())

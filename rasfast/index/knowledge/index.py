@@ -425,6 +425,9 @@ class KnowledgeIndex:
         if len(theme) != n:
             raise ValueError(f"{d}: the theme index has {len(theme)} rows, {MANIFEST} says {n}")
         nt, ne, dim = int(m["num_triples"]), int(m["num_entities"]), int(m["dim"])
+        if dim != theme.dim:   # passages and triples are embedded by one encoder
+            raise ValueError(f"{mpath}: dim {dim}, its theme index (generation "
+                             f"{m.get('theme_generation')}) holds embeddings of dim {theme.dim}")
         _check_parts(mpath, parts, n, nt, ne)
         tpids = np.asarray(theme.pids)
         triples, sids, source = [], [], []
