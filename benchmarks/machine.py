@@ -19,6 +19,56 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _cpuinfo_fields(*keys: str) -> Dict[str, str]:
+    """The first value of each ``key`` in /proc/cpuinfo (empty where absent)."""
+    out: Dict[str, str] = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            k = k.strip()
+            if k in keys and k not in out:
+                out[k] = v.strip()
+    except OSError:
+        pass
+    return out
+
+
+def _zen(family: int, model: int) -> str:
+    """AMD's core generation from family/model (family 0x19 holds Zen 3 and Zen 4)."""
+    if family == 0x17:
+        return "Zen/Zen+" if model < 0x30 else "Zen 2"
+    if family == 0x19:
+        zen4 = 0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF
+        return "Zen 4" if zen4 else "Zen 3"
+    if family == 0x1A:
+        return "Zen 5"
+    return "unknown"
+
+
+def cpu_family() -> Dict[str, object]:
+    """Vendor, family, model and stepping from /proc/cpuinfo, with AMD's Zen generation:
+    the same model name ("AMD EPYC" in a VM) covers CPUs whose kernels run differently."""
+    f = _cpuinfo_fields("vendor_id", "cpu family", "model", "stepping")
+    out: Dict[str, object] = {"vendor": f.get("vendor_id", "unknown")}
+    try:
+        fam, model = int(f["cpu family"]), int(f["model"])
+    except (KeyError, ValueError):
+        return out
+    out.update(family=fam, model=model, stepping=f.get("stepping"))
+    if out["vendor"] == "AuthenticAMD":
+        out["generation"] = _zen(fam, model)
+    return out
+
+
+def cpu_family_text(info: Dict[str, object]) -> str:
+    """e.g. "AuthenticAMD family 25 model 17 (Zen 4)"."""
+    c = info.get("cpu_family") or {}
+    if "family" not in c:
+        return str(c.get("vendor", "unknown"))
+    gen = f" ({c['generation']})" if c.get("generation") else ""
+    return f"{c['vendor']} family {c['family']} model {c['model']}{gen}"
+
+
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
               "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "asimd", "sve")
 
@@ -42,6 +92,7 @@ def machine_info() -> Dict[str, object]:
     info: Dict[str, object] = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
+        "cpu_family": cpu_family(),
         "cores": os.cpu_count(),
         "cpu_flags": cpu_flags(),
         "python": platform.python_version(),

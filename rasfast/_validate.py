@@ -133,7 +133,8 @@ def check_choice(value, name: str, choices: Iterable[str]) -> str:
 
 def check_questions(questions, name: str = "questions") -> list:
     """A list of question strings from any sequence of str; a single str is a TypeError
-    (``run_batch("q")`` would otherwise answer each character)."""
+    (``run_batch("q")`` would otherwise answer each character), an empty or blank question a
+    ValueError (a system would answer it anyway)."""
     if isinstance(questions, (str, bytes)):
         raise TypeError(f"{name}: expected a sequence of strings, got a single "
                         f"{type(questions).__name__} (use run())")
@@ -141,4 +142,6 @@ def check_questions(questions, name: str = "questions") -> list:
     for i, q in enumerate(questions):
         if not isinstance(q, str):
             raise TypeError(f"{name}[{i}]: expected str, got {type(q).__name__}")
+        if not q.strip():
+            raise ValueError(f"{name}[{i}]: empty; a question needs some text")
     return questions

@@ -35,6 +35,7 @@ from ._validate import check_finite, check_float, check_int_arg, check_rank
 PAPER_THEMES = 298
 
 _CONFIG = "theme_model.json"
+_KIND_NAMES = ("kmeans", "classifier")   # the kinds of the models below (their .kind)
 
 
 def _as_embeddings(x, name: str, dim: Optional[int] = None) -> torch.Tensor:
@@ -66,6 +67,23 @@ def _write_config(directory: pathlib.Path, config: Dict[str, Any]) -> None:
     (directory / _CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
+def config_schema(kind: str) -> Dict[str, Any]:
+    """The JSON Schema of the ``theme_model.json`` of a model of ``kind`` (issue 31: a load
+    names a missing or mistyped key instead of raising a bare KeyError)."""
+    if kind == "kmeans":
+        return {"type": "object",
+                "required": ["kind", "num_themes", "scale", "iters", "seed", "backend", "dim"],
+                "properties": {"kind": {"const": "kmeans"}, "name": {"type": "string"},
+                               "num_themes": {"type": "integer", "minimum": 1},
+                               "scale": {"type": "number"}, "iters": {"type": "integer", "minimum": 0},
+                               "seed": {"type": "integer"}, "backend": {"type": "string"},
+                               "dim": {"type": "integer", "minimum": 1}}}
+    return {"type": "object", "required": ["kind", "classifier"],
+            "properties": {"kind": {"const": kind}, "name": {"type": "string"},
+                           "classifier": {"type": "object"},
+                           "shifter": {"type": ["object", "null"]}}}
+
+
 def _read_config(directory: pathlib.Path, kind: Optional[str] = None) -> Dict[str, Any]:
     path = directory / _CONFIG
     if not path.is_file():
@@ -74,8 +92,13 @@ def _read_config(directory: pathlib.Path, kind: Optional[str] = None) -> Dict[st
         config = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
     if kind is not None and config.get("kind") != kind:
         raise ValueError(f"{path}: holds a {config.get('kind')!r} model, expected {kind!r}")
+    if config.get("kind") in _KIND_NAMES:   # an unknown kind is refused by load_theme_model
+        from ._schema import validate
+        validate(config, config_schema(config["kind"]), path)
     return config
 
 

@@ -64,7 +64,7 @@ def test_index_keeps_triples_and_scopes(tmp_path, capsys):
     # numbered manifest); without it and manifest.json nothing loads
     (tmp_path / "ix" / "knowledge.json").unlink()
     (tmp_path / "ix" / "manifest.json").unlink()
-    with pytest.raises(ValueError, match="manifest"):
+    with pytest.raises(SystemExit, match="manifest"):   # one line, exit 1 (tests/test_cli_errors.py)
         main(["ask", "x", "--index", str(tmp_path / "ix"), "--encoder", "hashing"])
 
 
@@ -156,10 +156,12 @@ def test_ask_json_writes_only_json_to_stdout(tmp_path, capsys):
         assert "Q: Where is Entity4 located?" in err or "Where is Entity4" in err
 
 
-def test_exit_codes_separate_bad_usage_from_failures(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:          # argparse: bad usage
+def test_bad_usage_and_failures_are_one_line_and_exit_1(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:          # argparse: bad usage, one line (issue 31)
         main(["index", "build", "--no-such-option"])
-    assert e.value.code == 2
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rasfast index build: error:" in err
     bad = tmp_path / "c.jsonl"
     bad.write_text('{"title": "a", "text": "x"}\nnot json\n')
     assert main(["index", "build", "--corpus", str(bad), "--out", str(tmp_path / "ix"),

@@ -474,7 +474,7 @@ def test_projection_gemms_follow_the_busy_machine_rules(monkeypatch):
     big = rasfast.dispatch.cpu_module().parallel_grain() * 64
     try:
         rasfast.set_num_threads(1)
-        with graph_conv_cpu._BusyRules(big):
+        with graph_conv_cpu.torch_width(big):
             assert torch.get_num_threads() == 1
     finally:
         rasfast.set_num_threads(0)

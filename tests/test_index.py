@@ -161,11 +161,11 @@ def test_save_load_round_trip(tmp_path, dtype, mmap):
                            ppd_dtype=torch.float16)
     idx.save(tmp_path / "ix")
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert m["version"] == 3 and m["num_rows"] == 64 and m["dim"] == 10 and m["num_themes"] == 7
+    assert m["version"] == 4 and m["num_rows"] == 64 and m["dim"] == 10 and m["num_themes"] == 7
     assert m["arrays"]["emb"]["dtype"] == str(dtype).replace("torch.", "")
     assert m["arrays"]["ppd"]["dtype"] == "float16" and m["shards"] == [[0, 30], [30, 64]]
     if dtype == torch.bfloat16:
-        assert index_file(tmp_path / "ix", "emb").stat().st_size == 64 * 10 * 2
+        assert index_file(tmp_path / "ix", "emb").stat().st_size == 64 + 64 * 10 * 2   # header + rows
     got = ThemeIndex.load(tmp_path / "ix", mmap=mmap)
     assert got.emb.dtype == dtype and torch.equal(got.emb, idx.emb)
     assert got.ppd.dtype == torch.float16 and torch.equal(got.ppd, idx.ppd)
@@ -246,7 +246,7 @@ def test_manifest_mismatches_are_refused(saved, tmp_path):
         "dim": lambda m: m.update(dim=9),
         "version": lambda m: m.update(version=99),
         "format": lambda m: m.update(format="other"),
-        # raw .bin files carry no header: a dtype of another item size no longer fits the file
+        # the file's header names its dtype (format 4): any other dtype is refused
         "dtype": lambda m: m["arrays"]["emb"].update(dtype="float32"),
         "shards": lambda m: m.update(shards=[[0, 10], [12, 40]]),
     }

@@ -7,6 +7,7 @@ import torch
 
 from rasfast.encode import HashingEncoder
 from rasfast.index import ThemeIndex
+from rasfast.index.array_header import SIZE as HEADER
 from rasfast.theme import KMeansThemeModel
 
 from index_files import index_file
@@ -52,7 +53,7 @@ def test_add_save_load_equals_from_scratch_build(tmp_path, dtype, mmap):
     assert ix.pids.tolist() == scratch.pids.tolist() and ix.texts == scratch.texts
     assert ix.titles == scratch.titles and ix.mmapped == mmap
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert m["version"] == 3 and m["num_rows"] == 230 and m["shards"][-1] == [150, 230]
+    assert m["version"] == 4 and m["num_rows"] == 230 and m["shards"][-1] == [150, 230]
     qe = torch.randn(5, 12, generator=torch.Generator().manual_seed(2))
     for scope in ("per_shard", "global"):
         for K, k, w in [(40, 7, 0.0), (13, 5, 0.3), (1000, 4, 0.0)]:
@@ -67,18 +68,21 @@ def test_incremental_save_writes_only_new_rows(tmp_path):
     ix.save(tmp_path / "ix")
     emb_file = index_file(tmp_path / "ix", "emb")
     old = emb_file.read_bytes()
-    # scribble over the saved rows' bytes on disk: an incremental save must not rewrite them
+    # scribble over the saved rows' bytes on disk (after the file's header): an incremental
+    # save must not rewrite them, nor the header
+    h = HEADER
     marker = bytes([7]) * 64
     with open(emb_file, "r+b") as f:
+        f.seek(h)
         f.write(marker)
     ix.add(emb[70:], passages=passages[70:])
     ix.save(tmp_path / "ix")
     new = emb_file.read_bytes()
-    assert new[:64] == marker and new[64:len(old)] == old[64:]
-    assert len(new) == 100 * 8 * 4
+    assert new[:h] == old[:h] and new[h:h + 64] == marker and new[h + 64:len(old)] == old[h + 64:]
+    assert len(new) == h + 100 * 8 * 4
     # saving elsewhere is a full write
     ix.save(tmp_path / "copy")
-    assert index_file(tmp_path / "copy", "emb").read_bytes()[:64] == old[:64]
+    assert index_file(tmp_path / "copy", "emb").read_bytes()[:h + 64] == old[:h + 64]
 
 
 def test_interrupted_append_is_ignored_and_cut(tmp_path):
@@ -96,7 +100,7 @@ def test_interrupted_append_is_ignored_and_cut(tmp_path):
     again = ThemeIndex.load(tmp_path / "ix")
     assert len(again) == 50 and again.texts[30:] == [p["text"] for p in passages[30:]]
     assert torch.equal(again.emb[30:], emb[30:])
-    assert index_file(tmp_path / "ix", "emb").stat().st_size == 50 * 6 * 4
+    assert index_file(tmp_path / "ix", "emb").stat().st_size == HEADER + 50 * 6 * 4
 
 
 def test_add_from_passages_with_encoder_and_default_pids(tmp_path):
@@ -166,8 +170,8 @@ def test_version_1_indexes_still_load(tmp_path):
         assert torch.equal(got.emb, ix.emb) and torch.equal(got.ppd, ix.ppd)
         assert got.texts == ix.texts and got.shards == ix.shards
     got.add(emb[:5], passages=passages[:5])
-    got.save(d)  # a version-1 directory gets a full version-3 generation beside its files
-    assert json.loads((d / "manifest.json").read_text())["version"] == 3
+    got.save(d)  # a version-1 directory gets a full version-4 generation beside its files
+    assert json.loads((d / "manifest.json").read_text())["version"] == 4
     assert (d / "emb.npy").exists()  # kept: a reader may still use them
     assert len(ThemeIndex.load(d)) == 45
     removed = ThemeIndex.compact(d)

@@ -164,6 +164,8 @@ def test_bad_arguments(parts):
         from_components(object(), TRIPLES, enc)
     with pytest.raises(TypeError, match="questions"):
         from_components(ret, TRIPLES, enc).run_batch("one string")
+    with pytest.raises(ValueError, match=r"questions\[0\]: empty"):
+        from_components(ret, TRIPLES, enc).run_batch([""])
     with pytest.raises(TypeError, match="llm"):
         LLMConstructor(object())
 

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from rasfast.data.qa import Passage
 from rasfast.encode import HashingEncoder
 from rasfast.graph import TripleGraph
 from rasfast.index.knowledge import KnowledgeIndex, build_knowledge_index, read_corpus
@@ -109,6 +110,11 @@ def test_add_refuses_other_extraction_and_duplicates(tmp_path):
     ('["a", "b"]\n', r"line 1: expected a JSON object"),
     ('{"title": "a", "text": "x", "triples": "s p o"}\n', r"line 1: 'triples' must be a list"),
     ("", r"no passages"),
+    # the same id twice: which of the two a search returns would be undefined (issue 31)
+    ('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n{"id": "a", "text": "z"}\n',
+     r"line 3: id 'a' repeats line 1's; every passage's id must be unique"),
+    ('{"pid": 7, "text": "x"}\n{"pid": 7, "text": "x"}\n', r"line 2: pid 7 repeats line 1's"),
+    ('{"idx": 1, "text": "x"}\n{"idx": 1, "text": "y"}\n', r"line 2: idx 1 repeats line 1's"),
 ])
 def test_bad_corpus_gives_clear_error_and_no_loadable_index(tmp_path, content, match):
     corpus = tmp_path / "c.jsonl"
@@ -117,6 +123,24 @@ def test_bad_corpus_gives_clear_error_and_no_loadable_index(tmp_path, content, m
         build_knowledge_index(corpus, tmp_path / "ix", ENC, progress=False)
     with pytest.raises(ValueError, match="knowledge.json: missing"):
         KnowledgeIndex.load(tmp_path / "ix")
+
+
+def test_a_json_corpus_with_a_repeated_id_names_both_records(tmp_path):
+    corpus = tmp_path / "c.json"
+    corpus.write_text('[{"id": 1, "text": "x"}, {"id": 2, "text": "y"}, {"id": 1, "text": "z"}]')
+    with pytest.raises(ValueError, match=r"c.json: record 2: id 1 repeats record 0's"):
+        build_knowledge_index(corpus, tmp_path / "ix", ENC, progress=False)
+    assert not (tmp_path / "ix").exists()   # the corpus is read before anything is written
+
+
+def test_passage_ids_must_be_unique_in_build_and_add():
+    rows = [Passage(0, "a", "x"), Passage(1, "b", "y"), Passage(0, "c", "z")]
+    with pytest.raises(ValueError, match=r"passages: pid 0 is used by passages 0 and 2"):
+        KnowledgeIndex.build(rows, [[], [], []], ENC, corpus_record("c"), num_themes=1)
+    ki = KnowledgeIndex.build(rows[:2], [[], []], ENC, corpus_record("c"), num_themes=1)
+    with pytest.raises(ValueError, match=r"passages: pid 5 is used by passages 0 and 1"):
+        ki.add([Passage(5, "d", "u"), Passage(5, "e", "v")], [[], []], ENC, corpus_record("c"))
+    assert len(ki) == 2
 
 
 def test_bad_corpus_leaves_an_existing_index_untouched_and_a_failed_rebuild_unloadable(tmp_path):

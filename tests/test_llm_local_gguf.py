@@ -203,7 +203,7 @@ def test_make_llm_and_cli_accept_local_specs(tmp_path):
     assert (args.llm, args.llm_threads, args.llm_ctx) == ("local:x.gguf", 1, 512)
     with pytest.raises(SystemExit) as ei:
         build_parser().parse_args(["ask", "q?", "--llm", "bogus"])
-    assert ei.value.code == 2
+    assert ei.value.code == 1   # a user error: one line, exit 1 (rasfast/cli/errors.py)
     with pytest.raises(FileNotFoundError, match="model"):
         make_llm(f"local:{tmp_path / 'missing.gguf'}")
     with pytest.raises(ValueError, match="model"):

@@ -202,6 +202,8 @@ def test_bad_arguments():
         ras.run_batch("q")
     with pytest.raises(TypeError, match=r"questions\[1\]"):
         ras.run_batch(["q", 3])
+    with pytest.raises(ValueError, match=r"questions\[1\]: empty"):   # it would be answered
+        ras.run_batch(["q", " \n"])
     assert ras.run_batch([]) == []
 
 

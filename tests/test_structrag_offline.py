@@ -57,6 +57,8 @@ def test_caller_documents_without_retriever_and_bad_input():
         sr.run("q?")
     with pytest.raises(TypeError, match="questions"):
         sr.run_batch("q?")
+    with pytest.raises(ValueError, match=r"questions\[0\]: empty"):
+        sr.run_batch(["  "], [["x"]])
     with pytest.raises(ValueError, match="documents"):
         sr.run_batch(["a?", "b?"], [["x"]])
     with pytest.raises(TypeError, match=r"documents\[0\]\[0\]"):

@@ -29,11 +29,12 @@ LAYERS = [
     ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
                  "systems.structrag"]),
     ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages", "index.bm25",
-               "index.durable", "index.distributed", "index.knowledge", "distributed"]),
+               "index.durable", "index.distributed", "index.knowledge", "index.array_header",
+               "index.manifest_schemas", "distributed"]),
     ("llm", ["llm"]),
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench"]),
     ("ops", ["ops", "parse", "types"]),
-    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels"]),
+    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels", "_threads", "_schema"]),
 ]
 LAYER_OF = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
 

@@ -18,15 +18,20 @@ PYBIND11_MODULE(_C, m) {
         "Cores other processes leave idle now (the default width of a large call).");
   m.def("enter_threads", [](int64_t work) {
           const int saved = omp_get_max_threads();
+          const int outer = rasfast::op_outer_width();
+          if (outer == 0) rasfast::op_outer_width() = saved;  // kernels inside size from it
           omp_set_num_threads(rasfast::threads_for(work));
-          return saved;
+          return pybind11::make_tuple(saved, outer);
         }, pybind11::arg("work"),
         "Sets the calling thread's OpenMP width to what a CPU kernel with `work` units would "
-        "use (the busy-machine rules) and returns the previous width for exit_threads: torch "
-        "ops run in between (oneDNN GEMMs, at::parallel_for) share this OpenMP runtime and "
-        "follow it.");
-  m.def("exit_threads", [](int saved) { omp_set_num_threads(saved > 0 ? saved : 1); },
-        pybind11::arg("saved"), "Restores the width enter_threads returned.");
+        "use (the busy-machine rules) and returns what exit_threads restores: torch ops run "
+        "in between (oneDNN GEMMs, at::parallel_for) share this OpenMP runtime and follow it; "
+        "a kernel called in between sizes its own width from the width before the call.");
+  m.def("exit_threads", [](int saved, int outer) {
+          omp_set_num_threads(saved > 0 ? saved : 1);
+          rasfast::op_outer_width() = outer;
+        }, pybind11::arg("saved"), pybind11::arg("outer"),
+        "Restores the widths enter_threads returned.");
   m.def("parallel_grain", []() { return rasfast::kParallelGrain; },
         "Work units below which a CPU kernel call runs on one thread (twice this).");
   rasfast::run_binding_registry(m);

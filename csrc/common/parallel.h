@@ -30,10 +30,20 @@ inline std::atomic<int>& thread_cap() {
   return cap;
 }
 
+// The calling thread's OpenMP width before an op narrowed it for its own torch work
+// (enter_threads, rasfast/_threads.py), 0 outside such an op. A kernel the op calls takes its
+// width from this, not from the narrowed one: the op's scope sizes the op's torch work, and
+// must not make its kernel serial (issue 31).
+inline int& op_outer_width() {
+  static thread_local int width = 0;
+  return width;
+}
+
 inline int max_threads() {
   const int cap = thread_cap().load(std::memory_order_relaxed);
-  const int omp = omp_get_max_threads();
-  return cap > 0 ? cap : omp;
+  if (cap > 0) return cap;
+  const int outer = op_outer_width();
+  return outer > 0 ? outer : omp_get_max_threads();
 }
 
 // Threads of this process that are runnable now (state R in /proc/self/task/*/stat): this

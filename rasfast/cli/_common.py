@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Optional
 
+from .errors import int_at_least, positive_int
+
 
 DATASETS = ("demo", "musique", "hotpotqa", "2wikimultihopqa")
 
@@ -104,8 +106,8 @@ def _llm_kind(value: str) -> str:
 
 def _local_llm_args(p: argparse.ArgumentParser) -> None:
     """Options of ``--llm local`` (rasfast.llm.local.LocalLLM)."""
-    p.add_argument("--llm-threads", type=int, default=None, help="--llm local: CPU threads (default: all cores)")
-    p.add_argument("--llm-ctx", type=int, default=None, help="--llm local: context length in tokens (4096)")
+    p.add_argument("--llm-threads", type=positive_int, default=None, help="--llm local: CPU threads (default: all cores)")
+    p.add_argument("--llm-ctx", type=positive_int, default=None, help="--llm local: context length in tokens (4096)")
     p.add_argument("--prompt-style", default=None, choices=["paper", "compact"],
                    help="prompt set of the LLM roles that have two (RAS's planner): the papers' prompts "
                         "or compact ones for small models (default: compact for --llm local, else paper)")
@@ -118,10 +120,10 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--retriever", default="dense", choices=["dense", "faiss", "gear", "bm25", "hybrid"],
                    help="base retriever: exact dense, faiss flat, dense + GEAR graph expansion (needs "
                         "triples), BM25, or GEAR's hybrid (RRF of BM25 and dense)")
-    p.add_argument("--k", type=int, default=5, help="passages per sub-query")
-    p.add_argument("--max-iters", type=int, default=5, help="most retrieval rounds per question")
+    p.add_argument("--k", type=positive_int, default=5, help="passages per sub-query")
+    p.add_argument("--max-iters", type=positive_int, default=5, help="most retrieval rounds per question")
     p.add_argument("--seed", type=int, default=0, help="demo world seed")
-    p.add_argument("--passages", type=int, default=2000, help="demo world size")
+    p.add_argument("--passages", type=int_at_least(100), default=2000, help="demo world size")
     p.add_argument("--data-root", default=None, help="../shared/data by default")
     p.add_argument("--graph-encoder", default=None, choices=["mean", "gnn"],
                    help="encode each step's subgraph: 'mean' of entity embeddings, or 'gnn' "
@@ -139,5 +141,5 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     if dataset:
         p.add_argument("--dataset", default="demo", choices=DATASETS)
         p.add_argument("--index", default=None, help="a directory from `rasfast index build`")
-        p.add_argument("--scope-k", type=int, default=None,
+        p.add_argument("--scope-k", type=positive_int, default=None,
                        help="with --index: theme-scoped retrieval inside the K theme-nearest passages")

@@ -16,7 +16,10 @@ def _ras_for(args):
     if getattr(args, "index", None):
         from ..systems.ras.corpus import load_index
         from ..systems.ras.retrievers import ThemeIndexRetriever
-        index, ds = load_index(args.index)
+        try:
+            index, ds = load_index(args.index)
+        except ValueError as e:
+            raise ValueError(f"--index: {e}") from None
         built = index.encoder_name or ""
         built_with = "hashing" if built.startswith("hashing") else "minilm"
         if built_with != args.encoder:   # checked before loading any model
@@ -35,9 +38,18 @@ def _ras_for(args):
                      extract_fallback=_llm_extractor(args)), ds
 
 
+def _check_questions(questions) -> None:
+    """An empty question is refused before anything loads (the loop would answer it)."""
+    for i, q in enumerate(questions, 1):
+        if not q.strip():
+            where = f"question {i} of {len(questions)}" if len(questions) > 1 else "the question"
+            raise ValueError(f"{where} is empty; ask a question with some text")
+
+
 def _cmd_ask(args) -> int:
     """With --json, stdout carries only the JSON (the human-readable trace goes to stderr),
     so `rasfast ask ... --json | jq` works."""
+    _check_questions(args.question)
     if not args.json:
         return _ask(args)
     args.json_out = sys.stdout

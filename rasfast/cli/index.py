@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 import time
+
+from .errors import positive_float, positive_int
 
 
 def add_index_parsers(ixs) -> None:
@@ -15,10 +18,10 @@ def add_index_parsers(ixs) -> None:
                    "optional triples), or a MuSiQue/HippoRAG OpenIE docs file")
     b.add_argument("--out", required=True, help="the index directory")
     b.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"])
-    b.add_argument("--num-themes", type=int, default=64, help="k-means themes for theme scoping")
+    b.add_argument("--num-themes", type=positive_int, default=64, help="k-means themes for theme scoping")
     b.add_argument("--extract-triples", action="store_true",
                    help="extract triples with --llm (the paper's prompt) even if the corpus has some")
-    b.add_argument("--max-degree", type=int, default=None, help="triple graph hub guard")
+    b.add_argument("--max-degree", type=positive_int, default=None, help="triple graph hub guard")
     _llm_args(b)
     b.set_defaults(func=cmd_build)
     a = ixs.add_parser("add", help="append a corpus's passages to a knowledge index (triples from "
@@ -38,9 +41,9 @@ def _llm_args(b) -> None:
     b.add_argument("--base-url", default=None)
     b.add_argument("--model", default=None)
     b.add_argument("--api-key-env", default=None, help="env var holding the API key (OPENAI_API_KEY)")
-    b.add_argument("--concurrency", type=int, default=32, help="extraction requests in flight")
-    b.add_argument("--max-new-tokens", type=int, default=256)
-    b.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request")
+    b.add_argument("--concurrency", type=positive_int, default=32, help="extraction requests in flight")
+    b.add_argument("--max-new-tokens", type=positive_int, default=256)
+    b.add_argument("--timeout", type=positive_float, default=60.0, help="seconds per LLM request")
     b.add_argument("--allow-unparsed", action="store_true",
                    help="index passages whose reply held no triple (recorded in the manifest)")
     b.add_argument("--retry-unparsed", action="store_true",
@@ -77,9 +80,27 @@ def _report(verb: str, rep) -> None:
           f"{rep.seconds:.1f} s -> {rep.path}")
 
 
+def _encoder_kind(name) -> str:
+    """The --encoder choice that makes an encoder named ``name``."""
+    return "hashing" if (name or "").startswith("hashing") else "minilm"
+
+
+def _check_index_encoder(index_dir, encoder: str) -> None:
+    """--encoder against the index's, before a model is loaded for nothing (an unreadable
+    knowledge.json is left to the load, which names the problem)."""
+    from ..index.knowledge.index import MANIFEST
+    try:
+        built = json.loads((pathlib.Path(index_dir) / MANIFEST).read_text(encoding="utf-8"))["encoder"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if _encoder_kind(built) != encoder:
+        raise SystemExit(f"--index was built with encoder {built!r}: pass --encoder {_encoder_kind(built)}")
+
+
 def cmd_add(args) -> int:
     from ..encode import make_encoder
     from ..index.knowledge.build import add_to_knowledge_index
+    _check_index_encoder(args.index, args.encoder)
     llm = _make_llm(args)
     try:
         rep = add_to_knowledge_index(args.index, args.corpus, make_encoder(args.encoder), llm=llm,
@@ -87,7 +108,7 @@ def cmd_add(args) -> int:
                                      retry_unparsed=args.retry_unparsed, progress=args.progress)
     except _errors() as e:
         print(f"index add failed: {e}", file=sys.stderr)
-        return 1   # a failure (bad usage exits 2, from argparse)
+        return 1   # one line, exit 1, like every user error (rasfast/cli/errors.py)
     _report("index now holds", rep)
     return 0
 
@@ -108,7 +129,7 @@ def cmd_build(args) -> int:
                                     progress=args.progress)
     except _errors() as e:
         print(f"index build failed: {e}", file=sys.stderr)
-        return 1   # a failure (bad usage exits 2, from argparse)
+        return 1   # one line, exit 1, like every user error (rasfast/cli/errors.py)
     _report("indexed", rep)
     return 0
 
@@ -119,9 +140,9 @@ def _load(args):
     try:
         ki = KnowledgeIndex.load(args.index)
     except ValueError as e:
-        raise SystemExit(f"--index: {e}")
+        raise ValueError(f"--index: {e}") from None
     built = ki.encoder_name or ""
-    want = "hashing" if built.startswith("hashing") else "minilm"
+    want = _encoder_kind(built)
     if want != args.encoder:
         raise SystemExit(f"--index was built with encoder {built!r}: pass --encoder {want}")
     return ki, make_encoder(args.encoder)

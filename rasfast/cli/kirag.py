@@ -9,15 +9,16 @@ import argparse
 import json
 
 from ..systems.kirag.aligner import PAPER_TRAINING  # light: torch is imported only when training
+from .errors import int_at_least, positive_float, positive_int
 
 
 def _train_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument(f"--{prefix}epochs", type=int, default=PAPER_TRAINING["epochs"], help="aligner training epochs (paper: 10)")
-    p.add_argument(f"--{prefix}max-steps", type=int, default=None, help="stop training after this many steps")
-    p.add_argument(f"--{prefix}train-batch", type=int, default=PAPER_TRAINING["batch_size"], help="pairs per training step (paper: 64)")
-    p.add_argument(f"--{prefix}lr", type=float, default=PAPER_TRAINING["lr"])
-    p.add_argument(f"--{prefix}temperature", type=float, default=PAPER_TRAINING["temperature"], help="contrastive loss tau (paper: 0.01)")
-    p.add_argument(f"--{prefix}max-negatives", type=int, default=PAPER_TRAINING["max_negatives"])
+    p.add_argument(f"--{prefix}epochs", type=positive_int, default=PAPER_TRAINING["epochs"], help="aligner training epochs (paper: 10)")
+    p.add_argument(f"--{prefix}max-steps", type=positive_int, default=None, help="stop training after this many steps")
+    p.add_argument(f"--{prefix}train-batch", type=positive_int, default=PAPER_TRAINING["batch_size"], help="pairs per training step (paper: 64)")
+    p.add_argument(f"--{prefix}lr", type=positive_float, default=PAPER_TRAINING["lr"])
+    p.add_argument(f"--{prefix}temperature", type=positive_float, default=PAPER_TRAINING["temperature"], help="contrastive loss tau (paper: 0.01)")
+    p.add_argument(f"--{prefix}max-negatives", type=int_at_least(0), default=PAPER_TRAINING["max_negatives"])
     p.add_argument(f"--{prefix}seed", type=int, default=0)
     p.add_argument(f"--{prefix}negatives", choices=("retrieved", "paragraphs"), default="retrieved",
                    help="negative triples per step: those of the documents the dense retriever "
@@ -48,7 +49,7 @@ def add_parser(subparsers) -> None:
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
     """Options of ``rasfast eval kirag`` (prefixed: the eval parser is shared)."""
-    p.add_argument("--kirag-folds", type=int, default=2, help="cross-validation folds")
+    p.add_argument("--kirag-folds", type=int_at_least(2), default=2, help="cross-validation folds")
     p.add_argument("--kirag-no-train", dest="kirag_train", action="store_false",
                    help="skip the trained aligner (zero-shot only)")
     _train_args(p, prefix="kirag-")

@@ -16,6 +16,8 @@ import json
 import pathlib
 import time
 
+from .errors import positive_int
+
 
 def add_parser(subparsers) -> None:
     from ._common import DATASETS, _llm_kind, _local_llm_args
@@ -28,8 +30,8 @@ def add_parser(subparsers) -> None:
     _local_llm_args(r)
     r.add_argument("--base-url", default=None)
     r.add_argument("--model", default=None)
-    r.add_argument("--n", type=int, default=8, help="document sets (one task each)")
-    r.add_argument("--docs-per-task", type=int, default=3)
+    r.add_argument("--n", type=positive_int, default=8, help="document sets (one task each)")
+    r.add_argument("--docs-per-task", type=positive_int, default=3)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--encoder", default="minilm", choices=["minilm", "hashing"],
                    help="StructRAG's and the router's encoder (a router loads only with the "

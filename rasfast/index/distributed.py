@@ -48,6 +48,7 @@ from . import store as _store
 from . import stream as _stream
 from .._arrays import kind_of, to_kind
 from .theme_index import SCOPES, ThemeIndex, _shard_ranges
+from .._threads import follows_width_rule
 
 
 class RankFailure(RuntimeError):
@@ -207,6 +208,7 @@ class DistributedThemeIndex:
                              f"must see the same committed index: copy the newest one to each "
                              f"host, or use a shared directory")
 
+    @follows_width_rule
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0):
         """Same arguments and result as :meth:`rasfast.index.ThemeIndex.search` (on every

@@ -1,6 +1,6 @@
 """On-disk layout of a :class:`rasfast.index.ThemeIndex` (DESIGN.md sections 7 and 9).
 
-Format version 3 (written by this rasfast)::
+Format version 4 (written by this rasfast)::
 
     manifest.json          the committed generation: format, version, generation, row count,
                            dims, dtypes, file names, shard ranges, byte sizes, normalisation,
@@ -8,9 +8,11 @@ Format version 3 (written by this rasfast)::
     manifest.<g>.json      the manifest of generation g, kept (a KnowledgeIndex names the
                            generation it belongs to)
     emb.<g>.bin            [N, D] dense embeddings, row-major little-endian storage dtype
-                           (bfloat16 as its uint16 bits); <g> = the generation that created it
-    ppd.<g>.bin            [N, T] theme vectors
-    pids.<g>.bin           [N] int64 passage ids
+                           (bfloat16 as its uint16 bits) after a 64-byte header naming the
+                           array, dtype and row shape (rasfast.index.array_header; the
+                           manifest entry's "offset"); <g> = the generation that created it
+    ppd.<g>.bin            [N, T] theme vectors (same header)
+    pids.<g>.bin           [N] int64 passage ids (same header)
     passages.<g>.jsonl     one {"pid", "title", "text"} per row, records end at b"\n"
     passages.<g>.ends      int64 end offset of every record: titles and texts are decoded
                            lazily, on first access (rasfast.index.passages)
@@ -27,9 +29,13 @@ crash at any instant leaves exactly the old or the new generation. Files of olde
 generations stay until :func:`rasfast.index.ThemeIndex.compact` removes them.
 
 Every array is one contiguous buffer, so a loaded index hands the whole matrix (or any
-shard's row range) to the compiled kernels without a copy. Versions 1 (``*.npy``) and 2
-(``emb.bin`` ...; the same raw layout without generations) still load; an incremental save
-into a version 2 directory appends to its files, any other save writes version 3.
+shard's row range) to the compiled kernels without a copy. A load validates the manifest
+against its version's schema (rasfast.index.manifest_schemas) and, in version 4, each array
+file's header against its manifest entry, the theme model's dim and themes against the
+manifest's: a disagreement is a ValueError naming the file and the field. Versions 1
+(``*.npy``), 2 (``emb.bin`` ...; raw arrays without generations) and 3 (raw arrays without
+a header) still load; an incremental save into a version 2 or 3 directory appends to its
+headerless files (and keeps its manifest at version 3), any other save writes version 4.
 """
 from __future__ import annotations
 
@@ -43,12 +49,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from . import array_header as _header
 from . import durable as _durable
+from . import manifest_schemas as _schemas
 from .passages import parse_record
+from .._schema import validate
 
 FORMAT = "rasfast.ThemeIndex"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 MANIFEST = "manifest.json"
 PASSAGES = "passages.jsonl"
 THEME_DIR = "theme_model"
@@ -136,16 +145,23 @@ def _matrix_chunks(t: torch.Tensor):
     return [memoryview(raw_rows(t).reshape(-1)).cast("B")] if t.numel() else []
 
 
-def map_rows(path: pathlib.Path, dt: str, rows: int, width: int) -> torch.Tensor:
-    """Rows [0, rows) of a matrix file, memory-mapped, as a tensor of storage dtype ``dt``."""
-    arr = np.memmap(path, dtype=FILE_DTYPES[dt], mode="r", shape=(rows, width))
+def row_offset(entry: Dict[str, Any]) -> int:
+    """Byte offset of row 0 in an array's file: its header's size (format 4), else 0."""
+    return int(entry.get("offset", 0))
+
+
+def map_rows(path: pathlib.Path, dt: str, rows: int, width: int, offset: int = 0) -> torch.Tensor:
+    """Rows [0, rows) of a matrix file whose row 0 is at byte ``offset``, memory-mapped, as
+    a tensor of storage dtype ``dt``."""
+    arr = np.memmap(path, dtype=FILE_DTYPES[dt], mode="r", offset=offset, shape=(rows, width))
     return as_torch(arr, dt)
 
 
-def append_rows(path: pathlib.Path, rows: torch.Tensor, after: int) -> None:
-    """Writes ``rows`` after the first ``after`` rows of a matrix file (never truncating)."""
+def append_rows(path: pathlib.Path, rows: torch.Tensor, after: int, offset: int = 0) -> None:
+    """Writes ``rows`` after the first ``after`` rows of a matrix file whose row 0 is at
+    byte ``offset`` (never truncating)."""
     row_bytes = int(rows.shape[1]) * FILE_DTYPES[dtype_name(rows.dtype)].itemsize
-    _durable.pwrite_at(path, after * row_bytes, _matrix_chunks(rows))
+    _durable.pwrite_at(path, offset + after * row_bytes, _matrix_chunks(rows))
 
 
 def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, Any]] = None,
@@ -170,14 +186,16 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
     entries = {}
     for name, t in arrays.items():
         dt = dtype_name(t.dtype)
-        if previous is not None:
-            fname = previous["arrays"][name]["file"]
+        shape = [n, int(t.shape[1])]
+        if previous is not None:   # the same file: its header (or none, format 2/3) stays
+            entry = dict(previous["arrays"][name], shape=shape)
             first = max(start_row, matrix_rows_on_disk)
-            append_rows(d / fname, t[first:n], first)
+            append_rows(d / entry["file"], t[first:n], first, row_offset(entry))
         else:
-            fname = f"{name}.{g}.bin"
-            _durable.write_new_file(d / fname, _matrix_chunks(t[:n]))
-        entries[name] = {"file": fname, "dtype": dt, "shape": [n, int(t.shape[1])]}
+            entry = {"file": f"{name}.{g}.bin", "dtype": dt, "shape": shape, "offset": _header.SIZE}
+            _durable.write_new_file(d / entry["file"],
+                                    [_header.pack(name, dt, shape)] + _matrix_chunks(t[:n]))
+        entries[name] = entry
     pids = np.ascontiguousarray(np.asarray(index.pids[start_row:n], dtype="<i8"))
     ends: List[int] = []  # end offset of every record written (the lazy loader's index)
 
@@ -191,9 +209,10 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
             yield line
 
     if previous is not None:
-        pids_file = previous["arrays"]["pids"]["file"] if "pids" in previous["arrays"] \
-            else previous["pids"]["file"]
-        _durable.pwrite_at(d / pids_file, start_row * 8, [pids.tobytes()])
+        pids_entry = dict(previous["arrays"]["pids"] if "pids" in previous["arrays"]
+                          else previous["pids"], shape=[n])
+        _durable.pwrite_at(d / pids_entry["file"], row_offset(pids_entry) + start_row * 8,
+                           [pids.tobytes()])
         pfile, keep = previous["passages"]["file"], int(previous["passages"]["bytes"])
         pbytes = _durable.pwrite_at(d / pfile, keep, lines(keep))
         ends_file = previous["passages"].get("ends")
@@ -206,20 +225,25 @@ def write(d: pathlib.Path, index, generation: int, previous: Optional[Dict[str, 
             _durable.write_new_file(d / ends_file, [old.tobytes(), new_ends.tobytes()])
         theme_dir = previous["theme_model"].get("dir")
     else:
-        pids_file, pfile, ends_file = f"pids.{g}.bin", f"passages.{g}.jsonl", f"passages.{g}.ends"
-        _durable.write_new_file(d / pids_file, [pids.tobytes()])
+        pids_entry = {"file": f"pids.{g}.bin", "dtype": "int64", "shape": [n], "offset": _header.SIZE}
+        pfile, ends_file = f"passages.{g}.jsonl", f"passages.{g}.ends"
+        _durable.write_new_file(d / pids_entry["file"],
+                                [_header.pack("pids", "int64", [n]), pids.tobytes()])
         pbytes = _durable.write_new_file(d / pfile, lines(0))
         _durable.write_new_file(d / ends_file, [np.asarray(ends, dtype="<i8").tobytes()])
         theme_dir = None
-    entries["pids"] = {"file": pids_file, "dtype": "int64", "shape": [n]}
+    entries["pids"] = pids_entry
     if theme_dir is None and index.theme_model is not None and hasattr(index.theme_model, "save"):
         theme_dir = f"{THEME_DIR}.{g}"
         if (d / theme_dir).exists():  # the leftover of an interrupted save of this generation
             shutil.rmtree(d / theme_dir)
         index.theme_model.save(d / theme_dir)
     _durable.fsync_dir(d)
+    # version 4 says every array file has a header; appends to a format 2/3 directory's
+    # headerless files keep it at version 3
+    version = VERSION if all("offset" in e for e in entries.values()) else 3
     manifest = {
-        "format": FORMAT, "version": VERSION, "generation": g, "num_rows": n, "dim": index.dim,
+        "format": FORMAT, "version": version, "generation": g, "num_rows": n, "dim": index.dim,
         "num_themes": index.num_themes, "arrays": entries,
         "passages": {"file": pfile, "count": n, "bytes": pbytes, "ends": ends_file},
         "shards": [list(r) for r in index.shards], "normalize_ppd": index.normalize_ppd,
@@ -285,19 +309,20 @@ def read_manifest(d: pathlib.Path, generation: Optional[int] = None) -> Dict[str
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{mpath}: not valid JSON ({e})") from e
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ValueError(f"{mpath}: not a {FORMAT} manifest")
-    if m.get("version") not in READABLE_VERSIONS:
+        got = ("no 'format' key" if "format" not in m else f"format {m['format']!r}") \
+            if isinstance(m, dict) else f"a JSON {type(m).__name__}"
+        raise ValueError(f"{mpath}: not a {FORMAT} manifest ({got})")
+    if m.get("version") not in READABLE_VERSIONS or isinstance(m.get("version"), bool):
         raise ValueError(f"{mpath}: format version {m.get('version')!r}, this rasfast reads "
                          f"versions {', '.join(map(str, READABLE_VERSIONS))}")
-    for key in ("num_rows", "dim", "arrays", "shards"):
-        if key not in m:
-            raise ValueError(f"{mpath}: malformed manifest (no {key!r})")
+    validate(m, _schemas.theme_index(int(m["version"])), mpath)
     return m
 
 
 def array_entry(d: pathlib.Path, m: Dict[str, Any], name: str) -> Optional[Dict[str, Any]]:
     """The manifest entry of array ``name`` ('emb', 'ppd', 'pids'), shape-checked against
-    the counts, or None when the index has no such array ('ppd' of a dense-only index)."""
+    the counts, with ``"array": name`` added (a copy), or None when the index has no such
+    array ('ppd' of a dense-only index)."""
     mpath = d / MANIFEST
     if name == "pids":
         entry = m.get("pids") if m["version"] == 1 else m["arrays"].get("pids")
@@ -313,10 +338,13 @@ def array_entry(d: pathlib.Path, m: Dict[str, Any], name: str) -> Optional[Dict[
     dt = entry.get("dtype")
     if dt not in FILE_DTYPES or (name == "pids") != (dt == "int64"):
         raise ValueError(f"{mpath}: unknown dtype {dt!r} for {entry.get('file')}")
+    if int(m["version"]) >= 4 and row_offset(entry) != _header.SIZE:
+        raise ValueError(f"{mpath}: {entry.get('file')} offset {entry.get('offset')!r}, format 4 "
+                         f"array files start their rows at byte {_header.SIZE}")
     if list(entry.get("shape", [])) != want:
         raise ValueError(f"{mpath}: {entry.get('file')} shape {entry.get('shape')} does not match "
                          f"{what} {want}")
-    return entry
+    return dict(entry, array=name)
 
 
 def read_rows(d: pathlib.Path, m: Dict[str, Any], entry: Dict[str, Any], start: int, stop: int,
@@ -338,20 +366,24 @@ def read_rows(d: pathlib.Path, m: Dict[str, Any], entry: Dict[str, Any], start: 
             raise ValueError(f"{path}: holds {arr.dtype} {list(arr.shape)}, the manifest says "
                              f"{dt} (stored as {fdt}) {shape}")
         return arr[start:stop]
+    offset = row_offset(entry)
+    if int(m["version"]) >= 4:   # the file says what it holds
+        _header.check(path, entry["array"], entry, d / MANIFEST)
     width = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
     row_bytes = width * fdt.itemsize
     size = path.stat().st_size
-    if size < shape[0] * row_bytes:
+    if size < offset + shape[0] * row_bytes:
         raise ValueError(f"{path}: truncated ({size} bytes, the manifest's {shape} {dt} needs "
-                         f"{shape[0] * row_bytes})")
+                         f"{offset + shape[0] * row_bytes})")
     rows = stop - start
     out_shape = (rows,) + tuple(shape[1:])
     if rows == 0:
         return np.empty(out_shape, fdt)
     if mmap:
-        return np.memmap(path, dtype=fdt, mode="r", offset=start * row_bytes, shape=out_shape)
+        return np.memmap(path, dtype=fdt, mode="r", offset=offset + start * row_bytes,
+                         shape=out_shape)
     with open(path, "rb") as f:
-        f.seek(start * row_bytes)
+        f.seek(offset + start * row_bytes)
         return np.fromfile(f, dtype=fdt, count=rows * width).reshape(out_shape)
 
 
@@ -381,7 +413,7 @@ def file_rows_args(d: pathlib.Path, m: Dict[str, Any], entry: Dict[str, Any]):
     for reading its rows with plain sequential reads (rasfast.index.stream.FileRows)."""
     from .._arrays import DTYPE_CODES
     path = d / entry["file"]
-    offset = 0
+    offset = row_offset(entry)
     if m["version"] == 1:
         offset = int(np.load(path, mmap_mode="r", allow_pickle=False).offset)
     dt = entry["dtype"]

@@ -3,7 +3,7 @@
 An index holds, per passage (row): a theme vector ("PPD", rows L2-normalised by default as
 RAS does), a dense embedding, the passage id, title and text; optionally the rows are split
 into shards (contiguous row ranges). On disk it is a directory (DESIGN.md sections 7 and 9;
-the layout, format version 3, and the write protocol are in rasfast.index.store): a
+the layout, format version 4, and the write protocol are in rasfast.index.store): a
 manifest, raw row-major ``emb.<g>.bin`` / ``ppd.<g>.bin`` / ``pids.<g>.bin``,
 ``passages.<g>.jsonl`` and the theme model. The index grows by appended shards:
 ``index.add(...)`` appends rows as a new shard and ``save`` into the index's own directory
@@ -43,6 +43,7 @@ from .passages import TextColumn
 from .._arrays import as_tensor, kind_of, to_kind
 from .._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
                         check_rank)
+from .._threads import follows_width_rule
 
 SCOPES = ("per_shard", "global")
 METRICS = ("l2", "ip")
@@ -136,6 +137,16 @@ def _passage_fields(p) -> Tuple[int, str, str]:
         return int(p.pid), str(p.title), str(p.text)
     raise TypeError(f"passages: expected Passage objects, dicts, (pid, title, text) tuples or "
                     f"strings, got {type(p).__name__}")
+
+
+def _check_theme_model(model, where: pathlib.Path, m: dict, mpath: pathlib.Path) -> None:
+    """The saved theme model maps the index's embeddings to its theme vectors: its input dim
+    and its number of themes must be the manifest's (else queries fail, or worse, later)."""
+    for field, got, want in (("dim", getattr(model, "dim", None), m["dim"]),
+                             ("num_themes", getattr(model, "num_themes", None), m.get("num_themes"))):
+        if got is not None and want is not None and int(got) != int(want):
+            raise ValueError(f"{where}: the theme model has {field} {int(got)}, {mpath} says "
+                             f"{field} {int(want)}; the manifest does not describe this model")
 
 
 class ThemeIndex:
@@ -334,7 +345,7 @@ class ThemeIndex:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
-        """Writes the index into ``directory`` and commits it atomically (format version 3;
+        """Writes the index into ``directory`` and commits it atomically (format version 4;
         the protocol is in rasfast.index.store and docs/index.md "Durability").
 
         Into the directory this handle was loaded from or last saved to, only what is new
@@ -375,7 +386,7 @@ class ThemeIndex:
         claim = _durable.AppendClaim(d)
         previous, start, on_disk = None, 0, 0
         if mine and current is not None and current == self._home[2] \
-                and current.get("version") in (2, 3) \
+                and current.get("version") in (2, 3, 4) \
                 and self._home[1] <= len(self) \
                 and [list(r) for r in self.shards[:len(current["shards"])]] == current["shards"] \
                 and not claim.blocks(self._token, _store.generation_of(current)):
@@ -430,15 +441,17 @@ class ThemeIndex:
     @classmethod
     def load(cls, directory, mmap: bool = True, load_theme_model: bool = True,
              generation: Optional[int] = None) -> "ThemeIndex":
-        """Loads a saved index (format version 1 or 2); ``mmap=True`` memory-maps the arrays,
+        """Loads a saved index (format versions 1-4); ``mmap=True`` memory-maps the arrays,
         which the compiled kernels then search in place (at in-memory speed once the files
         are in the page cache).
 
         ``generation`` loads an older committed generation (``manifest.<g>.json``) instead
         of the current one; a KnowledgeIndex loads the generation it was committed with.
 
-        Raises ValueError naming the file when a file is missing, truncated or does not
-        match the manifest.
+        Raises ValueError naming the file when the manifest is malformed (schema), or a
+        file is missing, truncated or does not match the manifest (format 4 array files carry
+        a header that is compared with their manifest entry: array, dtype, shape; the theme
+        model's dim and number of themes are compared with the manifest's).
         """
         d = pathlib.Path(directory)
         m = _store.read_manifest(d, generation)
@@ -464,6 +477,7 @@ class ThemeIndex:
         if load_theme_model and tm.get("dir"):
             from ..theme import load_theme_model as _load_tm
             theme_model = _load_tm(d / tm["dir"])
+            _check_theme_model(theme_model, d / tm["dir"], m, mpath)
         index = cls(ppd, emb, pids, titles, texts, shards, bool(m.get("normalize_ppd", True)),
                     m.get("metric", "l2"), m.get("encoder"), theme_model, tm.get("name"),
                     mmapped=mmap)
@@ -552,10 +566,11 @@ class ThemeIndex:
                     for name, old, new in (("emb", self.emb, part.emb), ("ppd", self.ppd, part.ppd)):
                         if old is None:
                             continue
-                        path = home / current["arrays"][name]["file"]
-                        _store.append_rows(path, new, n0)
+                        entry = current["arrays"][name]
+                        path, offset = home / entry["file"], _store.row_offset(entry)
+                        _store.append_rows(path, new, n0, offset)
                         mapped[name] = _store.map_rows(path, _dtype_name(old.dtype), n0 + n,
-                                                       old.shape[1])
+                                                       old.shape[1], offset)
                     emb, ppd, on_disk = mapped["emb"], mapped.get("ppd"), n0 + n
         if emb is None:
             emb = torch.cat([self.emb.to(part.emb.device), part.emb])
@@ -574,7 +589,7 @@ class ThemeIndex:
     def _appends_in_place(self) -> bool:
         if not (self.mmapped and self._files is not None and self._home is not None):
             return False
-        return self._home[2].get("version") in (2, 3) and self._matrix_rows_on_disk == len(self)
+        return self._home[2].get("version") in (2, 3, 4) and self._matrix_rows_on_disk == len(self)
 
     # ------------------------------------------------------------------ search
     def _queries(self, q_emb, q_ppd):
@@ -618,6 +633,7 @@ class ThemeIndex:
             raise ValueError(f"theme_weight: expected a number in [0, 1], got {theme_weight!r}")
         return qe, qp, K, k, scope, float(theme_weight)
 
+    @follows_width_rule
     def search(self, q_ppd, q_emb, K: int, k: int, scope: str = "per_shard",
                theme_weight: float = 0.0, backend: str = "auto", chunk_rows: Optional[int] = None,
                max_memory=None):
@@ -742,6 +758,7 @@ class ThemeIndex:
                                             self.metric == "ip", keep_keys=keep)
         return sc, ids
 
+    @follows_width_rule
     def dense_search(self, q_emb, k: int, backend: str = "auto", chunk_rows: Optional[int] = None,
                      max_memory=None):
         """Unscoped top-k by inner product over the whole corpus ("dense flat" retrieval),

@@ -21,6 +21,7 @@ from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out
 from .._validate import (check_choice, check_finite, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import beam as _ref
+from .._threads import follows_width_rule
 
 
 @dataclass
@@ -105,6 +106,7 @@ def _passage_table(passage_ids) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+@follows_width_rule
 def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, max_len: int = 2,
                        gamma: Optional[float] = None, max_neighbors: Optional[int] = None,
                        scoring: str = "sum", encoder=None, texts=None,

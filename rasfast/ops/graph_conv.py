@@ -19,6 +19,7 @@ from .._validate import (check_bool_arg, check_float, check_int, check_rank, che
                          check_same_dtype)
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
+from .._threads import follows_width_rule
 
 
 class Csr(NamedTuple):
@@ -142,6 +143,7 @@ def _check_norm(norm, width: int, name: str):
     return nw
 
 
+@follows_width_rule
 def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
                      concat: Optional[bool] = None, beta: Optional[bool] = None,
                      root_weight: Optional[bool] = None, norm=None, relu: bool = False,
@@ -187,6 +189,7 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     return to_kind(out, kind)
 
 
+@follows_width_rule
 def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
                            backend: str = "auto"):
     """All layers over a batch of graphs, then each graph's node mean: [num_graphs, out].

@@ -26,6 +26,7 @@ import torch
 
 from .. import dispatch as _bk
 from .._arrays import DTYPE_CODES, cpu_buffer, cpu_out
+from .._threads import torch_width
 from ..reference.graph_conv import graph_mean
 from . import cpu_gemm
 from .graph_conv_params import cached_on, packed_node_weights
@@ -162,23 +163,6 @@ def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
     return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
 
 
-class _BusyRules:
-    """The torch ops of a call (the projection GEMMs: oneDNN or BLAS, at::parallel_for) run
-    on the OpenMP runtime rasfast's kernels share; inside this context the calling thread's
-    OpenMP width is what csrc/common/parallel.h gives a kernel of ``work`` multiply-adds:
-    serial below the grain, capped by ``rasfast.set_num_threads``, limited to the cores other
-    processes leave idle. (MKL keeps its own thread setting; oneDNN follows this.)"""
-
-    def __init__(self, work: int):
-        self.work = int(work)
-
-    def __enter__(self):
-        self.saved = _bk.cpu_module().enter_threads(self.work)
-
-    def __exit__(self, *exc):
-        _bk.cpu_module().exit_threads(self.saved)
-
-
 def _layer_work(n: int, w) -> int:
     """Multiply-adds of a layer's node projections (the bulk of a small graph's work)."""
     return n * w.in_channels * (3 * w.heads * w.channels + w.out_channels)
@@ -188,7 +172,7 @@ def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
                ea_groups: Optional[RowGroups] = None):
     """One layer on CPU tensors: [N, out_channels] in x's dtype. ``x_groups``/``ea_groups``:
     repeated input rows, projected once (see :class:`RowGroups`)."""
-    with _BusyRules(_layer_work(x.shape[0], w)):
+    with torch_width(_layer_work(x.shape[0], w)):
         return _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups)
 
 
@@ -257,7 +241,7 @@ def _pooled_last_layer(x, csr, ea, gp, w, ea_groups: Optional[RowGroups] = None)
 
 def pool(x, csr, ea, gp, specs):
     """All layers, then per-graph node means: [G, out]."""
-    with _BusyRules(sum(_layer_work(x.shape[0], w) for w, _, _ in specs)):
+    with torch_width(sum(_layer_work(x.shape[0], w) for w, _, _ in specs)):
         return _pool(x, csr, ea, gp, specs)
 
 

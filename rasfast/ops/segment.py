@@ -23,6 +23,7 @@ from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out
 from .._validate import (check_dim, check_finite, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import segment as _ref
+from .._threads import follows_width_rule
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
@@ -56,6 +57,7 @@ _ERRORS = {
 
 
 # ----------------------------------------------------------------------------- public ops
+@follows_width_rule
 def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
                         backend: str = "auto") -> Tuple[object, object]:
     """Per query, the top-n of its own ragged candidate list by inner product.
@@ -112,6 +114,7 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
     return tuple(to_kind(t, kind) for t in out)
 
 
+@follows_width_rule
 def segment_max_rank(item_scores, item_to_group, ptr, k: int,
                      backend: str = "auto") -> Tuple[object, object]:
     """Per query, reduce item scores to groups by max and return the top-k groups.

@@ -14,8 +14,10 @@ from .. import dispatch as _bk
 from .._arrays import device_guard, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr, kind_of, to_kind
 from .._validate import check_bool_arg, check_finite, check_float, check_int_arg, check_rank
 from ..reference import select as _ref
+from .._threads import follows_width_rule
 
 
+@follows_width_rule
 def select_k(x, k: int, largest: bool = False, sorted: bool = True,
              backend: str = "auto") -> Tuple[object, object]:
     """The k smallest (``largest=False``) or largest entries of each row of ``x[B, N]``.

@@ -30,6 +30,7 @@ from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out
 from .._validate import (check_all_finite, check_choice, check_dim, check_finite, check_float,
                          check_int, check_int_arg, check_rank, check_same_device)
 from ..reference import theme as _ref
+from .._threads import follows_width_rule
 
 METRICS = ("l2", "ip")
 
@@ -99,6 +100,7 @@ def _queries(q, name: str, B_layout: str, dim_name: str, dim: int) -> torch.Tens
 
 
 # ----------------------------------------------------------------------------- public ops
+@follows_width_rule
 def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "auto"):
     """The K corpus rows nearest each query's theme vector.
 
@@ -127,6 +129,7 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
     return to_kind(ids, kind)
 
 
+@follows_width_rule
 def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
                         backend: str = "auto") -> Tuple[object, object]:
     """Top-k rows by inner product inside each query's scope.
@@ -158,6 +161,7 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
     return to_kind(ids, kind), to_kind(sc, kind)
 
 
+@follows_width_rule
 def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
                         theme_weight: float = 0.0, metric: str = "l2",
                         backend: str = "auto") -> Tuple[object, object]:

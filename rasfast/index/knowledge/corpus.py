@@ -14,7 +14,9 @@ graph, as for MuSiQue's raw OpenIE output). A corpus has triples when any record
 field; records without it then have none.
 
 Errors (ValueError): a line that is not JSON (line number), a record that is not an object,
-a passage with no text (empty or missing), a triples field that is not a list.
+a passage with no text (empty or missing), a triples field that is not a list, two records
+with the same id (``pid``, ``id`` or ``idx``: both places named; which of the two a search
+for that id returned would be undefined), a corpus without passages.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ...data.qa import Passage
 
 TEXT_KEYS = ("text", "contents", "passage", "paragraph_text", "content")
 TRIPLE_KEYS = ("triples", "extracted_triples")
+ID_KEYS = ("pid", "id", "idx")     # a record's own identifier (kept as its source id)
 
 
 @dataclass
@@ -82,19 +85,37 @@ def _records(path: pathlib.Path):
         raise ValueError(f"{path}: expected a JSON list, an object or an OpenIE 'docs' file")
 
 
+def _check_unique_ids(rec: Dict[str, Any], where: str, path: pathlib.Path,
+                      first_seen: Dict[tuple, str]) -> None:
+    place = where[len(f"{path}: "):]     # "line 7" / "record 3"
+    for key in ID_KEYS:
+        value = rec.get(key)
+        if value is None:
+            continue
+        seen = first_seen.setdefault((key, json.dumps(value, sort_keys=True)), place)
+        if seen != place:
+            raise ValueError(f"{where}: {key} {value!r} repeats {seen}'s; every passage's {key} "
+                             f"must be unique (which of the two a search returned would be "
+                             f"undefined)")
+
+
 def read_corpus(path) -> Corpus:
     """Reads ``path`` (see the module docstring). Passage ids are positions in the file."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise ValueError(f"corpus: {path} is a directory; expected a JSONL or JSON corpus file")
     if not path.is_file():
         raise FileNotFoundError(f"corpus: no such file {path}")
     passages: List[Passage] = []
     triples: List[list] = []
     source_ids: List[Optional[str]] = []
     has_triples = False
+    first_seen: Dict[tuple, str] = {}    # (id key, value) -> where it was first
     for where, rec in _records(path):
         if not isinstance(rec, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
         text = _text(rec, where)
+        _check_unique_ids(rec, where, path, first_seen)
         t = None
         for key in TRIPLE_KEYS:
             if key in rec:

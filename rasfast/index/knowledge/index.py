@@ -108,6 +108,17 @@ def build_graph(triples_per_row: Sequence[list], pids: Sequence[int], max_degree
     return TripleGraph.from_triples(flat, tp, max_degree=max_degree)
 
 
+def _check_unique_pids(pids: Sequence[int]) -> None:
+    """Passage ids are the index's keys (triples_by_pid, gold passages): two passages with one
+    id would make which one a lookup returns undefined."""
+    first: Dict[int, int] = {}
+    for i, pid in enumerate(pids):
+        j = first.setdefault(int(pid), i)
+        if j != i:
+            raise ValueError(f"passages: pid {int(pid)} is used by passages {j} and {i}; passage "
+                             f"ids must be unique")
+
+
 class KnowledgeIndex:
     """A ThemeIndex plus triples, triple graph and triple embeddings (module docstring)."""
 
@@ -211,6 +222,7 @@ class KnowledgeIndex:
             raise ValueError("passages: no passages to index")
         if len(triples) != len(passages):
             raise ValueError(f"triples: {len(triples)} lists for {len(passages)} passages")
+        _check_unique_pids([p.pid for p in passages])
         theme = ThemeIndex.build(passages=passages, encoder=encoder,
                                  num_themes=max(1, min(num_themes, len(passages))))
         rows = [list(t) for t in triples]
@@ -234,6 +246,7 @@ class KnowledgeIndex:
                              f"sha {str(self.extraction.get('prompt_sha256'))[:12]}); refusing to mix")
         if encoder.name != self.encoder_name:
             raise ValueError(f"encoder: index was built with {self.encoder_name!r}, got {encoder.name!r}")
+        _check_unique_pids([p.pid for p in passages])
         new_pids = np.asarray([p.pid for p in passages], dtype=np.int64)
         clash = new_pids[np.isin(new_pids, np.asarray(self.theme.pids))].tolist()   # vectorised: no set of every pid
         if clash:
@@ -382,7 +395,8 @@ class KnowledgeIndex:
     @classmethod
     def load(cls, directory, mmap: bool = False) -> "KnowledgeIndex":
         """Loads a saved knowledge index; ValueError naming the file when anything is missing,
-        truncated or inconsistent with ``knowledge.json``."""
+        truncated or inconsistent with ``knowledge.json``, or ``knowledge.json`` itself lacks
+        a key or holds a value of the wrong type (rasfast.index.manifest_schemas)."""
         from ...graph import TripleGraph
         from ..theme_index import ThemeIndex
         d = pathlib.Path(directory)
@@ -396,15 +410,24 @@ class KnowledgeIndex:
         except json.JSONDecodeError as e:
             raise ValueError(f"{mpath}: not valid JSON ({e})") from None
         if not isinstance(m, dict) or m.get("format") != FORMAT \
-                or m.get("version") not in READABLE_VERSIONS:
+                or m.get("version") not in READABLE_VERSIONS or isinstance(m.get("version"), bool):
+            got = (f"format {m.get('format', '(missing)')!r}, version "
+                   f"{m.get('version', '(missing)')!r}") if isinstance(m, dict) \
+                else f"a JSON {type(m).__name__}"
             raise ValueError(f"{mpath}: not a {FORMAT} manifest of version "
-                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
+                             f"{' or '.join(map(str, READABLE_VERSIONS))} ({got})")
+        from ..manifest_schemas import knowledge as _schema
+        from ..._schema import validate
+        validate(m, _schema(int(m["version"])), mpath)
         parts = _parts(m)
         theme = ThemeIndex.load(d, mmap=mmap, generation=m.get("theme_generation"))
         n = int(m["num_passages"])
         if len(theme) != n:
             raise ValueError(f"{d}: the theme index has {len(theme)} rows, {MANIFEST} says {n}")
         nt, ne, dim = int(m["num_triples"]), int(m["num_entities"]), int(m["dim"])
+        if dim != theme.dim:   # passages and triples are embedded by one encoder
+            raise ValueError(f"{mpath}: dim {dim}, its theme index (generation "
+                             f"{m.get('theme_generation')}) holds embeddings of dim {theme.dim}")
         _check_parts(mpath, parts, n, nt, ne)
         tpids = np.asarray(theme.pids)
         triples, sids, source = [], [], []
