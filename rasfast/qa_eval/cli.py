@@ -10,9 +10,10 @@ from .systems import SYSTEMS
 
 def add_args(e) -> None:
     """Options of ``rasfast eval qa`` on the ``eval`` parser (others are shared)."""
+    from ..cli.errors import positive_int
     e.add_argument("--systems", default="none,dense,ras",
                    help=f"qa: comma-separated systems from {','.join(SYSTEMS)}")
-    e.add_argument("--limit", type=int, default=None, help="qa: the first N questions")
+    e.add_argument("--limit", type=positive_int, default=None, help="qa: the first N questions")
     e.add_argument("--questions", default=None, metavar="A-B",
                    help="qa: questions A to B (1-based, inclusive), e.g. 51-100 for a held-out half")
     e.add_argument("--cache-dir", default=None, help="qa: per-question result cache (resumable)")
@@ -21,7 +22,7 @@ def add_args(e) -> None:
     e.add_argument("--reader", default="contract", choices=["contract", "one-shot"],
                    help="qa: the reader prompt every system answers through: the zero-shot contract, or "
                         "GEAR's App. J.3 one-shot prompt (passages only)")
-    e.add_argument("--gear-iters", type=int, default=None,
+    e.add_argument("--gear-iters", type=positive_int, default=None,
                    help="qa: GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
     e.add_argument("--kirag-aligner", default=None, metavar="DIR",
                    help="qa: KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
@@ -49,6 +50,14 @@ def cmd_eval_qa(args) -> int:
         print(f"eval qa: --retriever expected dense, bm25 or hybrid, got {args.retriever!r}", file=sys.stderr)
         return 1
     limit = args.limit if args.limit is not None else args.n
+    import pathlib
+    if args.cache_dir and pathlib.Path(args.cache_dir).exists() and not pathlib.Path(args.cache_dir).is_dir():
+        print(f"eval qa: --cache-dir {args.cache_dir}: not a directory", file=sys.stderr)
+        return 1
+    if args.kirag_aligner and not pathlib.Path(args.kirag_aligner).is_dir():
+        print(f"eval qa: --kirag-aligner {args.kirag_aligner}: not a directory (expected a saved aligner: "
+              f"rasfast kirag train --out DIR)", file=sys.stderr)
+        return 1
     common = dict(questions=args.questions, prompt_style=_style(args), reader=args.reader, retriever=retriever,
                   gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner)
     try:
