@@ -6,8 +6,9 @@ argument and says what was expected -- never a crash inside a kernel.
 """
 from __future__ import annotations
 
+import argparse
 import numbers
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -145,3 +146,21 @@ def check_questions(questions, name: str = "questions") -> list:
         if not q.strip():
             raise ValueError(f"{name}[{i}]: empty; a question needs some text")
     return questions
+
+
+# -- argparse types (the command line's numbers; rasfast.cli and rasfast.qa_eval use them) --
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    parse.__name__ = f"int >= {low}"   # what argparse names in "invalid <type> value"
+    return parse
+
+
+positive_int = int_at_least(1)

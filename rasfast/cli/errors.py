@@ -32,21 +32,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an int >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-    parse.__name__ = f"int >= {low}"   # what argparse names in "invalid <type> value"
-    return parse
-
-
-positive_int = int_at_least(1)
+from .._validate import int_at_least, positive_int  # noqa: E402,F401 (argparse types, one home)
 
 
 def positive_float(text: str) -> float:

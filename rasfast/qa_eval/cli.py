@@ -10,7 +10,7 @@ from .systems import SYSTEMS
 
 def add_args(e) -> None:
     """Options of ``rasfast eval qa`` on the ``eval`` parser (others are shared)."""
-    from ..cli.errors import positive_int
+    from .._validate import positive_int
     e.add_argument("--systems", default="none,dense,ras",
                    help=f"qa: comma-separated systems from {','.join(SYSTEMS)}")
     e.add_argument("--limit", type=positive_int, default=None, help="qa: the first N questions")
