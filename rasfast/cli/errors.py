@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from typing import Callable, Iterator, NoReturn
+from typing import Iterator, NoReturn
 
 
 def one_line(text: str) -> str:
