@@ -119,6 +119,35 @@ def triton_interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+# Triton's interpreter before this version wraps runtime scalars (a kernel argument D, a loaded
+# CSR bound) as 1-element arrays that range() cannot take: every kernel with a runtime loop
+# bound fails there (seen with 3.6.0 on a GPU machine, reproduced here). 3.9.0 is the version
+# the interpreted tests run with; compiled Triton on a GPU is not affected.
+TRITON_INTERPRETER_MIN = (3, 9)
+
+
+def _version_tuple(v: str) -> tuple:
+    out = []
+    for part in str(v).split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def triton_interpreter_problem(version: Optional[str] = None) -> Optional[str]:
+    """Why interpreted Triton cannot run rasfast's kernels here (None when it can)."""
+    if version is None:
+        tri, err = _import("triton")
+        if tri is None:
+            return f"needs the triton package ({err})"
+        version = getattr(tri, "__version__", "0")
+    if _version_tuple(version) < TRITON_INTERPRETER_MIN:
+        need = ".".join(map(str, TRITON_INTERPRETER_MIN))
+        return (f"Triton {version}'s interpreter cannot run rasfast's kernels (it cannot take runtime "
+                f"loop bounds); interpreting them on the CPU needs triton>={need}")
+    return None
+
+
 def triton_kernels() -> ModuleType:
     """The Triton kernel package (rasfast.kernels), importing triton on first use."""
     tri, err = _import("triton")
@@ -210,8 +239,9 @@ def backends() -> Dict[str, Dict[str, object]]:
                    "limits": dict(CUDA_LIMITS), "limit_values": _cuda_limit_values(cmod)}
     tri, terr = _import("triton")
     interp = triton_interpret()
-    t_ok = tri is not None and (devices > 0 or interp)
-    t_reason = terr if tri is None else (None if t_ok else
+    t_problem = triton_interpreter_problem(getattr(tri, "__version__", "0")) if tri is not None else None
+    t_ok = tri is not None and (devices > 0 or (interp and t_problem is None))
+    t_reason = terr if tri is None else (None if t_ok else t_problem if interp else
                                          "no GPU (set TRITON_INTERPRET=1 to interpret on the CPU)")
     out["triton"] = {"available": t_ok, "importable": tri is not None, "interpret": interp,
                      "version": getattr(tri, "__version__", None), "reason": t_reason}
@@ -270,6 +300,10 @@ def resolve(backend: str, device: torch.device, op: str, has_cuda_op: bool = Tru
             raise BackendUnavailable(
                 f"{op}: backend 'triton' on CPU tensors needs TRITON_INTERPRET=1 in the "
                 "environment before rasfast.kernels is imported (and a GPU for real speed)")
+        if not on_gpu:
+            problem = triton_interpreter_problem()
+            if problem is not None:
+                raise BackendUnavailable(f"{op}: backend 'triton': {problem}")
     return backend
 
 

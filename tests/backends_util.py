@@ -9,8 +9,10 @@ TRITON = importlib.util.find_spec("triton") is not None
 # Triton runs on CPU tensors only under its interpreter, which conftest turns on only where no
 # GPU is visible (interpreting there would also interpret the GPU tests' Triton). On a GPU
 # machine the cuda_kernels tests run the same Triton kernels on the device instead.
-TRITON_CPU = TRITON and rasfast.dispatch.triton_interpret()
+_PROBLEM = rasfast.dispatch.triton_interpreter_problem() if TRITON else None
+TRITON_CPU = TRITON and rasfast.dispatch.triton_interpret() and _PROBLEM is None
 TRITON_CPU_SKIP = ("triton is not installed" if not TRITON else
+                   _PROBLEM if _PROBLEM and rasfast.dispatch.triton_interpret() else
                    "Triton on CPU tensors runs only interpreted (TRITON_INTERPRET=1, set by "
                    "conftest where no GPU is visible); here the GPU tests run Triton on the device")
 

@@ -24,7 +24,8 @@ def test_backends_contents():
     assert info["triton"]["importable"] == (importlib.util.find_spec("triton") is not None)
     if info["triton"]["importable"] and not torch.cuda.is_available():
         # tests/conftest.py sets TRITON_INTERPRET=1 on machines without a GPU
-        assert info["triton"]["interpret"] and info["triton"]["available"]
+        assert info["triton"]["interpret"]
+        assert info["triton"]["available"] == (rasfast.dispatch.triton_interpreter_problem() is None)
 
 
 def test_auto_resolves_to_cpu_for_cpu_tensors():
@@ -236,3 +237,24 @@ def test_auto_on_gpu_falls_back_past_the_cuda_top_k_cap():
         with pytest.raises(ValueError, match="k <= 256"):
             rasfast.theme_scoped_search(q.cuda(), qe.cuda(), c.cuda(), e.cuda(), 600, 300,
                                         backend="cuda")
+
+
+def test_an_old_triton_interpreter_is_refused_by_name():
+    """Triton 3.6's interpreter cannot take runtime loop bounds (found on a GPU machine): the
+    CPU-interpreted backend names the version and the one it needs instead of failing deep in
+    a kernel; newer versions and development tags pass."""
+    problem = rasfast.dispatch.triton_interpreter_problem("3.6.0")
+    assert "3.6.0" in problem and ">=3.9" in problem
+    for v in ("3.9.0", "3.10.1", "4.0.0+git1234", "3.9"):
+        assert rasfast.dispatch.triton_interpreter_problem(v) is None, v
+
+
+def test_triton_on_cpu_tensors_with_an_old_interpreter_raises(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(rasfast.dispatch, "triton_interpreter_problem",
+                        lambda version=None: "Triton 3.6.0's interpreter cannot run rasfast's kernels")
+    from rasfast import select_k
+    with pytest.raises(rasfast.dispatch.BackendUnavailable, match="3.6.0"):
+        select_k(torch.randn(2, 50), 3, backend="triton")
+    assert not rasfast.backends()["triton"]["available"] or torch.cuda.is_available()
