@@ -225,6 +225,9 @@ CASES = [
     ("eval qa --json is a directory", ["eval", "qa", "--dataset", "musique", "--report", "--llm", "local", *H,
                                        "--limit", "1", "--json", "{w}/empty", "--cache-dir", "{w}/qacache"],
      r"^eval qa: cannot write .*empty: Is a directory$"),
+    ("eval qa --html in a missing directory", ["eval", "qa", "--dataset", "musique", "--report", "--llm", "local", *H,
+                                               "--limit", "1", "--html", "{w}/nowhere/r.html"],
+     r"^eval qa: cannot write .*nowhere/r.html: No such directory .*nowhere$"),
     # ---- demo, profile, bench, kirag, structrag
     ("demo --questions 0", ["demo", "--questions", "0"], r"^rasfast demo: error: argument --questions"),
     ("demo --passages 0", ["demo", "--passages", "0"], r"argument --passages: expected an integer >= 100"),

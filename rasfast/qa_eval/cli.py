@@ -58,6 +58,12 @@ def cmd_eval_qa(args) -> int:
         print(f"eval qa: --kirag-aligner {args.kirag_aligner}: not a directory (expected a saved aligner: "
               f"rasfast kirag train --out DIR)", file=sys.stderr)
         return 1
+    # an output that cannot be written is refused before an evaluation that may take hours
+    for opt, path in (("--json", args.json), ("--html", getattr(args, "html", None))):
+        problem = _output_problem(path)
+        if problem:
+            print(f"eval qa: cannot write {path}: {problem}", file=sys.stderr)
+            return 1
     common = dict(questions=args.questions, prompt_style=_style(args), reader=args.reader, retriever=retriever,
                   gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner)
     try:
@@ -95,6 +101,23 @@ def cmd_eval_qa(args) -> int:
         print(f"eval qa: cannot write {e.filename or 'the output'}: {e.strerror or e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _output_problem(path) -> str:
+    """Why an output file cannot be written there ('' when it can, as far as can be told)."""
+    if not path:
+        return ""
+    import os
+    import pathlib
+    p = pathlib.Path(path)
+    if p.is_dir():
+        return "Is a directory"
+    parent = p.parent if str(p.parent) else pathlib.Path(".")
+    if not parent.is_dir():
+        return f"No such directory {parent}"
+    if not os.access(parent, os.W_OK):
+        return "Permission denied"
+    return ""
 
 
 __all__ = ["add_args", "cmd_eval_qa"]
