@@ -1,4 +1,7 @@
-"""select_k on a GPU: rasfast cuda and triton vs torch.topk, with a parity check first.
+"""select_k on a GPU: rasfast cuda, triton and torch vs plain torch.topk, parity checked first.
+
+Plain torch.topk leaves the order of ties unspecified, so it is the speed bound, not a
+backend; rasfast's "torch" backend is torch.topk plus a tie pass (the contract's order).
 
 For a GPU session (exits with a message when no CUDA device is visible). For every size:
 checks both backends against the reference (stable torch.sort on the GPU; indices must
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
         print("gpu_select.py: no CUDA device visible; nothing to measure")
         return 0
     info = rasfast.backends()
-    backends = [b for b in ("cuda", "triton") if info[b]["available"]]
+    backends = [b for b in ("cuda", "triton") if info[b]["available"]] + ["torch"]
     print("backends:", backends, "| cuda:", info["cuda"], flush=True)
     rows = []
     for size in a.sizes:
@@ -84,7 +87,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(row, flush=True)
     names = ["torch.topk"] + backends
-    md = ["# select_k on the GPU: rasfast cuda / triton vs torch.topk", "", header_markdown(),
+    md = ["# select_k on the GPU: rasfast cuda / triton / torch (topk + tie pass) vs plain torch.topk", "", header_markdown(),
           f"Median of {a.rounds} runs (CUDA events), ms; sorted=True, smallest k; "
           "parity = exact match with the reference (random and heavily tied inputs).", "",
           "| B | N | dtype | k | " + " | ".join(names) + " | parity |",

@@ -85,6 +85,28 @@ def check_many_k(x, ks, largest):
         assert torch.equal(idx.sort(1).values, order[:, :k].sort(1).values), (x.shape, k, largest)
 
 
+@given(B=st.integers(0, 4), N=st.integers(1, 400), kf=st.floats(0, 1),
+       mode=st.sampled_from(["randn", "ties", "const", "ascending", "descending", "narrow"]),
+       dtype=st.sampled_from(DTYPES), largest=st.booleans(), sorted_=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_torch_backend_matches_reference(B, N, kf, mode, dtype, largest, sorted_, seed):
+    # backend "torch" is torch.topk plus its own tie pass, not the reference's stable sort
+    k = max(1, min(N, int(round(kf * N))))
+    check(make_input(B, N, mode, dtype, seed), k, largest, sorted_, "torch")
+
+
+def test_torch_backend_ties_at_the_kth_value():
+    # the k-th value repeats before and after the cut: the lowest-indexed copies are kept
+    x = torch.tensor([[5., 1., 3., 3., 0., 3., 3., 9.],
+                      [-0., 0., 0., -0., 1., 0., -1., 0.]])
+    _, idx = select_k(x, 4, backend="torch")
+    assert idx.tolist() == [[4, 1, 2, 3], [6, 0, 1, 2]]
+    _, idx = select_k(x, 3, largest=True, backend="torch")
+    assert idx.tolist() == [[7, 0, 2], [4, 0, 1]]
+    _, idx = select_k(x, 4, sorted=False, backend="torch")
+    assert sorted(idx[0].tolist()) == [1, 2, 3, 4] and sorted(idx[1].tolist()) == [0, 1, 2, 6]
+
+
 @pytest.mark.parametrize("mode", ["randn", "ties", "descending", "narrow"])
 def test_cpu_long_row_parallel_path(mode):
     # B=1 < threads and a long row: the row is split across threads (filter path for small
@@ -188,6 +210,15 @@ def test_gpu_matches_reference(backend, dtype, mode):
         for largest in (False, True):
             check(x, k, largest, True, backend)
         check(x, k, False, False, backend)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_torch_backend_matches_reference(dtype):
+    for B, N, k in GPU_CASES:
+        x = make_input(B, N, "ties", dtype, seed=N + k, device="cuda")
+        check(x, k, True, True, "torch")
+        check(x, k, False, False, "torch")
 
 
 @gpu

@@ -29,7 +29,8 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
         largest: select the largest instead of the smallest.
         sorted: if True, results are ordered (ascending, or descending when ``largest``),
             ties by lower index; if False, the same set in unspecified order.
-        backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch" (torch.topk plus a tie pass:
+            runs on any device; "auto" does not pick it).
 
     Returns:
         (values[B, k] in x's dtype, indices[B, k] int64), the same kind (numpy/torch) as x.
@@ -67,7 +68,25 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
 
 
 def _torch(x, k, largest, sorted):
-    return _ref.select_k(x, k, largest, sorted), None
+    """torch.topk with the contract's tie order (torch.topk leaves ties unspecified).
+
+    torch.topk finds the k-th value t of each row; every entry strictly better than t is
+    kept, and of the entries equal to t the lowest-indexed ones fill the remaining places
+    (a running count of the equal entries along the row). Not the reference (a stable full
+    sort): several passes over x instead of a sort, which is why it is a backend of its own.
+    Comparisons are in x's dtype, where -0.0 == +0.0 tie as in the reference.
+    """
+    b = x.shape[0]
+    t = torch.topk(x, k, dim=1, largest=largest, sorted=True).values[:, k - 1:]
+    better = x > t if largest else x < t
+    need = k - better.sum(1, keepdim=True, dtype=torch.int32)  # >= 1: t itself is in the top k
+    equal = x == t
+    take = better | (equal & (torch.cumsum(equal, 1, dtype=torch.int32) <= need))
+    idx = take.nonzero()[:, 1].view(b, k)  # row-major: the chosen indices, ascending per row
+    if sorted:  # a stable sort of the chosen values keeps ties in ascending index order
+        order = torch.sort(torch.gather(x, 1, idx), dim=1, descending=largest, stable=True).indices
+        idx = torch.gather(idx, 1, order)
+    return idx, None
 
 
 def _cpu(x, k, largest, sorted):
