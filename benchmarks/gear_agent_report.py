@@ -70,26 +70,28 @@ def retrieval_rows(ds, ki, enc):
 
 
 def same_questions(ds, d, recs_by):
-    """Recall@k of every retriever over the questions the LLM rows have records for (the agent
-    ran on fewer than all questions), and per question R@15 wins and losses against hybrid."""
+    """Recall@k of every retriever and of each LLM system in ``recs_by`` over the questions all
+    of those systems have records for, and per question R@15 wins and losses against hybrid."""
     gold = {q.qid: q.gold_pids for q in ds.questions}
-    out = {}
-    for system, recs in recs_by.items():
-        qids = [r["qid"] for r in recs if r.get("passages")]
-        if not qids or len(qids) == len(ds.questions):
-            continue
-        rows = {}
-        for key, r in d["retrieval"].items():
-            if "ranked" in r:
-                rows[key] = {f"recall@{k}": float(np.mean([recall(r["ranked"][q], gold[q], k) for q in qids])) for k in KS}
-        mine = {r["qid"]: r["passages"] for r in recs if r.get("passages")}
-        rows[system] = {f"recall@{k}": float(np.mean([recall(mine[q], gold[q], k) for q in qids])) for k in KS}
-        hyb = d["retrieval"]["hybrid"]["ranked"]
-        diff = [recall(mine[q], gold[q], 15) - recall(hyb[q], gold[q], 15) for q in qids]
-        rows[system]["vs_hybrid_r15"] = {"better": sum(x > 0 for x in diff), "worse": sum(x < 0 for x in diff),
-                                         "same": sum(x == 0 for x in diff)}
-        out[system] = {"n": len(qids), "rows": rows}
-    return out
+    mine = {s: {r["qid"]: r["passages"] for r in recs if r.get("passages")} for s, recs in recs_by.items()}
+    mine = {s: m for s, m in mine.items() if m}
+    if not mine:
+        return None
+    qids = [q.qid for q in ds.questions if all(q.qid in m for m in mine.values())]
+    rows, vs = {}, {}
+    for key, r in d["retrieval"].items():
+        if "ranked" in r:
+            rows[key] = {f"recall@{k}": float(np.mean([recall(r["ranked"][q], gold[q], k) for q in qids])) for k in KS}
+    from rasfast.qa_eval.tables import paired_bootstrap
+    hyb = d["retrieval"]["hybrid"]["ranked"]
+    for system, m in mine.items():
+        rows[system] = {f"recall@{k}": float(np.mean([recall(m[q], gold[q], k) for q in qids])) for k in KS}
+        diff = [recall(m[q], gold[q], 15) - recall(hyb[q], gold[q], 15) for q in qids]
+        vs[system] = {"better": sum(x > 0 for x in diff), "worse": sum(x < 0 for x in diff),
+                      "same": sum(x == 0 for x in diff),
+                      "paired": {k: paired_bootstrap([recall(m[q], gold[q], k) for q in qids],
+                                                     [recall(hyb[q], gold[q], k) for q in qids]) for k in KS}}
+    return {"n": len(qids), "rows": rows, "vs_hybrid_r15": vs}
 
 
 def cached(ds, systems, questions, cache, label, retriever="hybrid"):
@@ -182,6 +184,7 @@ def main(argv=None) -> int:
         d["paired"] = held["paired"]
         d["usage"] = {s: usage(recs) for s, recs in held["records"].items()}
         d["same_questions"] = same_questions(ds, d, {s: held["records"].get(s, []) for s in ("gear-sync", "gear")})
+        d["vs_hybrid_all"] = same_questions(ds, d, {s: allq["records"].get(s, []) for s in ("gear-sync", "gear")})
         gear_all = allq["records"].get("gear", [])
         d["per_iteration"] = per_iteration(ds, gear_all, MAX_ITERS[name]) if gear_all else None
         d["agent"] = agent_evidence(gear_all, ki) if gear_all else None
@@ -216,16 +219,24 @@ def render(name, ds, ki, d):
             continue
         md.append(f"| {ROW[key]} | {pct(r['recall@5'])} | {pct(r['recall@10'])} | {pct(r['recall@15'])} | {r['n']} "
                   f"| {' / '.join(map(str, p)) if p else '–'} |")
-    for system, sq in d.get("same_questions", {}).items():
-        md += ["", f"### Recall@k on the {sq['n']} questions {ROW[system]} ran on (%), every retriever on the same questions", "",
+    for system, v in ((d.get("vs_hybrid_all") or {}).get("vs_hybrid_r15") or {}).items():
+        ci = "; ".join(f"R@{k} {100 * v['paired'][k]['mean']:+.1f} [{100 * v['paired'][k]['lo']:+.1f}, "
+                       f"{100 * v['paired'][k]['hi']:+.1f}]" for k in KS)
+        md += ["", f"{ROW[system]} minus hybrid over the {d['vs_hybrid_all']['n']} questions, points with paired "
+               f"95% bootstrap intervals: {ci}. Per question R@15 better on {v['better']}, worse on "
+               f"{v['worse']}, the same on {v['same']}."]
+    sq = d.get("same_questions")
+    if sq:
+        md += ["", f"### Recall@k on the held-out questions 51–100 (%; the {sq['n']} questions of the EM / F1 rows "
+               "below), every retriever on the same questions", "",
                "| retriever | R@5 | R@10 | R@15 |", "|---|---:|---:|---:|"]
-        for key in ("dense", "bm25", "hybrid", "dense+naive", "gear-naive", system):
+        for key in ("dense", "bm25", "hybrid", "dense+naive", "gear-naive", "gear-sync", "gear"):
             r = sq["rows"].get(key)
             if r:
                 md.append(f"| {ROW[key]} | {pct(r['recall@5'])} | {pct(r['recall@10'])} | {pct(r['recall@15'])} |")
-        v = sq["rows"][system]["vs_hybrid_r15"]
-        md += ["", f"Per question, {ROW[system]}'s R@15 against hybrid's: better on {v['better']}, worse on "
-               f"{v['worse']}, the same on {v['same']}."]
+        for system, v in sq["vs_hybrid_r15"].items():
+            md += ["", f"Per question on 51–100, {ROW[system]}'s R@15 against hybrid's: better on {v['better']}, "
+                   f"worse on {v['worse']}, the same on {v['same']}."]
     md += ["", "### EM / F1 on the held-out questions 51–100, one reader (GEAR's App. J.3 one-shot prompt, top 5 "
            "passages), paired against dense", "",
            "| system | n | EM | F1 | F1 − dense [95% CI] | answer retrieved | answer shown | calls/q | prompt tok/q "
