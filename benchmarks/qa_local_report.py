@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     md = []
     for name in args.datasets:
         ds = load_dataset(name)
-        parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args.questions, ret)
+        # KiRAG's row uses the trained aligner when one is given (the frozen protocol), else MiniLM
+        parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args.questions, ret, aligner=args.aligner)
                  for ret in ("dense", "hybrid")]
         rows, recs, missing = _merge(parts)
         order = [s for s, _ in MAIN]
@@ -109,7 +110,8 @@ def main(argv=None) -> int:
                 f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
             ret = dict(MAIN)[r["system"]] if r["system"] not in ("none", "dense") else ("–" if r["system"] == "none" else "dense")
             sp, st = r["shown_passages_per_q"], r["shown_triples_per_q"]
-            md.append(f"| {LABELS[r['system']]} | {ret} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {ci} "
+            name_ = LABELS[r["system"]] + (" (aligner trained on 1–50)" if r["system"] == "kirag" and args.aligner else "")
+            md.append(f"| {name_} | {ret} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {ci} "
                       f"| {pct(r['answer_retrieved'])} | {pct(r['answer_shown'])} "
                       f"| {'–' if sp is None else f'{sp:.1f}'} / {'–' if st is None else f'{st:.0f}'} "
                       f"| {r['prompt_tokens_per_q']:,.0f} | {r['llm_calls_per_q']:.1f} | {r['seconds_per_q']:.0f} |")
