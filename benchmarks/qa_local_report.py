@@ -16,7 +16,7 @@ or the compressed copies kept in benchmarks/results/qa_records) and writes the t
   with its own reader) over the same held-out questions.
 
     .venv/bin/python benchmarks/qa_local_report.py --cache-dir benchmarks/results/qa_records \\
-        [--datasets musique hotpotqa] [--questions 51-100] [--aligner DIR]
+        [--datasets musique hotpotqa] [--questions 51-100] [--aligner [DATASET=]DIR_OR_ID ...]
 """
 from __future__ import annotations
 
@@ -66,6 +66,21 @@ def before_rows(ds, questions):
     return [summarise(s, r, 5) for s, r in recs.items()], paired_against(recs)
 
 
+def aligners_by_dataset(values, datasets):
+    """``--aligner`` values -> {dataset: aligner or None}. An aligner trained on one dataset's
+    tuning questions is that dataset's; the others' KiRAG rows use the zero-shot encoder."""
+    got = {d: None for d in datasets}
+    for v in values:
+        name, sep, al = v.partition("=")
+        if not sep:
+            got = {d: v for d in datasets}
+        elif name not in got:
+            raise SystemExit(f"--aligner: {name!r} is not one of --datasets {' '.join(datasets)}")
+        else:
+            got[name] = al
+    return got
+
+
 def f3(x):
     return "–" if x is None else f"{x:.3f}"
 
@@ -79,7 +94,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=str(RESULTS / "qa_records"))
     ap.add_argument("--datasets", nargs="+", default=["musique", "hotpotqa"])
     ap.add_argument("--questions", default="51-100")
-    ap.add_argument("--aligner", default=None, help="the KiRAG aligner trained on questions 1-50")
+    ap.add_argument("--aligner", nargs="*", default=[],
+                    help="the KiRAG aligner trained on questions 1-50 (a directory or content id); "
+                         "DATASET=... names the dataset it was trained on, a bare value applies to every dataset")
     ap.add_argument("--llm", default="local")
     ap.add_argument("--out", default=str(RESULTS / "qa_local"))
     args = ap.parse_args(argv)
@@ -88,12 +105,14 @@ def main(argv=None) -> int:
     from rasfast.qa_eval.records import STAGE_LABELS, STAGES
     from rasfast.qa_eval.tables import paired_against
     cache, label = pathlib.Path(args.cache_dir), llm_label(args.llm)
+    aligners = aligners_by_dataset(args.aligner, args.datasets)
     out = {"machine": machine_info(), "llm": label, "questions": args.questions, "datasets": {}}
     md = []
     for name in args.datasets:
         ds = load_dataset(name)
+        aligner = aligners[name]
         # KiRAG's row uses the trained aligner when one is given (the frozen protocol), else MiniLM
-        parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args.questions, ret, aligner=args.aligner)
+        parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args.questions, ret, aligner=aligner)
                  for ret in ("dense", "hybrid")]
         rows, recs, missing = _merge(parts)
         order = [s for s, _ in MAIN]
@@ -110,7 +129,7 @@ def main(argv=None) -> int:
                 f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
             ret = dict(MAIN)[r["system"]] if r["system"] not in ("none", "dense") else ("–" if r["system"] == "none" else "dense")
             sp, st = r["shown_passages_per_q"], r["shown_triples_per_q"]
-            name_ = LABELS[r["system"]] + (" (aligner trained on 1–50)" if r["system"] == "kirag" and args.aligner else "")
+            name_ = LABELS[r["system"]] + (" (aligner trained on 1–50)" if r["system"] == "kirag" and aligner else "")
             md.append(f"| {name_} | {ret} | {r['n']} | {r['em']:.3f} | {r['f1']:.3f} | {ci} "
                       f"| {pct(r['answer_retrieved'])} | {pct(r['answer_shown'])} "
                       f"| {'–' if sp is None else f'{sp:.1f}'} / {'–' if st is None else f'{st:.0f}'} "
@@ -125,7 +144,7 @@ def main(argv=None) -> int:
                "|---:|---|---:|---:|---:|---|---:|---:|"]
         d["kirag"] = []
         for k in (3, 5):
-            for al in (None, args.aligner):
+            for al in (None, aligner):
                 if al is None and k not in (3, 5):
                     continue
                 rep = _report(ds, ["dense", "kirag"], cache, label, args.questions, "dense", k=k, aligner=al)
@@ -140,7 +159,7 @@ def main(argv=None) -> int:
                 md.append(f"| {k} | {row['aligner']} | {row['n']} | {row['dense_f1']:.3f} | {row['kirag_f1']:.3f} "
                           f"| {p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}] | {f3(row['kirag_recall'])} "
                           f"| {f3(row['dense_recall'])} |")
-                if al is None and args.aligner is None:
+                if al is None and aligner is None:
                     break
         md += ["", f"### {name}: where the questions were lost", "",
                "| system | " + " | ".join(STAGE_LABELS[s] for s in STAGES) + " |",
