@@ -161,6 +161,8 @@ def main(argv=None) -> int:
                           f"| {f3(row['dense_recall'])} |")
                 if al is None and aligner is None:
                     break
+        if not d["kirag"]:   # no header without rows: say that nothing ran
+            md[-2:] = ["No KiRAG records for these settings (k = 3 or 5 against dense) yet."]
         md += ["", f"### {name}: where the questions were lost", "",
                "| system | " + " | ".join(STAGE_LABELS[s] for s in STAGES) + " |",
                "|---|" + "---:|" * len(STAGES)]
