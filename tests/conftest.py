@@ -21,6 +21,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile(
     "default", deadline=None, max_examples=25, derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# compute-sanitizer makes every launch slow (an H100 run got through 13 memcheck tests in 3 min):
+# tools/gpu_session.sh sanitize loads this profile
+settings.register_profile(
+    "sanitize", deadline=None, max_examples=3, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

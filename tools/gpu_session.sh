@@ -50,11 +50,13 @@ test)
 sanitize)
   tool=${1:-memcheck}; shift || true
   # torch's caching allocator hides out-of-bounds accesses inside its blocks from memcheck
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-    --print-limit 50 \
-    $PY -m pytest -q -p no:cacheprovider -m cuda_kernels "$@" \
-    tests/test_select.py tests/test_theme_ops.py tests/test_beam.py tests/test_segment.py \
-    tests/test_graph_conv.py tests/test_index.py 2>&1 | tee "$OUT/sanitize_$tool.log"
+  # few hypothesis examples (conftest's "sanitize" profile): instrumented launches are slow
+  files=${SANITIZE_FILES:-tests/test_select.py tests/test_theme_ops.py tests/test_beam.py \
+    tests/test_segment.py tests/test_graph_conv.py tests/test_index.py}
+  HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-sanitize} PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 50 \
+    $PY -m pytest -v -p no:cacheprovider -m cuda_kernels "$@" $files \
+    2>&1 | tee "$OUT/sanitize_$tool.log"
   ;;
 bench)
   names=${*:-select theme beam graph_conv graph_llm}
@@ -62,14 +64,33 @@ bench)
     echo "== gpu_$n"
     $PY benchmarks/gpu_$n.py 2>&1 | tee "$OUT/bench_$n.log"
   done
-  cp benchmarks/results/*gpu* "$OUT"/ 2>/dev/null
+  cp benchmarks/results/gpu_*.md benchmarks/results/gpu_*.json "$OUT"/ 2>/dev/null
   ;;
 all)
+  # Benchmarks first, alone on the GPU (their timings see nothing else running); then the tests
+  # (pytest-xdist where installed) and each compute-sanitizer tool side by side, since they
+  # check correctness only. Everything under $OUT is packed into one gpu_results.tar.gz as
+  # well: the device tool returns at most 8 files.
   me="$0"
-  ls rasfast/_cuda.*.so >/dev/null 2>&1 || bash "$me" build || exit 1
-  timeout "${TEST_S:-200}" bash "$me" test 2>&1 | tail -25
-  timeout "${SANITIZE_S:-240}" bash "$me" sanitize memcheck 2>&1 | tail -25
-  timeout "${BENCH_S:-300}" bash "$me" bench 2>&1 | tail -60
+  ls rasfast/_cuda.*.so >/dev/null 2>&1 || bash "$me" build >"$OUT/build_stage.log" 2>&1 \
+    || { tail -40 "$OUT/build_stage.log"; exit 1; }
+  timeout "${BENCH_S:-300}" bash "$me" bench ${BENCHES:-} >"$OUT/bench_stage.log" 2>&1
+  echo "bench stage rc=$?"; grep -E "^(==|\|)" "$OUT/bench_stage.log" | tail -60
+  xdist=""; $PY -c "import xdist" 2>/dev/null && xdist="-n ${TEST_PROCS:-6}"
+  timeout "${TEST_S:-200}" bash "$me" test $xdist >"$OUT/test_stage.log" 2>&1 &
+  for tool in ${SANITIZERS:-memcheck racecheck synccheck}; do
+    timeout "${SANITIZE_S:-200}" bash "$me" sanitize "$tool" >/dev/null 2>&1 &
+  done
+  wait
+  tail -25 "$OUT/test_stage.log"
+  for f in "$OUT"/sanitize_*.log; do
+    echo "== $f"; grep -cE " PASSED| FAILED| ERROR" "$f"; grep -E "ERROR SUMMARY|FAILED|Error|passed|failed" "$f" | tail -8
+  done
+  tar czf /tmp/gpu_results.tar.gz -C "$OUT" --exclude=so . && mv /tmp/gpu_results.tar.gz "$OUT/"
+  # keep the tarball and the stage logs only (the tool returns at most 8 files)
+  find "$OUT" -maxdepth 1 -type f ! -name gpu_results.tar.gz ! -name '*_stage.log' \
+    ! -name 'sanitize_*.log' -delete
+  rm -rf "$OUT/so"
   ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
