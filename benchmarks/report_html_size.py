@@ -166,12 +166,14 @@ def make_record(system, q, ds, rng):
 def write_cache(cache: pathlib.Path, ds, llm_label: str, seed: int = 0) -> None:
     """Synthetic records under the names report_qa reads for the CLI's default settings."""
     from rasfast.qa_eval.run import cache_file, settings_for
+    from rasfast.qa_eval.systems import knowledge_id
     from rasfast.systems.gear.agent import MAX_ITERS
     rng = random.Random(seed)
     cache.mkdir(parents=True, exist_ok=True)
     for name in SYSTEMS:
         st = settings_for(name, k=5, max_iters=5, reader="contract", prompt_style="compact", retriever="dense",
-                          gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None)
+                          gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None,
+                          knowledge=knowledge_id(ds))
         with open(cache / cache_file(ds.name, name, llm_label, st), "w") as f:
             for q in ds.questions[:100]:
                 f.write(json.dumps(make_record(name, q, ds, rng)) + "\n")

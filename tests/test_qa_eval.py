@@ -100,6 +100,39 @@ def test_a_changed_prompt_runs_afresh_and_an_unchanged_one_reuses_the_records(tm
     assert model.engine.calls == n + 3                 # ... and a changed reader re-reads dense
 
 
+def test_a_changed_triple_extractor_rebuilds_the_index_and_reruns_the_triple_readers(tmp_path, monkeypatch):
+    """A corpus without triples gets the model-free extractor's; their index and the records
+    of the systems that read triples are keyed on the extractor's code, so a changed
+    extractor never reuses triples or answers made with the old one (dense keeps its own)."""
+    from rasfast.index.knowledge.index import KnowledgeIndex
+    from rasfast.qa_eval import systems as qs
+    ds = QADataset("notriples", PASSAGES, QUESTIONS, None)
+    model = llm()
+
+    def go():
+        return evaluate_qa(ds, ["dense", "ras"], model, "stand-in", encoder="hashing",
+                           cache_dir=tmp_path / "cache", progress=False, log=lambda m: None)
+    go()
+    index_dir = next((tmp_path / "cache" / "index").iterdir())
+    first = KnowledgeIndex.load(index_dir).extraction
+    assert first["source"] == "model-free" and len(first["extractor_sha256"]) == 16
+    n = model.engine.calls
+    go()
+    assert model.engine.calls == n                     # same extractor: index and records reused
+    mod = tmp_path / "extractor_changed_x.py"
+    mod.write_text("def extract(passage):\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(qs, "MODEL_FREE_EXTRACTOR", "extractor_changed_x")
+    go()
+    again = KnowledgeIndex.load(index_dir).extraction
+    assert again["extractor_sha256"] != first["extractor_sha256"]          # index rebuilt
+    assert model.engine.calls - n >= len(QUESTIONS) * 2   # RAS planned and read again; dense did not
+    n = model.engine.calls
+    evaluate_qa(ds, ["dense"], model, "stand-in", encoder="hashing", cache_dir=tmp_path / "cache",
+                progress=False, log=lambda m: None)
+    assert model.engine.calls == n
+
+
 def test_code_signature_follows_the_code_not_its_comments(tmp_path, monkeypatch):
     from rasfast.qa_eval.run import code_signature
     mod = tmp_path / "promptmod_x.py"

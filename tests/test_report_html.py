@@ -133,9 +133,11 @@ def test_record_page_of_one_run(run):
 
 def _cache_records(cache, ds, system, label, recs):
     from rasfast.qa_eval.run import cache_file, settings_for
+    from rasfast.qa_eval.systems import knowledge_id
     from rasfast.systems.gear.agent import MAX_ITERS
     st = settings_for(system, k=5, max_iters=5, reader="contract", prompt_style="compact", retriever="dense",
-                      gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None, n_ctx=4096)
+                      gear_iters=MAX_ITERS.get(ds.name, 4), kirag_aligner=None, router=None, n_ctx=4096,
+                      knowledge=knowledge_id(ds))
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / cache_file(ds.name, system, label, st), "w") as f:
         for r in recs:

@@ -29,6 +29,9 @@ against dense RAG come with every table.
 Resumable: every question's record (:mod:`.records`) is appended whole to a JSONL file per
 (dataset, system, LLM, settings) under ``--cache-dir``; the settings hash every prompt
 module and reader setting of the system's family, so a changed prompt starts a fresh file.
+A corpus that ships no triples (HotpotQA) gets rasfast's model-free ones; their knowledge
+index and the records of the systems that read triples (RAS, GEAR, KiRAG) are keyed on the
+extractor's code, so a changed extractor rebuilds the index and reruns those systems.
 A rerun skips the questions already there.
 """
 from .cli import add_args, cmd_eval_qa

@@ -30,6 +30,8 @@ PROMPT_MODULES = {
     "kirag": ("rasfast.systems.kirag.prompts",),
     "structrag": ("rasfast.systems.structrag.prompts",),
 }
+# the families whose preparation reads the corpus's triples (StructRAG reads passages)
+TRIPLE_FAMILIES = ("ras", "gear", "kirag")
 
 
 def _safe(name: str) -> str:
@@ -81,13 +83,17 @@ def _aligner_id(aligner) -> Optional[str]:
 
 
 def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, retriever: str, gear_iters: int,
-                  kirag_aligner=None, router: Optional[str] = None, n_ctx: Optional[int] = None) -> Dict[str, Any]:
+                  kirag_aligner=None, router: Optional[str] = None, n_ctx: Optional[int] = None,
+                  knowledge: Optional[str] = None) -> Dict[str, Any]:
     """What a system's preparation (everything before its reader) depends on beyond dataset,
-    LLM and encoder: its cache key."""
+    LLM and encoder: its cache key. ``knowledge``: :func:`systems.knowledge_id` of triples
+    rasfast extracted itself, keying the systems that read triples (RAS, GEAR, KiRAG)."""
     prep, fam = PREP[system], FAMILY[system]
     s: Dict[str, Any] = {"schema": SCHEMA, "prep": prep}
     if fam != "reader":   # the LLM's context window decides what fits its prompts
         s.update(retriever=retriever, prompts=prompt_signature(fam), n_ctx=n_ctx)
+    if knowledge is not None and fam in TRIPLE_FAMILIES:
+        s["knowledge"] = knowledge
     if fam == "ras":
         s.update(k=k, max_iters=max_iters, prompt_style=prompt_style)
     if fam == "gear":
@@ -102,11 +108,12 @@ def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, ret
 
 def settings_for(system: str, *, k: int, max_iters: int, reader: str, prompt_style: str, retriever: str,
                  gear_iters: int, kirag_aligner=None, router: Optional[str] = None,
-                 n_ctx: Optional[int] = None) -> Dict[str, Any]:
+                 n_ctx: Optional[int] = None, knowledge: Optional[str] = None) -> Dict[str, Any]:
     """What a system's final records depend on: its preparation, the reader and the k it reads."""
     from ..llm.reader import settings as reader_settings
     s = prep_settings(system, k=k, max_iters=max_iters, prompt_style=prompt_style, retriever=retriever,
-                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router, n_ctx=n_ctx)
+                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router, n_ctx=n_ctx,
+                      knowledge=knowledge)
     s.update(system=system, k=k, reader=reader, reader_settings=reader_settings(),
              reader_prompts=prompt_signature("reader"), n_ctx=n_ctx)   # what the reader's input is cut to
     return s
@@ -218,7 +225,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     from ..encode import make_encoder
     from ..systems.gear.agent import MAX_ITERS
     from .roles import RoleRecorder
-    from .systems import knowledge_index, load_aligner_dir
+    from .systems import knowledge_id, knowledge_index, load_aligner_dir
     systems = list(systems)
     _check_common(dataset, systems, prompt_style, reader, retriever)
     rng = parse_questions(questions, limit)
@@ -245,7 +252,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     preparers: Dict[str, Any] = {}
     for name in systems:
         kw = dict(k=k, max_iters=max_iters, prompt_style=style, retriever=retriever, gear_iters=giters,
-                  kirag_aligner=kirag_aligner, router=router, n_ctx=getattr(llm, "n_ctx", None))
+                  kirag_aligner=kirag_aligner, router=router, n_ctx=getattr(llm, "n_ctx", None),
+                  knowledge=knowledge_id(ds))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, settings_for(name, reader=reader, **kw), enc.name))
         pf = RecordFile(cache / cache_file(ds.name, PREP[name], llm_name, prep_settings(name, **kw), enc.name, "prep"))
         done = rf.load()
@@ -447,6 +455,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     selected questions that are cached (its ``n``); ``missing`` counts the others."""
     from ..data.qa import load_dataset
     from ..systems.gear.agent import MAX_ITERS
+    from .systems import knowledge_id
     systems = list(systems)
     _check_common(dataset, systems, prompt_style, reader, retriever)
     rng = parse_questions(questions, limit)
@@ -459,7 +468,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     for name in systems:
         st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
                           retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router,
-                          n_ctx=n_ctx)
+                          n_ctx=n_ctx, knowledge=knowledge_id(ds))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
         recs = _records(qs, rf.load())
         missing[name] = len(qs) - len(recs)

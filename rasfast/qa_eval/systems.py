@@ -9,7 +9,10 @@ contract reader and GEAR's one-shot prompt; one KiRAG run serves k = 3 and k = 5
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import pathlib
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
@@ -265,23 +268,46 @@ def load_aligner_dir(path) -> Any:
         raise ValueError(f"--kirag-aligner: {p} does not hold a trained aligner ({e})") from None
 
 
+# the module whose code makes the triples of a corpus that ships none
+MODEL_FREE_EXTRACTOR = "rasfast.systems.ras.extractors"
+
+
+def extraction_record(ds) -> Dict[str, Any]:
+    """What made the dataset's triples: the dataset itself, or rasfast's model-free
+    extractor, named with a signature of its current code (a changed extractor makes other
+    triples, so it must not reuse an index or records built from the old ones)."""
+    from ..index.knowledge.extract import corpus_record
+    if ds.triples is not None:
+        return corpus_record(ds.name)
+    from .run import code_signature
+    return {"source": "model-free", "model": "rasfast.SentenceTripleExtractor", "prompt": None,
+            "prompt_sha256": None, "extractor_sha256": code_signature(MODEL_FREE_EXTRACTOR)[:16]}
+
+
+def knowledge_id(ds) -> Optional[str]:
+    """The cache-key field for triples rasfast extracted itself (a hash of their extraction
+    record); None for a dataset's own triples, which its name already keys."""
+    if ds.triples is not None:
+        return None
+    rec = json.dumps(extraction_record(ds), sort_keys=True)
+    return hashlib.sha256(rec.encode()).hexdigest()[:16]
+
+
 def knowledge_index(ds, encoder, cache: pathlib.Path):
     """The dataset's corpus as a knowledge index (its own triples), cached on disk. A corpus
     without triples (HotpotQA) gets model-free sentence-pattern triples, and its extraction
-    record says so."""
-    from ..index.knowledge.extract import corpus_record
+    record says so. A cached index is reused only if it covers every passage and its
+    extraction record is the one the triples would be made with now."""
     from ..index.knowledge.index import KnowledgeIndex, is_knowledge_index
     d = cache / "index" / f"{ds.name}-{encoder.name.replace('/', '_')}"
+    rec = extraction_record(ds)
     if is_knowledge_index(d):
         ki = KnowledgeIndex.load(d)
-        if len(ki) == len(ds.passages):
+        if len(ki) == len(ds.passages) and ki.extraction == rec:
             return ki
-    if ds.triples is not None:
-        triples, rec = ds.triples, corpus_record(ds.name)
-    else:
-        triples = model_free_triples(ds)
-        rec = {"source": "model-free", "model": "rasfast.SentenceTripleExtractor", "prompt": None,
-               "prompt_sha256": None}
+        print(f"knowledge index {d}: built from other triples ({ki.extraction.get('model')}, "
+              f"{len(ki)} passages); building it again", file=sys.stderr)
+    triples = ds.triples if ds.triples is not None else model_free_triples(ds)
     ki = KnowledgeIndex.build(ds.passages, triples, encoder, rec)
     ki.save(d)
     return ki
@@ -298,4 +324,4 @@ def model_free_triples(ds) -> List[list]:
 
 
 __all__ = ["make_preparer", "reader_input", "Prepared", "knowledge_index", "SYSTEMS", "FAMILY", "PREP",
-           "LABELS", "load_aligner_dir", "model_free_triples"]
+           "LABELS", "load_aligner_dir", "model_free_triples", "extraction_record", "knowledge_id"]
