@@ -120,9 +120,12 @@ def test_a_changed_triple_extractor_rebuilds_the_index_and_reruns_the_triple_rea
     go()
     assert model.engine.calls == n                     # same extractor: index and records reused
     mod = tmp_path / "extractor_changed_x.py"
-    mod.write_text("def extract(passage):\n    return []\n")
+    mod.write_text("class SentenceTripleExtractor:\n"
+                   "    def extract(self, passages):\n"
+                   "        return [[(p.title, 'is', 'changed')] for p in passages]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(qs, "MODEL_FREE_EXTRACTOR", "extractor_changed_x")
+    monkeypatch.setitem(qs.MODEL_FREE, "sentence-patterns",
+                        ("extractor_changed_x",) + qs.MODEL_FREE["sentence-patterns"][1:])
     go()
     again = KnowledgeIndex.load(index_dir).extraction
     assert again["extractor_sha256"] != first["extractor_sha256"]          # index rebuilt

@@ -26,6 +26,10 @@ def add_args(e) -> None:
                    help="qa: GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
     e.add_argument("--kirag-aligner", default=None, metavar="DIR",
                    help="qa: KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
+    e.add_argument("--model-free-triples", default=None, metavar="NAME",
+                   help="qa: for a dataset that ships no triples (HotpotQA), the model-free extractor that "
+                        "makes them: sentence-patterns (default) or sentence-patterns-2 (keeps whole dates, "
+                        "full names and every list item); keyed apart in the cache")
     e.add_argument("--html", default=None, metavar="FILE",
                    help="qa: also write an offline HTML report here (table, failure stages, every question's pages)")
 
@@ -65,7 +69,8 @@ def cmd_eval_qa(args) -> int:
             print(f"eval qa: cannot write {path}: {problem}", file=sys.stderr)
             return 1
     common = dict(questions=args.questions, prompt_style=_style(args), reader=args.reader, retriever=retriever,
-                  gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner)
+                  gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner,
+                  model_free=getattr(args, "model_free_triples", None))
     try:
         if getattr(args, "report", False):
             out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
@@ -86,7 +91,8 @@ def cmd_eval_qa(args) -> int:
     from .tables import format_rows
     print(f"{out['dataset']}: questions {out['questions']} ({out['n']}), reader/LLM {out['llm']} "
           f"({out['reader']} reader, {out['prompt_style']} prompts), encoder {out['encoder']}, k={out['k']}, "
-          f"retriever {out['retriever']}" + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
+          f"retriever {out['retriever']}, triples: {out['triples']}"
+          + (" (from the cache; nothing ran)" if getattr(args, "report", False) else ""))
     print(format_rows(out))
     records = out.pop("records", None)
     try:

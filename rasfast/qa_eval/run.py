@@ -213,7 +213,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
                 k: int = 5, max_iters: int = 5, encoder=None, cache_dir=None, data_root=None,
                 progress: bool = True, log=print, *, questions: Optional[str] = None,
                 prompt_style: Optional[str] = None, reader: str = "contract", retriever: str = "dense",
-                gear_iters: Optional[int] = None, kirag_aligner=None) -> Dict[str, Any]:
+                gear_iters: Optional[int] = None, kirag_aligner=None,
+                model_free: Optional[str] = None) -> Dict[str, Any]:
     """Runs ``systems`` over the selected questions of ``dataset`` (a name or a
     :class:`~rasfast.data.qa.QADataset`; ``questions="51-100"`` or the first ``limit``);
     returns ``{"dataset", "n", "llm", "rows": [...], "paired": {...}, ...}``.
@@ -233,6 +234,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
     cache.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
     enc = make_encoder(encoder or "minilm")
     if encoder_name(encoder) == MINILM and enc.name != MINILM:
@@ -242,7 +244,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     giters = gear_iters or MAX_ITERS.get(ds.name, 4)
     yes_no = ds.name in YES_NO_DATASETS
     need_index = any(s != "none" for s in systems)
-    ki = knowledge_index(ds, enc, cache) if need_index else None
+    ki = knowledge_index(ds, enc, cache, model_free) if need_index else None
     aligner = load_aligner_dir(kirag_aligner) if (kirag_aligner and "kirag" in systems) else None
     router = _router_id(ki)
     rec_llm = RoleRecorder(llm, prompt_style=style)
@@ -253,7 +255,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     for name in systems:
         kw = dict(k=k, max_iters=max_iters, prompt_style=style, retriever=retriever, gear_iters=giters,
                   kirag_aligner=kirag_aligner, router=router, n_ctx=getattr(llm, "n_ctx", None),
-                  knowledge=knowledge_id(ds))
+                  knowledge=knowledge_id(ds, model_free))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, settings_for(name, reader=reader, **kw), enc.name))
         pf = RecordFile(cache / cache_file(ds.name, PREP[name], llm_name, prep_settings(name, **kw), enc.name, "prep"))
         done = rf.load()
@@ -301,7 +303,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
         rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
             "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": style, "reader": reader,
-            "retriever": retriever, "encoder": enc.name, "rows": rows, "paired": paired_against(recs_by),
+            "retriever": retriever, "encoder": enc.name, "triples": triples, "rows": rows,
+            "paired": paired_against(recs_by),
             "skipped": skipped, "duplicates": dups, "cache": str(cache), "records": recs_by}
 
 
@@ -318,6 +321,20 @@ def _router_id(ki) -> Optional[str]:
     from ..systems.structrag.router import ROUTER_DIR
     f = pathlib.Path(ki.path) / ROUTER_DIR / "router.json"
     return hashlib.sha256(f.read_bytes()).hexdigest()[:16] if f.is_file() else None
+
+
+def _triples_label(ds, model_free: Optional[str]) -> str:
+    """Where the dataset's triples come from: "dataset", or the model-free extractor's name;
+    ValueError for an extractor asked of a dataset that ships its own triples."""
+    from .systems import DEFAULT_MODEL_FREE, MODEL_FREE
+    if ds.triples is not None:
+        if model_free:
+            raise ValueError(f"--model-free-triples {model_free}: {ds.name} ships its own triples")
+        return "dataset"
+    name = model_free or DEFAULT_MODEL_FREE
+    if name not in MODEL_FREE:
+        raise ValueError(f"--model-free-triples: expected one of {', '.join(MODEL_FREE)}, got {name!r}")
+    return f"model-free {name}"
 
 
 def _range_text(rng, n: int) -> str:
@@ -449,7 +466,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
               max_iters: int = 5, cache_dir=None, data_root=None, encoder=None, *, questions: Optional[str] = None,
               prompt_style: Optional[str] = "compact", reader: str = "contract", retriever: str = "dense",
               gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None,
-              n_ctx: Optional[int] = 4096) -> Dict[str, Any]:
+              n_ctx: Optional[int] = 4096, model_free: Optional[str] = None) -> Dict[str, Any]:
     """What the per-question cache holds for these settings, aggregated as
     :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
     selected questions that are cached (its ``n``); ``missing`` counts the others."""
@@ -462,13 +479,14 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     from ..llm.local import cache_dir as default_cache
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
     ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
     giters = gear_iters or MAX_ITERS.get(ds.name, 4)
     rows, missing, recs_by, dups = [], {}, {}, {}
     for name in systems:
         st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
                           retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router,
-                          n_ctx=n_ctx, knowledge=knowledge_id(ds))
+                          n_ctx=n_ctx, knowledge=knowledge_id(ds, model_free))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
         recs = _records(qs, rf.load())
         missing[name] = len(qs) - len(recs)
@@ -478,7 +496,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
             rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
             "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": prompt_style, "reader": reader,
-            "retriever": retriever, "encoder": encoder_name(encoder), "rows": rows,
+            "retriever": retriever, "encoder": encoder_name(encoder), "triples": triples, "rows": rows,
             "paired": paired_against(recs_by), "missing": missing, "duplicates": dups, "skipped": {},
             "cache": str(cache), "records": recs_by}
 

@@ -268,60 +268,78 @@ def load_aligner_dir(path) -> Any:
         raise ValueError(f"--kirag-aligner: {p} does not hold a trained aligner ({e})") from None
 
 
-# the module whose code makes the triples of a corpus that ships none
-MODEL_FREE_EXTRACTOR = "rasfast.systems.ras.extractors"
+# the model-free extractors a corpus that ships no triples can get: name -> (module, class,
+# the model its extraction record names). The module's code keys the triples it makes.
+MODEL_FREE = {"sentence-patterns": ("rasfast.systems.ras.extractors", "SentenceTripleExtractor",
+                                    "rasfast.SentenceTripleExtractor"),
+              "sentence-patterns-2": ("rasfast.systems.ras.pattern_triples", "PatternTripleExtractor",
+                                      "rasfast.PatternTripleExtractor")}
+DEFAULT_MODEL_FREE = "sentence-patterns"
 
 
-def extraction_record(ds) -> Dict[str, Any]:
-    """What made the dataset's triples: the dataset itself, or rasfast's model-free
-    extractor, named with a signature of its current code (a changed extractor makes other
-    triples, so it must not reuse an index or records built from the old ones)."""
+def _model_free(extractor: Optional[str]):
+    name = extractor or DEFAULT_MODEL_FREE
+    if name not in MODEL_FREE:
+        raise ValueError(f"model-free triples: expected one of {', '.join(MODEL_FREE)}, got {name!r}")
+    return name, MODEL_FREE[name]
+
+
+def extraction_record(ds, extractor: Optional[str] = None) -> Dict[str, Any]:
+    """What made the dataset's triples: the dataset itself, or one of rasfast's model-free
+    extractors, named with a signature of its module's current code (a changed extractor
+    makes other triples, so it must not reuse an index or records built from the old ones)."""
     from ..index.knowledge.extract import corpus_record
     if ds.triples is not None:
         return corpus_record(ds.name)
     from .run import code_signature
-    return {"source": "model-free", "model": "rasfast.SentenceTripleExtractor", "prompt": None,
-            "prompt_sha256": None, "extractor_sha256": code_signature(MODEL_FREE_EXTRACTOR)[:16]}
+    _, (module, _cls, model) = _model_free(extractor)
+    return {"source": "model-free", "model": model, "prompt": None,
+            "prompt_sha256": None, "extractor_sha256": code_signature(module)[:16]}
 
 
-def knowledge_id(ds) -> Optional[str]:
+def knowledge_id(ds, extractor: Optional[str] = None) -> Optional[str]:
     """The cache-key field for triples rasfast extracted itself (a hash of their extraction
     record); None for a dataset's own triples, which its name already keys."""
     if ds.triples is not None:
         return None
-    rec = json.dumps(extraction_record(ds), sort_keys=True)
+    rec = json.dumps(extraction_record(ds, extractor), sort_keys=True)
     return hashlib.sha256(rec.encode()).hexdigest()[:16]
 
 
-def knowledge_index(ds, encoder, cache: pathlib.Path):
+def knowledge_index(ds, encoder, cache: pathlib.Path, extractor: Optional[str] = None):
     """The dataset's corpus as a knowledge index (its own triples), cached on disk. A corpus
-    without triples (HotpotQA) gets model-free sentence-pattern triples, and its extraction
-    record says so. A cached index is reused only if it covers every passage and its
-    extraction record is the one the triples would be made with now."""
+    without triples (HotpotQA) gets model-free sentence-pattern triples (``extractor``, a
+    name in :data:`MODEL_FREE`), and its extraction record says so. A cached index is reused
+    only if it covers every passage and its extraction record is the one the triples would
+    be made with now."""
     from ..index.knowledge.index import KnowledgeIndex, is_knowledge_index
-    d = cache / "index" / f"{ds.name}-{encoder.name.replace('/', '_')}"
-    rec = extraction_record(ds)
+    name, _ = _model_free(extractor)
+    other = ds.triples is None and name != DEFAULT_MODEL_FREE
+    d = cache / "index" / f"{ds.name}-{encoder.name.replace('/', '_')}{'-' + name if other else ''}"
+    rec = extraction_record(ds, name)
     if is_knowledge_index(d):
         ki = KnowledgeIndex.load(d)
         if len(ki) == len(ds.passages) and ki.extraction == rec:
             return ki
         print(f"knowledge index {d}: built from other triples ({ki.extraction.get('model')}, "
               f"{len(ki)} passages); building it again", file=sys.stderr)
-    triples = ds.triples if ds.triples is not None else model_free_triples(ds)
+    triples = ds.triples if ds.triples is not None else model_free_triples(ds, name)
     ki = KnowledgeIndex.build(ds.passages, triples, encoder, rec)
     ki.save(d)
     return ki
 
 
-def model_free_triples(ds) -> List[list]:
-    """Sentence-pattern triples of every passage (rasfast's model-free extractor), for a
-    corpus that ships none."""
-    from ..systems.ras.extractors import SentenceTripleExtractor
+def model_free_triples(ds, extractor: Optional[str] = None) -> List[list]:
+    """Model-free triples of every passage (``extractor``: a name in :data:`MODEL_FREE`), for
+    a corpus that ships none."""
+    import importlib
     from ..types import RetrievedPassage
-    ext = SentenceTripleExtractor()
+    _, (module, cls, _model) = _model_free(extractor)
+    ext = getattr(importlib.import_module(module), cls)()
     got = ext.extract([RetrievedPassage(p.pid, p.title, p.text) for p in ds.passages])
     return [[list(t) for t in ts] for ts in got]
 
 
 __all__ = ["make_preparer", "reader_input", "Prepared", "knowledge_index", "SYSTEMS", "FAMILY", "PREP",
-           "LABELS", "load_aligner_dir", "model_free_triples", "extraction_record", "knowledge_id"]
+           "LABELS", "load_aligner_dir", "model_free_triples", "extraction_record", "knowledge_id",
+           "MODEL_FREE", "DEFAULT_MODEL_FREE"]
