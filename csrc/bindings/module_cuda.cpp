@@ -29,6 +29,19 @@ PYBIND11_MODULE(RASFAST_CUDA_MODULE_NAME, m) {
   m.def("runtime_version", []() { int v = 0; cudaRuntimeGetVersion(&v); return v; });
 #ifdef RASFAST_CUDA_EMU
   m.attr("emulated") = true;  // kernels run on the CPU emulator (csrc/emu), on host memory
+  m.def("emu_counters", []() {
+    const cuemu::Counters c = cuemu::counters();
+    pybind11::dict d;
+    d["launches"] = c.launches;
+    d["memsets"] = c.memsets;
+    d["copies_d2h"] = c.copies_d2h;
+    d["copies_other"] = c.copies_other;
+    d["syncs"] = c.syncs;
+    d["allocs"] = c.allocs;
+    return d;
+  }, "What the host code asked of the emulated device since the last reset: kernel launches, "
+     "memsets, device-to-host and other copies, synchronisations, allocations.");
+  m.def("emu_reset_counters", []() { cuemu::reset_counters(); });
 #else
   m.attr("emulated") = false;
 #endif

@@ -136,6 +136,22 @@ Launcher<P...> launch(void (*fn)(P...), const char* name, const char* file, int 
                         grid, block, smem, stream};
 }
 
+// ---- work counters --------------------------------------------------------------------
+// What the host code asked of the "device" since the last reset: what a GPU run would pay
+// for in launches, host round trips and allocations. rasfast._cuda_emu exposes them
+// (emu_counters / emu_reset_counters) so tests can hold each op to a budget.
+struct Counters {
+  uint64_t launches;    // kernel launches (valid or not)
+  uint64_t memsets;     // cudaMemset(Async)
+  uint64_t copies_d2h;  // device-to-host copies (each one waits for the device)
+  uint64_t copies_other;
+  uint64_t syncs;       // cudaDeviceSynchronize / cudaStreamSynchronize, and blocking copies
+  uint64_t allocs;      // cudaMalloc(Async) / pool allocations
+};
+Counters counters();
+void reset_counters();
+void count_launch();
+
 // ---- kernel attributes (cudaFuncSetAttribute) ---------------------------------------
 void set_max_dynamic_smem(const void* fn, int bytes);
 

@@ -707,9 +707,38 @@ void set_max_dynamic_smem(const void* fn, int bytes) {
   max_dynamic_smem()[fn] = bytes;
 }
 
+namespace {
+struct AtomicCounters {
+  std::atomic<uint64_t> launches{0}, memsets{0}, copies_d2h{0}, copies_other{0}, syncs{0}, allocs{0};
+};
+AtomicCounters g_counters;
+}  // namespace
+
+Counters counters() {
+  return Counters{g_counters.launches.load(), g_counters.memsets.load(), g_counters.copies_d2h.load(),
+                  g_counters.copies_other.load(), g_counters.syncs.load(), g_counters.allocs.load()};
+}
+void reset_counters() {
+  g_counters.launches = 0;
+  g_counters.memsets = 0;
+  g_counters.copies_d2h = 0;
+  g_counters.copies_other = 0;
+  g_counters.syncs = 0;
+  g_counters.allocs = 0;
+}
+void count_launch() { ++g_counters.launches; }
+void count_memset() { ++g_counters.memsets; }
+void count_copy(bool d2h, bool blocking) {
+  if (d2h) ++g_counters.copies_d2h; else ++g_counters.copies_other;
+  if (blocking || d2h) ++g_counters.syncs;  // a D2H copy's result is read by the host
+}
+void count_sync() { ++g_counters.syncs; }
+void count_alloc() { ++g_counters.allocs; }
+
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
               const std::function<void()>& body) {
   (void)stream;
+  count_launch();
   const std::string where = "kernel " + std::string(site.name) + " launched at " + site_str(site.file, site.line);
   GridRun g{&site, &body, grid, block, dynamic_smem, 0, read_settings()};
   g.smem_limit = optin_smem_limit(g.settings.arch);
@@ -867,8 +896,14 @@ cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  cuemu::count_sync();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  cuemu::count_sync();
+  return cudaSuccess;
+}
 
 namespace {
 // Device allocations are host allocations poisoned with 0xFF (cudaMalloc does not zero).
@@ -880,6 +915,7 @@ void* emu_alloc(size_t bytes) {
 }  // namespace
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  cuemu::count_alloc();
   *p = emu_alloc(bytes);
   if (*p == nullptr) {
     set_error(cudaErrorMemoryAllocation, "out of memory");
@@ -893,17 +929,26 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+namespace {
+void emu_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+}  // namespace
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  cuemu::count_memset();
   if (bytes) std::memset(p, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if (bytes) std::memmove(dst, src, bytes);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  cuemu::count_copy(kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault, true);
+  emu_copy(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  cuemu::count_copy(kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault, false);
+  emu_copy(dst, src, bytes);
+  return cudaSuccess;
 }
 struct cudaMemPoolEmu {
   int device;
