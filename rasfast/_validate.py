@@ -7,6 +7,7 @@ argument and says what was expected -- never a crash inside a kernel.
 from __future__ import annotations
 
 import argparse
+import math
 import numbers
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -86,6 +87,31 @@ def check_all_finite(**tensors: torch.Tensor) -> None:
             tensors = {n: t for n, t in tensors.items() if n not in gpu}
     for name, t in tensors.items():
         check_finite(t, name)
+
+
+def check_finite_together(tensors, extra: Sequence[torch.Tensor] = ()) -> list:
+    """check_finite of several arrays (a search's query matrices) with ONE host read for all
+    of them on any device: one min/max reduction per array (min and max propagate NaN, and
+    any inf is the min or the max), the minima, maxima and the 0-d tensors of ``extra``
+    (e.g. an id range's bounds) stacked into one float64 vector, read together and judged
+    on the host. The culprit is named from that same read.
+
+    ``tensors``: a mapping name -> tensor (empty tensors are skipped). Raises ValueError
+    "<name>: contains NaN or infinite values" for the first bad one; returns the values of
+    ``extra`` as Python ints (exact below 2**53). Nothing to check and no extra: no read.
+    """
+    named = [(n, t) for n, t in tensors.items() if t is not None and t.numel()]
+    vals = [m for _, t in named for m in torch.aminmax(t)] + list(extra)
+    if not vals:
+        return []
+    # one device for the stack: a GPU one if any (moving a CPU value there is no sync)
+    dev = next((v.device for v in vals if v.device.type != "cpu"), vals[0].device)
+    read = torch.stack([(v if v.device == dev else v.to(dev)).reshape(()).to(torch.float64)
+                        for v in vals]).tolist()  # the one host read
+    for i, (name, _) in enumerate(named):
+        if not (math.isfinite(read[2 * i]) and math.isfinite(read[2 * i + 1])):
+            raise ValueError(f"{name}: contains NaN or infinite values")
+    return [int(x) for x in read[2 * len(named):]]
 
 
 def check_same_device(**tensors: torch.Tensor) -> torch.device:

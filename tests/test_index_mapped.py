@@ -171,12 +171,15 @@ def test_queries_are_validated_once_per_search(monkeypatch):
     ppd, emb, qp, qe = _tied(300, 4, 3, 2, seed=8)
     idx = ThemeIndex.build(emb, ppd, shards=3)
     calls = []
-    real = index_mod.check_finite
-    monkeypatch.setattr(index_mod, "check_finite", lambda t, name, *a, **k: (calls.append(name),
-                                                                             real(t, name, *a, **k)))
+    real = index_mod.check_finite_together
+    monkeypatch.setattr(index_mod, "check_finite_together",
+                        lambda ts, *a, **k: (calls.append(sorted(n for n, t in ts.items()
+                                                                 if t is not None)),
+                                             real(ts, *a, **k))[1])
     import rasfast.ops.theme as ops_theme
-    monkeypatch.setattr(ops_theme, "check_finite", lambda *a, **k: calls.append("op"))
+    monkeypatch.setattr(ops_theme, "check_finite_together", lambda *a, **k: calls.append("op"))
     for scope in ("per_shard", "global"):
         calls.clear()
         idx.search(qp, qe, 50, 5, scope=scope)
-        assert sorted(calls) == ["q_emb", "q_ppd"], calls  # once each, none below the entry point
+        # both queries in one check (one host read), none below the entry point
+        assert calls == [["q_emb", "q_ppd"]], calls

@@ -376,7 +376,8 @@ def merge_results(parts, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     s, i = torch.gather(s, 1, order), torch.gather(i, 1, order)
     if s.shape[1] < k:
         B = s.shape[0]
-        s = torch.cat([s, torch.full((B, k - s.shape[1]), float("-inf"))], dim=1)
-        i = torch.cat([i, torch.full((B, k - i.shape[1]), -1, dtype=torch.int64)], dim=1)
+        s = torch.cat([s, torch.full((B, k - s.shape[1]), float("-inf"), device=s.device)], dim=1)
+        i = torch.cat([i, torch.full((B, k - i.shape[1]), -1, dtype=torch.int64, device=i.device)],
+                      dim=1)
     i = torch.where(torch.isneginf(s), torch.full_like(i, -1), i)
     return i, s

@@ -41,8 +41,8 @@ from . import store as _store
 from . import stream as _stream
 from .passages import TextColumn
 from .._arrays import as_tensor, kind_of, to_kind
-from .._validate import (check_choice, check_dim, check_finite, check_float, check_int_arg,
-                        check_rank)
+from .._validate import (check_choice, check_dim, check_finite, check_finite_together, check_float,
+                        check_int_arg, check_rank)
 from .._threads import follows_width_rule
 
 SCOPES = ("per_shard", "global")
@@ -139,6 +139,16 @@ def _passage_fields(p) -> Tuple[int, str, str]:
                     f"strings, got {type(p).__name__}")
 
 
+class _FiniteRows:
+    """How many leading rows of an index's matrices are known to be finite (checked at
+    build/add, by ``to``, or once before the first search of a loaded index on a backend
+    that does not check rows itself). Shared by a handle and its search snapshots."""
+
+    def __init__(self, rows: int = 0):
+        self.rows = rows
+        self.lock = threading.Lock()
+
+
 def _check_theme_model(model, where: pathlib.Path, m: dict, mpath: pathlib.Path) -> None:
     """The saved theme model maps the index's embeddings to its theme vectors: its input dim
     and its number of themes must be the manifest's (else queries fail, or worse, later)."""
@@ -184,6 +194,8 @@ class ThemeIndex:
         # search works on a _view() copied under that lock, so it sees before or after.
         self._write_lock = threading.RLock()
         self._state_lock = threading.Lock()
+        # rows known finite (DESIGN.md s.11: the corpus is validated once, never per search)
+        self._finite = _FiniteRows()
         self._token = uuid.uuid4().hex  # names this handle's uncommitted in-place rows
 
     def _view(self) -> "ThemeIndex":
@@ -327,21 +339,46 @@ class ThemeIndex:
                     raise TypeError(f"{name}[{i}]: expected a str, got {type(v).__name__}")
                 _store.check_text(v, f"{name}[{i}] (passage {int(pid_arr[i])})")
 
-        return cls(p, e.to(emb_dtype).contiguous(), pid_arr, titles, texts,
-                   _shard_ranges(shards, n), normalize_ppd=normalize_ppd, metric=metric,
-                   encoder_name=encoder_name, theme_model=theme_model)
+        index = cls(p, e.to(emb_dtype).contiguous(), pid_arr, titles, texts,
+                    _shard_ranges(shards, n), normalize_ppd=normalize_ppd, metric=metric,
+                    encoder_name=encoder_name, theme_model=theme_model)
+        index._finite.rows = n  # emb and ppd were checked above
+        return index
 
     def to(self, device) -> "ThemeIndex":
-        """An in-memory copy of the matrices on ``device`` (e.g. "cuda") for GPU search. The
-        rows are checked for NaN/inf once here (searches do not re-check the corpus; the cpu
-        kernels check the rows they read)."""
+        """An in-memory copy of the matrices on ``device`` (e.g. "cuda") for GPU search. Rows
+        not yet known finite (those of a loaded index) are checked for NaN/inf here, once,
+        in one host read (searches do not re-check the corpus; the cpu kernels check the
+        rows they read)."""
+        view = self._view()
+        ppd = None if view.ppd is None else view.ppd.to(device)
+        out = ThemeIndex(ppd, view.emb.to(device), view.pids, view.titles, view.texts, view.shards,
+                         view.normalize_ppd, view.metric, view.encoder_name, view.theme_model,
+                         view.theme_model_name)
+        out._finite.rows = view._finite.rows
         if torch.device(device).type != "cpu":
-            for name, t in (("emb", self.emb), ("ppd", self.ppd)):
-                if t is not None:
-                    check_finite(t, name)
-        return ThemeIndex(None if self.ppd is None else self.ppd.to(device), self.emb.to(device),
-                          self.pids, self.titles, self.texts, self.shards, self.normalize_ppd,
-                          self.metric, self.encoder_name, self.theme_model, self.theme_model_name)
+            out._check_corpus_once()
+        return out
+
+    def _check_corpus_once(self, backend: Optional[str] = None) -> None:
+        """NaN/inf in the matrices is a ValueError naming the array -- checked once per row
+        (at build/add, or here for the rows of a loaded index before the first search on a
+        backend other than "cpu", whose kernels check every row they read): one reduction
+        per matrix over the rows not yet checked and one host read, never per search."""
+        st, n = self._finite, len(self)
+        if backend == "cpu" or st.rows >= n:
+            return
+        with st.lock:
+            a = st.rows
+            if a >= n:
+                return
+            try:
+                check_finite_together({"emb": self.emb[a:n],
+                                       "ppd": None if self.ppd is None else self.ppd[a:n]})
+            except ValueError as e:
+                raise ValueError(f"{e} (index rows [{a}, {n}), checked once before their first "
+                                 "search on a backend other than cpu)") from None
+            st.rows = n
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory) -> pathlib.Path:
@@ -539,6 +576,9 @@ class ThemeIndex:
                 new_pids = np.asarray([f[0] if f[0] >= 0 else n0 + i for i, f in
                                        enumerate(map(_passage_fields, passages))], dtype=np.int64)
             self._publish_add(part, new_pids)
+            with self._finite.lock:  # the part's rows were checked by build
+                if self._finite.rows == n0:
+                    self._finite.rows = n0 + n
         return self
 
     def _publish_add(self, part: "ThemeIndex", new_pids: np.ndarray) -> None:
@@ -597,7 +637,6 @@ class ThemeIndex:
         check_float(qe, "q_emb")
         check_rank(qe, "q_emb", 2, "[B, D]")
         check_dim(qe, "q_emb", 1, self.dim, "D (the index's embedding dim)")
-        check_finite(qe, "q_emb")
         qp = None
         if q_ppd is not None:
             qp = as_tensor(q_ppd, "q_ppd")
@@ -607,7 +646,8 @@ class ThemeIndex:
                 raise ValueError("q_ppd: this index has no theme vectors (built dense-only)")
             check_dim(qp, "q_ppd", 1, self.num_themes, "T (the index's number of themes)")
             check_dim(qp, "q_ppd", 0, qe.shape[0], "B (q_emb.shape[0])")
-            check_finite(qp, "q_ppd")
+        check_finite_together({"q_emb": qe, "q_ppd": qp})  # the search's one host read
+        if qp is not None:
             qp = _normalise_rows(qp) if self.normalize_ppd else qp.float()
         return qe, qp
 
@@ -686,21 +726,30 @@ class ThemeIndex:
             ids = torch.empty((0, k), dtype=torch.int64)
             return to_kind(ids, kind), to_kind(torch.empty((0, k)), kind)
         parts = []
+        if not streamed:
+            from .. import dispatch
+            from ..ops.theme import fused_search_validated
+            be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
+            self._check_corpus_once(be)
+            if qp.device != qe.device:
+                qp = qp.to(qe.device)
         for a, b in ranges:
             if streamed:
                 parts.append(self._search_blocks(qp, qe, a, b, K, k, w, chunk_rows, max_memory))
                 continue
-            from ..ops.theme import fused_search_validated
-            ids, sc = fused_search_validated(qp.to(qe.device), qe, self.ppd[a:b], self.emb[a:b],
-                                             K, k, w, self.metric, backend)
-            ids = torch.where(ids >= 0, ids + a, ids)
-            parts.append((sc.cpu(), ids.cpu()))
+            ids, sc = fused_search_validated(qp, qe, self.ppd[a:b], self.emb[a:b],
+                                             K, k, w, self.metric, be)
+            if a:
+                ids = torch.where(ids >= 0, ids + a, ids)
+            parts.append((sc, ids))  # merged where they are: no copy to the host
         if len(parts) == 1:
             sc, ids = parts[0]
         else:
             ids, sc = _stream.merge_results(parts, k)
         dev = qe.device
-        return to_kind(ids.to(dev), kind), to_kind(sc.to(dev), kind)
+        if ids.device != dev:
+            ids, sc = ids.to(dev), sc.to(dev)
+        return to_kind(ids, kind), to_kind(sc, kind)
 
     def _block_rows(self, B: int, n: int, chunk_rows: Optional[int], max_memory: Optional[int],
                     dense_only: bool = False):
@@ -792,6 +841,7 @@ class ThemeIndex:
             if chunk_rows is not None or max_memory is not None:
                 raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels")
             from ..ops.theme import fused_search_validated
+            self._check_corpus_once(be)
             n = len(self)
             zq = torch.zeros((B, 1), dtype=torch.float32, device=qe.device)
             zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)

@@ -27,28 +27,28 @@ import torch
 from .. import dispatch as _bk
 from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
-from .._validate import (check_all_finite, check_choice, check_dim, check_finite, check_float,
-                         check_int, check_int_arg, check_rank, check_same_device)
+from .._validate import (check_choice, check_dim, check_finite_together, check_float, check_int,
+                         check_int_arg, check_rank, check_same_device)
 from ..reference import theme as _ref
 from .._threads import follows_width_rule
 
 METRICS = ("l2", "ip")
+# What a call checks of the data itself (shapes, dtypes and arguments are always checked):
+VALIDATE = ("auto", "full", "queries", "none")
 
 
 # ----------------------------------------------------------------------------- validation
-def _matrix(x, name: str, layout: str, finite: bool = True) -> torch.Tensor:
+def _matrix(x, name: str, layout: str) -> torch.Tensor:
+    # Finiteness is checked by _check_data once the backend is known (all checks of a call
+    # in one host read; the cpu kernels check the corpus during their own scan).
     t = as_tensor(x, name)
     check_float(t, name)
     check_rank(t, name, 2, layout)
-    if finite:
-        check_finite(t, name)
     return t
 
 
 def _corpus(x, name: str, layout: str) -> torch.Tensor:
-    # Finiteness of corpus matrices is checked by _corpus_finite once the backend is known:
-    # the cpu kernels detect NaN/inf during their own scan instead of a separate full pass.
-    t = _matrix(x, name, layout, finite=False)
+    t = _matrix(x, name, layout)
     if t.shape[0] == 0:
         raise ValueError(f"{name}: the corpus must have at least one row, got shape {tuple(t.shape)}")
     if t.shape[1] == 0:
@@ -56,13 +56,32 @@ def _corpus(x, name: str, layout: str) -> torch.Tensor:
     return t
 
 
-def _corpus_finite(backend: str, **corpora: torch.Tensor) -> None:
-    """NaN/inf in a corpus matrix is a ValueError. The cpu backend raises it from inside the
-    kernel (a non-finite row makes its distance/score non-finite, which the kernel checks for
-    every row it reads), saving a full extra pass over the corpus; rows of corpus_emb outside
-    every scope are not read and so not checked there."""
-    if backend != "cpu":
-        check_all_finite(**corpora)  # on a GPU: one reduction per matrix, one host sync
+def _validate_mode(validate, backend: str, *corpora: torch.Tensor) -> str:
+    """The data checks of a call (see the ``validate`` argument of the public ops): "auto"
+    is "full" where the whole call stays on the host (backend "cpu", whose kernels check the
+    corpus inside their own scan, or "torch" on CPU tensors) and "queries" elsewhere (a GPU
+    backend or device tensors: no pass over the corpus per call)."""
+    mode = check_choice(validate, "validate", VALIDATE)
+    if mode != "auto":
+        return mode
+    host = backend == "cpu" or (backend == "torch" and all(c.device.type == "cpu" for c in corpora))
+    return "full" if host else "queries"
+
+
+def _check_data(backend: str, mode: str, queries: dict, corpora: dict, extra=()) -> list:
+    """NaN/inf in the queries (modes "full" and "queries") or in a corpus matrix ("full") is
+    a ValueError naming the array; every check of the call costs ONE host read together
+    (check_finite_together), and none at all with mode "none". The cpu backend checks a
+    corpus from inside its kernel whatever the mode (a non-finite row makes its distance or
+    score non-finite, which the kernel checks for every row it reads), saving a full extra
+    pass; rows of corpus_emb outside every scope are not read and so not checked there.
+    Returns the values of ``extra`` (0-d tensors read with the flags)."""
+    if mode == "none":
+        return []
+    tensors = dict(queries)
+    if mode == "full" and backend != "cpu":
+        tensors.update(corpora)  # one min/max reduction over each corpus matrix
+    return check_finite_together(tensors, extra)
 
 
 def _weight(w) -> float:
@@ -74,23 +93,31 @@ def _weight(w) -> float:
     return w
 
 
-def _scope_ids(s, B: int, N: int) -> torch.Tensor:
+def _scope_ids(s, B: int) -> torch.Tensor:
     t = as_tensor(s, "scope_ids")
     check_int(t, "scope_ids")
     check_rank(t, "scope_ids", 2, "[B, K]")
     check_dim(t, "scope_ids", 0, B, "B (q_emb.shape[0])")
-    if t.numel():
-        lo, hi = int(t.min()), int(t.max())
-        if lo < -1 or hi >= N:
-            raise ValueError(f"scope_ids: ids must be in [0, N) = [0, {N}) or -1 for padding, "
-                             f"got values in [{lo}, {hi}]")
-        srt = torch.sort(t.long(), dim=1)[0]
-        dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
-        if bool(dup.any()):
-            row = int(dup.any(dim=1).nonzero()[0, 0])
-            raise ValueError(f"scope_ids: row {row} contains a duplicate id; each scope must list "
-                             "a row at most once")
     return t.long().contiguous()
+
+
+def _scope_stats(s: torch.Tensor) -> list:
+    """0-d tensors (min id, max id, any duplicate, first row with one) of a non-empty
+    scope_ids matrix, for _check_data to read with the query flags (no host read here)."""
+    lo, hi = torch.aminmax(s)
+    srt = torch.sort(s, dim=1)[0]
+    rows = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(dim=1)
+    return [lo, hi, rows.any(), rows.to(torch.int32).argmax()]
+
+
+def _check_scope_stats(stats: list, N: int) -> None:
+    lo, hi, dup, row = stats
+    if lo < -1 or hi >= N:
+        raise ValueError(f"scope_ids: ids must be in [0, N) = [0, {N}) or -1 for padding, "
+                         f"got values in [{lo}, {hi}]")
+    if dup:
+        raise ValueError(f"scope_ids: row {row} contains a duplicate id; each scope must list "
+                         "a row at most once")
 
 
 def _queries(q, name: str, B_layout: str, dim_name: str, dim: int) -> torch.Tensor:
@@ -101,7 +128,8 @@ def _queries(q, name: str, B_layout: str, dim_name: str, dim: int) -> torch.Tens
 
 # ----------------------------------------------------------------------------- public ops
 @follows_width_rule
-def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "auto"):
+def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "auto", *,
+                validate: str = "auto"):
     """The K corpus rows nearest each query's theme vector.
 
     Args:
@@ -110,6 +138,22 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
         K: scope size, K >= 1; K >= N returns all N rows.
         metric: "l2" (squared Euclidean, nearest first) or "ip" (inner product, largest first).
         backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        validate: what is checked of the data itself (shapes, dtypes and arguments always
+            are); NaN/inf found is a ValueError naming the array.
+            "queries": the query matrices only, all in ONE host read -- the corpus is
+            trusted, as faiss and torch trust theirs: a non-finite corpus value gives an
+            unspecified result (which rows are in scope and how they rank), never an error
+            or an out-of-bounds access. Validate a corpus once, where it is built or loaded
+            (ThemeIndex does: at build/add, and once before its first search of a loaded
+            index on a backend other than cpu).
+            "full": the corpus matrices too -- on backend "cpu" inside the kernel's own
+            scan (no extra pass, as under every mode there), elsewhere one reduction over
+            each corpus matrix, read in the same one host read.
+            "none": no data checks and no host synchronisation (the call can be captured in
+            a CUDA graph); the caller vouches for the data.
+            "auto" (default): "full" when the call stays on the host (backend "cpu", or
+            "torch" on CPU tensors), else "queries" -- a GPU call never passes over the
+            corpus to validate it.
 
     Returns:
         ids[B, min(K, N)] int64 sorted by (distance asc | ip desc, id asc), the kind of q_ppd.
@@ -121,7 +165,7 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
     metric = check_choice(metric, "metric", METRICS)
     dev = check_same_device(q_ppd=q, corpus_ppd=c)
     be = _bk.resolve(backend, dev, "theme_scope")
-    _corpus_finite(be, corpus_ppd=c)
+    _check_data(be, _validate_mode(validate, be, c), dict(q_ppd=q), dict(corpus_ppd=c))
     Kc = min(K, c.shape[0])
     if q.shape[0] == 0:
         return to_kind(torch.empty((0, Kc), dtype=torch.int64, device=dev), kind)
@@ -130,8 +174,8 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
 
 
 @follows_width_rule
-def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
-                        backend: str = "auto") -> Tuple[object, object]:
+def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int, backend: str = "auto", *,
+                        validate: str = "auto") -> Tuple[object, object]:
     """Top-k rows by inner product inside each query's scope.
 
     Args:
@@ -141,6 +185,23 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
             once per row; -1 entries are padding (ignored).
         k: results per query, k >= 1.
         backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        validate: what is checked of the data itself (shapes, dtypes and arguments always
+            are); NaN/inf found is a ValueError naming the array.
+            "queries": the query matrices and scope_ids (id range, duplicates) only, all in ONE host read -- the corpus is
+            trusted, as faiss and torch trust theirs: a non-finite corpus value gives an
+            unspecified result (which rows are in scope and how they rank), never an error
+            or an out-of-bounds access. Validate a corpus once, where it is built or loaded
+            (ThemeIndex does: at build/add, and once before its first search of a loaded
+            index on a backend other than cpu).
+            "full": the corpus matrices too -- on backend "cpu" inside the kernel's own
+            scan (no extra pass, as under every mode there), elsewhere one reduction over
+            each corpus matrix, read in the same one host read.
+            "none": no data checks and no host synchronisation (the call can be captured in
+            a CUDA graph); the caller vouches for the data (an id in scope_ids outside
+            [-1, N) is then an out-of-bounds read, as a bad index is for torch on a GPU).
+            "auto" (default): "full" when the call stays on the host (backend "cpu", or
+            "torch" on CPU tensors), else "queries" -- a GPU call never passes over the
+            corpus to validate it.
 
     Returns:
         (ids[B, k] int64, scores[B, k] float32) sorted by (score desc, id asc); when a scope
@@ -149,11 +210,15 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
     kind = kind_of(q_emb)
     e = _corpus(corpus_emb, "corpus_emb", "[N, D]")
     q = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
-    s = _scope_ids(scope_ids, q.shape[0], e.shape[0])
+    s = _scope_ids(scope_ids, q.shape[0])
     k = check_int_arg(k, "k", 1)
     dev = check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
     be = _bk.resolve(backend, dev, "scoped_dense_search", cuda_limit=_cuda_top_k_limit(k))
-    _corpus_finite(be, corpus_emb=e)
+    mode = _validate_mode(validate, be, e)
+    stats = _scope_stats(s) if mode != "none" and s.numel() else []
+    stats = _check_data(be, mode, dict(q_emb=q), dict(corpus_emb=e), stats)
+    if stats:
+        _check_scope_stats(stats, e.shape[0])
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
     else:
@@ -164,7 +229,7 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int,
 @follows_width_rule
 def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
                         theme_weight: float = 0.0, metric: str = "l2",
-                        backend: str = "auto") -> Tuple[object, object]:
+                        backend: str = "auto", *, validate: str = "auto") -> Tuple[object, object]:
     """Fused theme scoping + dense retrieval: top-k by score among each query's K nearest rows.
 
     The scope is exactly min(K, N) rows (ties at the K-th distance go to lower ids). The
@@ -181,6 +246,22 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
         theme_weight: w in [0, 1].
         metric: "l2" or "ip".
         backend: "auto" | "cpu" | "cuda" | "triton" | "torch".
+        validate: what is checked of the data itself (shapes, dtypes and arguments always
+            are); NaN/inf found is a ValueError naming the array.
+            "queries": the query matrices only, all in ONE host read -- the corpus is
+            trusted, as faiss and torch trust theirs: a non-finite corpus value gives an
+            unspecified result (which rows are in scope and how they rank), never an error
+            or an out-of-bounds access. Validate a corpus once, where it is built or loaded
+            (ThemeIndex does: at build/add, and once before its first search of a loaded
+            index on a backend other than cpu).
+            "full": the corpus matrices too -- on backend "cpu" inside the kernel's own
+            scan (no extra pass, as under every mode there), elsewhere one reduction over
+            each corpus matrix, read in the same one host read.
+            "none": no data checks and no host synchronisation (the call can be captured in
+            a CUDA graph); the caller vouches for the data.
+            "auto" (default): "full" when the call stays on the host (backend "cpu", or
+            "torch" on CPU tensors), else "queries" -- a GPU call never passes over the
+            corpus to validate it.
 
     Returns:
         (ids[B, k] int64, scores[B, k] float32) sorted by (score desc, id asc), padded with
@@ -199,7 +280,8 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     metric = check_choice(metric, "metric", METRICS)
     dev = check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
     be = _bk.resolve(backend, dev, "theme_scoped_search", cuda_limit=_cuda_top_k_limit(k))
-    _corpus_finite(be, corpus_ppd=c, corpus_emb=e)
+    _check_data(be, _validate_mode(validate, be, c, e), dict(q_ppd=q, q_emb=qe),
+                dict(corpus_ppd=c, corpus_emb=e))
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
     else:
@@ -316,10 +398,11 @@ _FUSED = {"torch": _fused_torch, "cpu": _fused_cpu, "cuda": _fused_cuda, "triton
 def fused_search_validated(q_ppd: torch.Tensor, q_emb: torch.Tensor, corpus_ppd: torch.Tensor,
                            corpus_emb: torch.Tensor, K: int, k: int, theme_weight: float,
                            metric: str, backend: str):
-    """:func:`theme_scoped_search` for a caller that validated everything once at its own
-    public entry point (``ThemeIndex.search``: queries checked there, corpus rows checked
-    when the index was built or added to, and by the cpu kernel as it reads them): no
-    checks and no host syncs here. Tensors in, (ids, scores) tensors out; B >= 1."""
+    """:func:`theme_scoped_search` with ``validate="none"`` and no argument checks either, for
+    a caller that validated everything once at its own public entry point
+    (``ThemeIndex.search``: queries checked there in one host read, corpus rows checked when
+    the index was built, added to or first searched after a load, and by the cpu kernel as
+    it reads them): no checks and no host syncs here. Tensors in, (ids, scores) tensors out; B >= 1."""
     be = _bk.resolve(backend, q_emb.device, "theme_scoped_search")
     return _FUSED[be](q_ppd.float().contiguous(), q_emb.float().contiguous(),
                       corpus_ppd.contiguous(), corpus_emb.contiguous(),

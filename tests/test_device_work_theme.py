@@ -1,0 +1,291 @@
+"""Device-work budgets of the theme ops on the CUDA emulator (issue 38, DESIGN.md s.11).
+
+``theme_scope``, ``scoped_dense_search``, ``theme_scoped_search`` and ``ThemeIndex.search``
+on backend "cuda" must not pass over the corpus to validate it (the corpus is validated once,
+when an index is built, added to, moved with ``to`` or first searched after a load) and must
+read the device at most once per call (all query checks in one host read); with
+``validate="none"`` they read nothing at all. Counted with rasfast.device_work on the
+emulator (``RASFAST_CUDA_EMU=1``: every tensor is a CPU tensor, so any host read of a tensor
+counts as a synchronisation). Run: ``RASFAST_CUDA_EMU=1 pytest -m cuda_emu
+tests/test_device_work_theme.py``.
+
+Counts measured when these budgets were set (B=3, N=500, T=298, D=64, K=50, k=5):
+
+| call | watched reads | syncs | torch ops | kernels | allocs |
+|---|---:|---:|---:|---:|---:|
+| theme_scoped_search, before | 4 | 4 | 24 | 12 | 9 |
+| theme_scoped_search | 0 | 1 | 7 | 12 | 9 |
+| theme_scope, before | 2 | 2 | 12 | 13 | 14 |
+| theme_scope | 0 | 1 | 4 | 13 | 14 |
+| scoped_dense_search, before | 2 | 5 | 22 | 2 | 2 |
+| scoped_dense_search | 0 | 1 | 17 | 2 | 2 |
+| ThemeIndex.search (1 shard), before | 0 | 7 | 18 | 12 | 9 |
+| ThemeIndex.search (1 shard) | 0 | 1 | 10 | 12 | 9 |
+
+The allocations are the CUDA launchers' scratch (csrc), not the Python layer's.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import rasfast
+from rasfast import ThemeIndex
+from rasfast.device_work import count_device_work
+from rasfast.reference.theme_check import check_scoped_search
+
+from conftest import EMULATED
+from test_theme_ops import float_data, int_data
+
+pytestmark = [pytest.mark.cuda_emu,
+              pytest.mark.skipif(not EMULATED, reason="counts the CUDA emulator's work "
+                                 "(RASFAST_CUDA_EMU=1)")]
+
+B, N, T, D, K, k = 3, 500, 298, 64, 50, 5
+# Launcher scratch allocations per kernel call as measured (csrc; not the Python layer's).
+ALLOCS = {"theme_scoped_search": 9, "theme_scope": 14, "scoped_dense_search": 2}
+
+
+@pytest.fixture(autouse=True)
+def emulated():
+    info = rasfast.backends()["cuda"]
+    assert info["available"] and info["emulated"], info
+
+
+def fresh_seed() -> int:
+    return int(np.random.SeedSequence().entropy % (2 ** 31))
+
+
+def data(seed=0, dtype=torch.float32):
+    return float_data(B, N, T, D, dtype=dtype, seed=seed)
+
+
+def count(fn, watch):
+    fn()  # first call: lazy module loads and caches are not the op's work
+    with count_device_work(watch=watch) as work:
+        out = fn()
+    return work, out
+
+
+# ------------------------------------------------------------------------- the three ops
+def test_theme_scoped_search_reads_no_corpus_and_syncs_once():
+    q, qe, c, e = data()
+    work, (ids, sc) = count(lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.1,
+                                                                backend="cuda"), [c, e])
+    assert work.watched_reads == 0, work.summary()
+    assert work.syncs <= 1, work.summary()
+    assert work.torch_ops <= 7, work.summary()      # the query checks: 2 aminmax, 4 casts, 1 stack
+    assert work.allocs <= ALLOCS["theme_scoped_search"], work.summary()
+    check_scoped_search(ids, sc, q, qe, c, e, K, k, 0.1)
+
+
+def test_theme_scope_reads_no_corpus_and_syncs_once():
+    q, _, c, _ = data()
+    work, ids = count(lambda: rasfast.theme_scope(q, c, K, backend="cuda"), [c])
+    assert work.watched_reads == 0, work.summary()
+    assert work.syncs <= 1, work.summary()
+    assert work.torch_ops <= 4, work.summary()
+    assert work.allocs <= ALLOCS["theme_scope"], work.summary()
+    assert torch.equal(ids, rasfast.theme_scope(q, c, K, backend="torch"))
+
+
+def test_scoped_dense_search_checks_scopes_in_one_read():
+    q, qe, c, e = data()
+    scope = rasfast.theme_scope(q, c, K, backend="cpu")
+    scope[1, -3:] = -1  # padding
+    work, (ids, sc) = count(lambda: rasfast.scoped_dense_search(qe, e, scope, k, backend="cuda"),
+                            [e])
+    assert work.watched_reads == 0, work.summary()
+    assert work.syncs <= 1, work.summary()
+    assert work.allocs <= ALLOCS["scoped_dense_search"], work.summary()
+    want = rasfast.scoped_dense_search(qe, e, scope, k, backend="torch")
+    assert torch.equal(ids, want[0])
+    torch.testing.assert_close(sc, want[1], rtol=1e-5, atol=1e-5)
+    # bad scopes are still caught, and cost one read too
+    for bad, match in ((torch.where(scope == scope[0, 0], N, scope), "ids must be in"),
+                       (torch.where(scope == scope[2, 0], -2, scope), "ids must be in"),
+                       (torch.cat([scope[:, :1], scope], dim=1), "row 0 contains a duplicate")):
+        with count_device_work(watch=[e]) as work, pytest.raises(ValueError, match=match):
+            rasfast.scoped_dense_search(qe, e, bad, k, backend="cuda")
+        assert work.syncs <= 1 and work.watched_reads == 0, work.summary()
+    dup = scope.clone()
+    dup[2, 4] = dup[2, 7]
+    with pytest.raises(ValueError, match="row 2 contains a duplicate"):
+        rasfast.scoped_dense_search(qe, e, dup, k, backend="cuda")
+
+
+@pytest.mark.parametrize("op", ["theme_scoped_search", "theme_scope", "scoped_dense_search"])
+def test_validate_none_reads_nothing(op):
+    q, qe, c, e = data()
+    scope = rasfast.theme_scope(q, c, K, backend="cpu")
+    call = {
+        "theme_scoped_search": lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k,
+                                                                   backend="cuda", validate="none"),
+        "theme_scope": lambda: rasfast.theme_scope(q, c, K, backend="cuda", validate="none"),
+        "scoped_dense_search": lambda: rasfast.scoped_dense_search(qe, e, scope, k, backend="cuda",
+                                                                   validate="none"),
+    }[op]
+    work, _ = count(call, [c, e])
+    # no host read and no torch op of the Python layer: capturable in a CUDA graph
+    assert work.syncs == 0 and work.torch_ops == 0 and work.watched_reads == 0, work.summary()
+
+
+def test_validate_full_checks_the_corpus_in_the_same_read():
+    q, qe, c, e = data()
+    work, _ = count(lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda",
+                                                        validate="full"), [c, e])
+    assert work.syncs <= 1, work.summary()
+    assert work.watched_reads == 2, work.summary()  # one reduction per corpus matrix
+    for name, bad in (("corpus_ppd", c.clone()), ("corpus_emb", e.clone())):
+        bad[N - 7, 3] = float("nan")
+        args = (bad, e) if name == "corpus_ppd" else (c, bad)
+        with pytest.raises(ValueError, match=f"{name}: contains NaN or infinite"):
+            rasfast.theme_scoped_search(q, qe, *args, K, k, backend="cuda", validate="full")
+    with pytest.raises(ValueError, match="validate"):
+        rasfast.theme_scope(q, c, K, backend="cuda", validate="corpus")
+
+
+def test_nan_queries_raise_naming_the_argument():
+    q, qe, c, e = data()
+    scope = rasfast.theme_scope(q, c, K, backend="cpu")
+    for val in (float("nan"), float("inf")):
+        q2, qe2 = q.clone(), qe.clone()
+        q2[1, 5] = val
+        qe2[2, 0] = val
+        with pytest.raises(ValueError, match="q_ppd: contains NaN"):
+            rasfast.theme_scoped_search(q2, qe, c, e, K, k, backend="cuda")
+        with pytest.raises(ValueError, match="q_emb: contains NaN"):
+            rasfast.theme_scoped_search(q, qe2, c, e, K, k, backend="cuda")
+        with pytest.raises(ValueError, match="q_ppd: contains NaN"):
+            rasfast.theme_scope(q2, c, K, backend="cuda")
+        with pytest.raises(ValueError, match="q_emb: contains NaN"):
+            rasfast.scoped_dense_search(qe2, e, scope, k, backend="cuda")
+
+
+def test_nan_corpus_on_the_fast_path_is_unspecified_but_safe():
+    """The documented contract of validate="queries" (the default on a GPU backend): a
+    non-finite corpus value gives an unspecified result, never an error or a wild id."""
+    q, qe, c, e = data()
+    c, e = c.clone(), e.clone()
+    c[5] = float("nan")
+    c[6, 0] = float("-inf")
+    e[7] = float("nan")
+    ids, sc = rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda")
+    assert ids.shape == (B, k) and ((ids >= -1) & (ids < N)).all()
+    ids = rasfast.theme_scope(q, c, K, backend="cuda")
+    assert ids.shape == (B, K) and ((ids >= 0) & (ids < N)).all()
+    # the cpu backend (and "auto" on CPU tensors) still rejects it, from inside its kernel
+    with pytest.raises(ValueError, match="corpus_ppd"):
+        rasfast.theme_scoped_search(q, qe, c, e, K, k)
+
+
+# --------------------------------------------------------------- correctness, fresh data
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_matches_the_reference_on_fresh_data(metric, dtype):
+    seed = fresh_seed()
+    Bn, Nn, Tn, Dn, Kn, kn = 4, 700, 19, 12, 90, 8
+    q, qe, c, e = int_data(Bn, Nn, Tn, Dn, dtype=dtype, seed=seed)
+    got = rasfast.theme_scoped_search(q, qe, c, e, Kn, kn, 0.25, metric, backend="cuda")
+    want = rasfast.theme_scoped_search(q, qe, c, e, Kn, kn, 0.25, metric, backend="torch")
+    assert torch.equal(got[0], want[0]), f"seed {seed}"
+    assert torch.equal(got[1], want[1]), f"seed {seed}"
+    scope = rasfast.theme_scope(q, c, Kn, metric, backend="cuda")
+    assert torch.equal(scope, rasfast.theme_scope(q, c, Kn, metric, backend="torch")), f"seed {seed}"
+    got = rasfast.scoped_dense_search(qe, e, scope, kn, backend="cuda")
+    want = rasfast.scoped_dense_search(qe, e, scope, kn, backend="torch")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), f"seed {seed}"
+    # float data: a correct result up to ties at the K-th distance
+    q, qe, c, e = float_data(Bn, Nn, Tn, Dn, dtype=dtype, seed=seed)
+    ids, sc = rasfast.theme_scoped_search(q, qe, c, e, Kn, kn, 0.1, metric, backend="cuda")
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    check_scoped_search(ids, sc, q.float(), qe.float(), c.float(), e.float(), Kn, kn, 0.1, metric,
+                        tol=tol, score_tol=tol)
+
+
+# ----------------------------------------------------------------------------- ThemeIndex
+@pytest.mark.parametrize("shards,scope", [(None, "per_shard"), (3, "per_shard"), (3, "global")])
+def test_index_search_reads_no_corpus_and_syncs_once(shards, scope):
+    q, qe, c, e = data(seed=3)
+    idx = ThemeIndex.build(e, c, shards=shards, theme_model=False)
+    work, (ids, sc) = count(lambda: idx.search(q, qe, K, k, scope=scope, backend="cuda"),
+                            [idx.emb, idx.ppd])
+    assert work.watched_reads == 0, work.summary()
+    assert work.syncs <= 1, work.summary()
+    want = idx.search(q, qe, K, k, scope=scope, backend="cpu")
+    assert torch.equal(ids, want[0])
+    torch.testing.assert_close(sc, want[1], rtol=1e-5, atol=1e-5)
+
+
+def test_index_checks_a_loaded_corpus_once(tmp_path):
+    q, qe, c, e = data(seed=4)
+    ThemeIndex.build(e, c, shards=2, theme_model=False).save(tmp_path / "ix")
+    idx = ThemeIndex.load(tmp_path / "ix")
+    with count_device_work(watch=[idx.emb, idx.ppd]) as first:
+        idx.search(q, qe, K, k, backend="cuda")
+    assert first.watched_reads == 2, first.summary()  # one reduction per matrix, once
+    assert first.syncs <= 2, first.summary()
+    work, _ = count(lambda: idx.search(q, qe, K, k, backend="cuda"), [idx.emb, idx.ppd])
+    assert work.watched_reads == 0 and work.syncs <= 1, work.summary()
+    # rows added later were checked by add: still no pass
+    idx.add(torch.randn(20, D), torch.rand(20, T))
+    work, _ = count(lambda: idx.search(q, qe, K, k, backend="cuda"), [idx.emb, idx.ppd])
+    assert work.watched_reads == 0 and work.syncs <= 1, work.summary()
+
+
+def _corrupt(directory, name: str) -> None:
+    import json
+    m = json.loads((directory / "manifest.json").read_text())
+    entry = m["arrays"][name]
+    from rasfast.index import store
+    path, offset = directory / entry["file"], store.row_offset(entry)
+    assert entry["dtype"] == "float32", entry
+    arr = np.memmap(path, dtype=np.float32, mode="r+", offset=offset)
+    arr[len(arr) // 2] = np.nan
+    arr.flush()
+    del arr
+
+
+@pytest.mark.parametrize("name", ["emb", "ppd"])
+def test_nan_in_a_corpus_is_rejected_at_build_and_load(tmp_path, name):
+    q, qe, c, e = data(seed=5)
+    bad_e, bad_c = e.clone(), c.clone()
+    (bad_e if name == "emb" else bad_c)[N // 3, 2] = float("nan")
+    with pytest.raises(ValueError, match=f"{name}: contains NaN"):
+        ThemeIndex.build(bad_e, bad_c, theme_model=False)
+    with pytest.raises(ValueError, match=f"{name}: contains NaN"):
+        ThemeIndex.build(e, c, theme_model=False).add(bad_e[N // 3 - 5:N // 3 + 5],
+                                                         bad_c[N // 3 - 5:N // 3 + 5])
+    ThemeIndex.build(e, c, theme_model=False, dtype="float32", ppd_dtype="float32").save(
+        tmp_path / "ix")
+    _corrupt(tmp_path / "ix", name)
+    for mmap in (True, False):
+        idx = ThemeIndex.load(tmp_path / "ix", mmap=mmap)
+        for _ in range(2):  # a failed check is not remembered as a pass
+            with pytest.raises(ValueError, match=f"{name}: contains NaN or infinite values "
+                                                 r"\(index rows \[0, 500\)"):
+                idx.search(q, qe, K, k, backend="cuda")
+        with pytest.raises(ValueError, match=f"{name}: contains NaN"):
+            idx.to("cpu").search(q, qe, K, k, backend="cuda")
+        # the cpu kernels check what they read
+        with pytest.raises(ValueError, match="corpus_"):
+            idx.search(q, qe, N, k, backend="cpu")
+
+
+def test_index_nan_queries_raise_in_one_read():
+    q, qe, c, e = data(seed=6)
+    idx = ThemeIndex.build(e, c, theme_model=False)
+    q2, qe2 = q.clone(), qe.clone()
+    q2[0, 0] = float("nan")
+    qe2[1, 1] = float("inf")
+    for args, match in (((q2, qe), "q_ppd"), ((q, qe2), "q_emb")):
+        with count_device_work(watch=[idx.emb, idx.ppd]) as work, \
+                pytest.raises(ValueError, match=f"{match}: contains NaN"):
+            idx.search(*args, K, k, backend="cuda")
+        assert work.syncs == 1 and work.watched_reads == 0, work.summary()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("RASFAST_CUDA_EMU", "1")
+    raise SystemExit(pytest.main([__file__, "-q"]))
