@@ -1,54 +1,105 @@
-// select_k, CUDA backend: exact radix select over ordered float keys, several blocks per row.
+// select_k, CUDA backend: exact radix select on unique composite keys, with candidate
+// filtering, no host synchronisation and no allocation.
 //
-// Per row (all rows at once, grid = blocks_per_row x rows):
-//  1. four histogram passes over 8-bit digits of the 32-bit key (common/dtype.h
-//     select_key: -0.0 == +0.0, inverted for largest), MSD first; each pass counts only the
-//     keys matching the digits fixed so far, and a one-thread-per-row kernel walks the
-//     256 bins to fix the next digit. After four passes the k-th key T is known exactly,
-//     with n_less = #keys < T and need = k - n_less ties at T to take (lowest index first).
-//  2. every block counts its contiguous chunk's keys < T and == T; an exclusive scan over
-//     the row's blocks gives each block its write offsets.
-//  3. every block walks its chunk in index order, tile by tile, with a block-wide scan:
-//     keys < T go to [0, n_less), the first `need` ties to [n_less, k). The k results are
-//     thus in index order, so
-//  4. (sorted) a stable cub::DeviceRadixSort by (row, key) yields (key, index) order.
-// Deterministic (atomics only count), bounds-checked, no assumption on N vs tile sizes.
+// Every entry i of a row gets a unique composite key c = (key << I) | i: its order-preserving
+// K-bit key (K = 32 for float32, 16 for float16/bfloat16; -0.0 == +0.0; NaN above +inf, as in
+// torch.sort; inverted for largest) and its index in the low I = bits(N) bits. The contract's
+// answer (the k smallest keys, ties by lower index) is exactly the k smallest composites, and
+// the k-th composite T is unique, so the answer is {c <= T}: no tie pass.
+//  1. Radix passes over 11-bit digits of c, most significant first, ceil((K + I) / 11)
+//     launches. A pass histograms, in shared memory, the digit of the entries matching the
+//     prefix fixed so far and adds it to the row's global histogram; the row's last block to
+//     finish (an atomic ticket) scans the 2048 bins with the whole block and fixes the digit.
+//     A row is done once the chosen bin holds exactly the entries still wanted: its later
+//     passes return at once (with random floats, after the second or third pass).
+//     From the second pass on, a pass also copies the entries matching the prefix into a
+//     candidate buffer (N/8 per row) that the next pass reads instead of the row: the
+//     filtering of AIR top-k (RAFT/cuVS). An overflowing buffer sends the next pass back to
+//     the row. So the row is read twice, then only candidates.
+//  2. One pass over the row writes every entry with c <= T at a per-row atomic position
+//     (warp-aggregated): the k answers, unordered (sorted=False returns them so).
+//  3. sorted: k <= 2048: one block per row sorts its k composites in shared memory (bitonic);
+//     larger k: cub::DeviceRadixSort over (row-in-group, c). Indices and values are decoded
+//     from the sorted composites.
+// Scratch is the caller's workspace (select_k_workspace_bytes), zeroed by one memset, so a
+// call is memset + passes + write (+ sort) launches, and can be captured in a CUDA graph.
+// Loads are 16 bytes wide where the row's alignment allows (a scalar head and tail).
 #include <cuda_runtime.h>
 
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
-#include "common/scratch.h"
 #include "select/select_cuda.h"
 
 namespace rasfast {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDigitBits = 8;
+constexpr int kDigitBits = 11;
 constexpr int kBins = 1 << kDigitBits;
-constexpr int kPasses = 32 / kDigitBits;
+constexpr int kBinsPerThread = kBins / kThreads;
+constexpr int kSmallSortK = 2048;  // sorted rows up to this k are sorted in shared memory
+constexpr int kSortThreads = 512;
+constexpr unsigned kFull = 0xffffffffu;
 
-struct RowState {
-  uint32_t prefix;  // digits fixed so far (in place)
-  uint32_t mask;    // which key bits are fixed
-  int64_t want;     // 1-based rank of the k-th key among keys matching prefix
-  int64_t n_less;   // keys strictly below the prefix range
+// Per row, zeroed by the launcher's one memset.
+struct __align__(16) SelState {
+  unsigned long long prefix;  // fixed high bits of the k-th composite
+  unsigned long long mask;    // which bits are fixed
+  long long n_less;           // entries below the prefix's range: all selected
+  unsigned int done;          // every entry in the prefix's range is selected too
+  unsigned int src;           // where the next pass reads: 0 the row, 1 buf[0], 2 buf[1]
+  unsigned int count[2];      // entries written to buf[0] / buf[1] (past cap: overflowed)
+  unsigned int out_count;     // answers written by the final pass
+  unsigned int pad;
 };
 
-template <DType D>
-__device__ __forceinline__ uint32_t key_at(const typename Storage<D>::type* row, int64_t i,
-                                           bool largest) {
-  return select_key(Storage<D>::load(row, i), largest);
-}
+// Order-preserving keys on the raw storage words (no float conversion).
+template <DType D> struct RawKey;
+template <> struct RawKey<DType::F32> {
+  using W = uint32_t;
+  static constexpr int K = 32;
+  static __device__ __forceinline__ uint32_t key(uint32_t u, bool largest) {
+    uint32_t k;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      k = 0xffffffffu;  // NaN (either sign) above +inf
+    } else {
+      if ((u << 1) == 0) u = 0;  // -0.0 -> +0.0
+      k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    return largest ? ~k : k;
+  }
+};
+template <uint32_t kInf> struct Raw16Key {
+  using W = uint16_t;
+  static constexpr int K = 16;
+  static __device__ __forceinline__ uint32_t key(uint16_t w, bool largest) {
+    uint32_t u = w, k;
+    if ((u & 0x7fffu) > kInf) {
+      k = 0xffffu;
+    } else {
+      if ((u & 0x7fffu) == 0) u = 0;
+      k = (u & 0x8000u) ? (~u & 0xffffu) : (u | 0x8000u);
+    }
+    return largest ? (~k & 0xffffu) : k;
+  }
+};
+template <> struct RawKey<DType::F16> : Raw16Key<0x7c00u> {};
+template <> struct RawKey<DType::BF16> : Raw16Key<0x7f80u> {};
+
+constexpr int kVec = 8;  // elements per thread and step, at most (16 bytes of 16-bit words)
+struct alignas(16) V16 {
+  uint32_t w[4];
+};
 
 __device__ __forceinline__ void chunk_of(int64_t n, int blk, int nblk, int64_t* lo, int64_t* hi) {
   const int64_t chunk = (n + nblk - 1) / nblk;
@@ -56,163 +107,302 @@ __device__ __forceinline__ void chunk_of(int64_t n, int blk, int nblk, int64_t* 
   *hi = min(n, *lo + chunk);
 }
 
-__global__ void init_state(RowState* st, int64_t rows, int64_t k) {
-  const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < rows) st[r] = RowState{0u, 0u, k, 0};
+// Calls f(w, i0, m) for the words of row[lo, hi): w[0..m) are entries i0, i0 + 1, ...
+// Every thread of the block calls f equally often (m may be 0), so f may use warp
+// collectives. 16-byte loads between a scalar head and tail.
+template <class W, class F>
+__device__ __forceinline__ void for_words(const W* row, int64_t lo, int64_t hi, F& f) {
+  constexpr int E = 16 / (int)sizeof(W);
+  W w[kVec];
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + lo);
+  int64_t head = (int64_t)(((16 - (addr & 15)) & 15) / sizeof(W));
+  if (addr % sizeof(W) != 0) head = hi - lo;  // never for a tensor's storage: all scalar
+  head = min(head, hi - lo);
+  const int64_t a = lo + head;
+  const int64_t nvec = (hi - a) / E;
+  const int64_t b = a + nvec * E;
+  const int64_t nscalar = (a - lo) + (hi - b);
+  for (int64_t t0 = 0; t0 < nscalar; t0 += blockDim.x) {
+    const int64_t t = t0 + threadIdx.x;
+    int64_t i = 0;
+    int m = 0;
+    if (t < nscalar) {
+      i = t < a - lo ? lo + t : b + (t - (a - lo));
+      w[0] = row[i];
+      m = 1;
+    }
+    f(w, i, m);
+  }
+  for (int64_t v0 = 0; v0 < nvec; v0 += blockDim.x) {
+    const int64_t v = v0 + threadIdx.x;
+    int m = 0;
+    const int64_t i = a + v * E;
+    if (v < nvec) {
+      const V16 pack = *reinterpret_cast<const V16*>(row + i);
+      // split the words with shifts (little-endian), not through a W pointer into the pack
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        w[e] = (W)(pack.w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4)));
+      m = E;
+    }
+    f(w, i, m);
+  }
 }
 
-// Histogram of digit `pass` over the keys matching the row's prefix.
+// Reserves m slots of *counter for this lane, warp-aggregated (one atomic per warp);
+// returns the lane's first slot. Every lane of the warp must call it.
+__device__ __forceinline__ unsigned warp_reserve(unsigned* counter, unsigned m) {
+  const unsigned lane = threadIdx.x & 31;
+  unsigned incl = m;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const unsigned v = __shfl_up_sync(kFull, incl, d);
+    if ((int)lane >= d) incl += v;
+  }
+  const unsigned total = __shfl_sync(kFull, incl, 31);
+  unsigned base = 0;
+  if (lane == 31 && total) base = atomicAdd(counter, total);
+  base = __shfl_sync(kFull, base, 31);
+  return base + incl - m;
+}
+
+__device__ __forceinline__ unsigned long long low_bits(int bits) {
+  return bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+}
+
+// One radix pass: the histogram of digit [shift, shift + dbits) of the entries matching the
+// row's prefix; the row's last block fixes the digit. write_buf: also copy those entries to
+// the candidate buffer the next pass reads.
 template <DType D>
-__global__ void digit_histogram(const typename Storage<D>::type* x, int64_t rows, int64_t n,
-                                bool largest, int pass, const RowState* st,
-                                unsigned long long* hist) {
-  __shared__ unsigned int h[kBins];
-  const int shift = 32 - kDigitBits * (pass + 1);
+__global__ void __launch_bounds__(kThreads)
+radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, bool largest,
+           int ibits, int shift, int dbits, int write_buf, int64_t cap, SelState* st,
+           unsigned* hist, unsigned* arrived, unsigned long long* buf) {
+  using W = typename RawKey<D>::W;
+  using Scan = cub::BlockScan<unsigned, kThreads>;
+  __shared__ unsigned h[kBins];
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int is_last;
+  const unsigned dmask = (1u << dbits) - 1u;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const SelState s = st[r];
+    if (s.done) continue;  // the same for the whole block
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
     __syncthreads();
-    const RowState s = st[r];
-    const auto* row = x + r * n;
-    int64_t lo, hi;
-    chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-    // Warp-aggregated counting: float keys cluster in few top-digit bins (sign and
-    // exponent), so lanes of a warp often hit one bin; the lanes that share a bin elect
-    // one leader that adds their number. The loop bounds are uniform per block so that
-    // every lane of a warp reaches __match_any_sync together.
-    for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
-      const int64_t i = t0 + threadIdx.x;
-      uint32_t bin = kBins;  // kBins: no bin (out of range or not matching the prefix)
-      if (i < hi) {
-        const uint32_t key = key_at<D>(row, i, largest);
-        if ((key & s.mask) == s.prefix) bin = (key >> shift) & (kBins - 1);
+    const unsigned long long P = s.prefix, M = s.mask;
+    const int wb = s.src == 1 ? 1 : 0;  // the buffer not being read
+    unsigned long long* out_buf = buf + ((size_t)wb * (size_t)rows + (size_t)r) * (size_t)cap;
+    unsigned* out_cnt = &st[r].count[wb];
+    auto visit = [&](const unsigned long long (&c)[kVec], int m) {
+      unsigned hit = 0, nhit = 0;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (e < m && (c[e] & M) == P) {
+          atomicAdd(&h[(unsigned)(c[e] >> shift) & dmask], 1u);
+          hit |= 1u << e;
+          ++nhit;
+        }
       }
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      const int leader = __ffs(peers) - 1;
-      if (bin < (uint32_t)kBins && (int)(threadIdx.x & 31) == leader)
-        atomicAdd(&h[bin], (unsigned)__popc(peers));
+      if (write_buf && __any_sync(kFull, nhit != 0)) {
+        unsigned slot = warp_reserve(out_cnt, nhit);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          if (hit & (1u << e)) {
+            if (slot < (unsigned)cap) out_buf[slot] = c[e];
+            ++slot;
+          }
+        }
+      }
+    };
+    if (s.src == 0) {
+      const W* row = x + (size_t)r * (size_t)n;
+      int64_t lo, hi;
+      chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
+      auto on_words = [&](const W* w, int64_t i0, int m) {
+        unsigned long long c[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          c[e] = e < m ? ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e) : 0ull;
+        visit(c, m);
+      };
+      for_words(row, lo, hi, on_words);
+    } else {
+      const unsigned long long* in = buf + ((size_t)(s.src - 1) * (size_t)rows + (size_t)r) * (size_t)cap;
+      int64_t lo, hi;
+      chunk_of((int64_t)(s.src == 1 ? s.count[0] : s.count[1]), blockIdx.x, gridDim.x, &lo, &hi);
+      for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
+        const int64_t i = t0 + threadIdx.x;
+        unsigned long long c[kVec] = {};
+        int m = 0;
+        if (i < hi) {
+          c[0] = in[i];
+          m = 1;
+        }
+        visit(c, m);
+      }
     }
     __syncthreads();
+    unsigned* gh = hist + (size_t)r * kBins;
     for (int b = threadIdx.x; b < kBins; b += blockDim.x)
-      if (h[b]) atomicAdd(&hist[r * kBins + b], (unsigned long long)h[b]);
+      if (h[b]) atomicAdd(&gh[b], h[b]);
+    __threadfence();
     __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&arrived[r], 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (is_last) {
+      __threadfence();
+      volatile unsigned* vh = gh;
+      unsigned v[kBinsPerThread];
+      unsigned sum = 0;
+#pragma unroll
+      for (int j = 0; j < kBinsPerThread; ++j) {
+        v[j] = vh[threadIdx.x * kBinsPerThread + j];
+        sum += v[j];
+      }
+      unsigned before = 0;
+      Scan(scan_tmp).ExclusiveSum(sum, before);
+      const unsigned long long want = (unsigned long long)(k - s.n_less);  // >= 1
+      if (before < want && before + sum >= want) {  // exactly one thread
+        unsigned cum = before, below = 0, count = 0;
+        int chosen = -1;
+#pragma unroll
+        for (int j = 0; j < kBinsPerThread; ++j) {
+          if (chosen < 0 && cum + v[j] >= want) {
+            chosen = j;
+            below = cum;
+            count = v[j];
+          }
+          cum += v[j];
+        }
+        const unsigned digit = (unsigned)(threadIdx.x * kBinsPerThread + chosen);
+        SelState* w = &st[r];
+        w->n_less = s.n_less + (long long)(below);
+        w->prefix = P | ((unsigned long long)digit << shift);
+        w->mask = M | ((unsigned long long)dmask << shift);
+        w->done = (unsigned long long)count == want - below ? 1u : 0u;
+        if (s.src >= 1) w->count[s.src - 1] = 0;  // the buffer just read is free again
+        if (write_buf) {
+          const unsigned wrote = *(volatile unsigned*)&w->count[wb];
+          const bool fits = wrote <= (unsigned)cap;
+          w->src = fits ? (unsigned)(wb + 1) : 0u;
+          if (!fits) w->count[wb] = 0;
+        } else {
+          w->src = 0;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBinsPerThread; ++j) gh[threadIdx.x * kBinsPerThread + j] = 0;
+      if (threadIdx.x == 0) arrived[r] = 0;
+    }
+    __syncthreads();  // h and is_last are reused for the next row
   }
 }
 
-// Fixes the next digit of each row from its histogram, then clears the histogram.
-__global__ void pick_digit(int64_t rows, int pass, RowState* st, unsigned long long* hist) {
-  const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const int shift = 32 - kDigitBits * (pass + 1);
-  RowState s = st[r];
-  unsigned long long* h = hist + r * kBins;
-  int64_t cum = 0;
-  int b = 0;
-  for (; b < kBins - 1; ++b) {
-    if (cum + (int64_t)h[b] >= s.want) break;
-    cum += (int64_t)h[b];
-  }
-  s.n_less += cum;
-  s.want -= cum;
-  s.prefix |= (uint32_t)b << shift;
-  s.mask |= (uint32_t)(kBins - 1) << shift;
-  st[r] = s;
-  for (int j = 0; j < kBins; ++j) h[j] = 0;
-}
-
-// Per block: keys < T and keys == T in its chunk.
+// Writes every entry with composite <= T (the row's k answers), unordered. mode 0: index
+// and value; mode 1: the composite (sorted in shared memory next); mode 2: the composite with
+// the row-in-group above bit tb (for a device-wide sort).
 template <DType D>
-__global__ void count_chunks(const typename Storage<D>::type* x, int64_t rows, int64_t n,
-                             bool largest, const RowState* st, long long* cnt_less,
-                             long long* cnt_eq) {
-  using Reduce = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
+__global__ void __launch_bounds__(kThreads)
+write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, bool largest,
+               int ibits, int tb, SelState* st, int mode, int64_t group, int64_t* out_idx,
+               typename RawKey<D>::W* out_vals, unsigned long long* out_keys) {
+  using W = typename RawKey<D>::W;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const uint32_t T = st[r].prefix;
-    const auto* row = x + r * n;
+    const SelState s = st[r];
+    const unsigned long long T = s.prefix | (~s.mask & low_bits(tb));
+    const unsigned long long row_bits = mode == 2 ? (unsigned long long)(r % group) << tb : 0ull;
+    unsigned* out_cnt = &st[r].out_count;
+    const W* row = x + (size_t)r * (size_t)n;
     int64_t lo, hi;
     chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-    unsigned long long c = 0;  // low 32 bits: less, high 32 bits: equal (chunk < 2^32)
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const uint32_t key = key_at<D>(row, i, largest);
-      c += key < T ? 1ull : (key == T ? (1ull << 32) : 0ull);
-    }
-    const unsigned long long tot = Reduce(tmp).Sum(c);
-    if (threadIdx.x == 0) {
-      cnt_less[r * gridDim.x + blockIdx.x] = (long long)(tot & 0xffffffffull);
-      cnt_eq[r * gridDim.x + blockIdx.x] = (long long)(tot >> 32);
-    }
-    __syncthreads();
+    auto on_words = [&](const W* w, int64_t i0, int m) {
+      unsigned long long c[kVec];
+      unsigned hit = 0, nhit = 0;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (e < m) {
+          c[e] = ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e);
+          if (c[e] <= T) {
+            hit |= 1u << e;
+            ++nhit;
+          }
+        }
+      }
+      if (!__any_sync(kFull, nhit != 0)) return;
+      unsigned slot = warp_reserve(out_cnt, nhit);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (hit & (1u << e)) {
+          if ((int64_t)slot < k) {
+            const size_t o = (size_t)r * (size_t)k + slot;
+            if (mode == 0) {
+              out_idx[o] = i0 + e;
+              out_vals[o] = w[e];
+            } else {
+              out_keys[o] = row_bits | c[e];
+            }
+          }
+          ++slot;
+        }
+      }
+    };
+    for_words(row, lo, hi, on_words);
   }
 }
 
-// Exclusive scan of the per-block counts of each row (rows are few blocks long).
-__global__ void scan_chunks(int64_t rows, int nblk, long long* cnt_less, long long* cnt_eq) {
-  const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  long long a = 0, b = 0;
-  for (int j = 0; j < nblk; ++j) {
-    const long long l = cnt_less[r * nblk + j], e = cnt_eq[r * nblk + j];
-    cnt_less[r * nblk + j] = a;
-    cnt_eq[r * nblk + j] = b;
-    a += l;
-    b += e;
+__device__ __forceinline__ void bitonic_sort_shared(unsigned long long* sk, int pow2) {
+  for (int size = 2; size <= pow2; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < (pow2 >> 1); i += blockDim.x) {
+        const int lo = 2 * stride * (i / stride) + (i % stride);
+        const int hi = lo + stride;
+        const bool asc = (lo & size) == 0;
+        const unsigned long long a = sk[lo], b = sk[hi];
+        if ((a > b) == asc) {
+          sk[lo] = b;
+          sk[hi] = a;
+        }
+      }
+      __syncthreads();
+    }
   }
 }
 
-// Writes the selected indices of each chunk in index order: keys < T at their rank among
-// the row's keys < T, the first `need` ties after them. When sort_keys != nullptr, also
-// writes the sort key (row-in-group << 32 | key) next to each index.
+// Sorted output for k <= kSmallSortK: one block per row sorts its composites on chip.
 template <DType D>
-__global__ void write_selected(const typename Storage<D>::type* x, int64_t rows, int64_t n,
-                               int64_t k, bool largest, const RowState* st,
-                               const long long* off_less, const long long* off_eq,
-                               int64_t* out_idx, unsigned long long* sort_keys, int64_t group) {
-  using Scan = cub::BlockScan<unsigned long long, kThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const RowState s = st[r];
-    const uint32_t T = s.prefix;
-    const int64_t need = s.want;  // ties to take
-    const auto* row = x + r * n;
-    int64_t lo, hi;
-    chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-    int64_t base_less = off_less[r * gridDim.x + blockIdx.x];
-    int64_t base_eq = off_eq[r * gridDim.x + blockIdx.x];
-    for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
-      const int64_t i = t0 + threadIdx.x;
-      uint32_t key = 0;
-      unsigned long long f = 0;
-      if (i < hi) {
-        key = key_at<D>(row, i, largest);
-        f = key < T ? 1ull : (key == T ? (1ull << 32) : 0ull);
-      }
-      unsigned long long pre, agg;
-      Scan(tmp).ExclusiveSum(f, pre, agg);
-      int64_t pos = -1;
-      if (f == 1ull) {
-        pos = base_less + (int64_t)(pre & 0xffffffffull);
-      } else if (f != 0ull) {
-        const int64_t rank = base_eq + (int64_t)(pre >> 32);
-        if (rank < need) pos = s.n_less + rank;
-      }
-      if (pos >= 0 && pos < k) {
-        out_idx[r * k + pos] = i;
-        if (sort_keys) sort_keys[r * k + pos] = ((unsigned long long)(r % group) << 32) | key;
-      }
-      base_less += (int64_t)(agg & 0xffffffffull);
-      base_eq += (int64_t)(agg >> 32);
-      __syncthreads();  // tmp is reused by the next tile
+__global__ void __launch_bounds__(kSortThreads)
+sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t k, int pow2, int ibits,
+                const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                typename RawKey<D>::W* out_vals) {
+  extern __shared__ unsigned long long sk[];
+  const unsigned long long imask = low_bits(ibits);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int i = threadIdx.x; i < pow2; i += blockDim.x)
+      sk[i] = i < k ? keys[(size_t)r * (size_t)k + i] : ~0ull;
+    __syncthreads();
+    bitonic_sort_shared(sk, pow2);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      const int64_t idx = (int64_t)(sk[i] & imask);
+      out_idx[(size_t)r * (size_t)k + i] = idx;
+      out_vals[(size_t)r * (size_t)k + i] = x[(size_t)r * (size_t)n + idx];
     }
+    __syncthreads();  // sk is reused for the next row
   }
 }
 
-int blocks_per_row(int64_t rows, int64_t n) {
-  int dev = 0, sms = 0;
-  RASFAST_CUDA_CHECK(cudaGetDevice(&dev));
-  RASFAST_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t by_size = (n + 4095) / 4096;                       // >= 4096 keys per block
-  const int64_t by_fill = std::max<int64_t>(1, (8LL * sms + rows - 1) / rows);
-  return (int)std::max<int64_t>(1, std::min<int64_t>({by_size, by_fill, 1024}));
+// Decodes device-sorted composites (row-in-group bits above tb) into indices and values.
+template <DType D>
+__global__ void decode_sorted(const unsigned long long* keys, int64_t r0, int64_t items, int64_t k,
+                              int ibits, const typename RawKey<D>::W* x, int64_t n,
+                              int64_t* out_idx, typename RawKey<D>::W* out_vals) {
+  const unsigned long long imask = low_bits(ibits);
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < items;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = r0 + j / k;
+    const int64_t idx = (int64_t)(keys[j] & imask);
+    out_idx[r0 * k + j] = idx;
+    out_vals[r0 * k + j] = x[(size_t)r * (size_t)n + idx];
+  }
 }
 
 int bits_for(int64_t v) {  // bits needed to represent 0..v-1
@@ -221,80 +411,153 @@ int bits_for(int64_t v) {  // bits needed to represent 0..v-1
   return b;
 }
 
-template <DType D>
-void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool largest,
-                     bool sorted, int64_t* out, cudaStream_t stream) {
-  using T = typename Storage<D>::type;
-  const T* x = static_cast<const T*>(xv);
-  const int nblk = blocks_per_row(rows, n);
-  const int grid_rows = (int)std::min<int64_t>(rows, 65535);
-  const dim3 grid(nblk, grid_rows);
-  const int row_blocks = (int)((rows + 255) / 256);
+int sm_count() {
+  static std::mutex m;
+  static std::vector<int> cache;
+  int dev = 0;
+  RASFAST_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(m);
+  if ((int)cache.size() <= dev) cache.resize(dev + 1, 0);
+  if (cache[dev] == 0)
+    RASFAST_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
+  return cache[dev];
+}
 
-  Scratch st_buf(sizeof(RowState) * rows, stream);
-  Scratch hist_buf(sizeof(unsigned long long) * kBins * rows, stream);
-  Scratch cnt_buf(sizeof(long long) * 2 * nblk * rows, stream);
-  RowState* st = st_buf.as<RowState>();
-  unsigned long long* hist = hist_buf.as<unsigned long long>();
-  long long* cnt = cnt_buf.as<long long>();
-  RASFAST_CUDA_CHECK(cudaMemsetAsync(hist, 0, sizeof(unsigned long long) * kBins * rows, stream));
-  init_state<<<row_blocks, 256, 0, stream>>>(st, rows, k);
-  RASFAST_CUDA_CHECK(cudaGetLastError());
-  for (int pass = 0; pass < kPasses; ++pass) {
-    digit_histogram<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, pass, st, hist);
-    RASFAST_CUDA_CHECK(cudaGetLastError());
-    pick_digit<<<row_blocks, 256, 0, stream>>>(rows, pass, st, hist);
+int blocks_per_row(int64_t rows, int64_t n) {
+  const int64_t by_size = (n + 8191) / 8192;  // >= 8192 entries per block
+  const int64_t by_fill = std::max<int64_t>(1, (8LL * sm_count() + rows - 1) / rows);
+  return (int)std::max<int64_t>(1, std::min<int64_t>({by_size, by_fill, 1024}));
+}
+
+size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
+
+// The workspace: [state | histograms | tickets] (zeroed) | candidate buffers | sort keys.
+struct Layout {
+  int K = 32, ibits = 0, tb = 0;
+  int64_t cap = 0, group = 1;
+  bool small_sort = false, device_sort = false;
+  size_t st = 0, hist = 0, arrived = 0, zero_bytes = 0, buf = 0, keys = 0, keys_out = 0,
+         temp = 0, temp_bytes = 0, total = 0;
+};
+
+Layout layout_for(int key_bits, int64_t rows, int64_t n, int64_t k, bool sorted) {
+  Layout L;
+  L.K = key_bits;
+  L.ibits = bits_for(n);
+  L.tb = L.K + L.ibits;
+  L.cap = std::max<int64_t>(std::min<int64_t>(n, 4096), (n + 7) / 8);
+  L.small_sort = sorted && k <= kSmallSortK;
+  L.device_sort = sorted && !L.small_sort;
+  size_t off = 0;
+  L.st = off;
+  off = align_up(off + sizeof(SelState) * (size_t)rows);
+  L.hist = off;
+  off = align_up(off + sizeof(unsigned) * kBins * (size_t)rows);
+  L.arrived = off;
+  off = align_up(off + sizeof(unsigned) * (size_t)rows);
+  L.zero_bytes = off;
+  L.buf = off;
+  off = align_up(off + sizeof(unsigned long long) * 2 * (size_t)rows * (size_t)L.cap);
+  if (sorted) {
+    L.keys = off;
+    off = align_up(off + sizeof(unsigned long long) * (size_t)rows * (size_t)k);
+  }
+  if (L.device_sort) {
+    // rows sorted together share one key: (row-in-group << tb) | composite, within 64 bits,
+    // and at most 2^31 items per sort
+    const int spare = 64 - L.tb;
+    int64_t g = rows;
+    if (spare < 62) g = std::min<int64_t>(g, int64_t(1) << spare);
+    g = std::min<int64_t>(g, std::max<int64_t>(1, ((int64_t(1) << 31) - 1) / k));
+    L.group = std::max<int64_t>(1, g);
+    L.keys_out = off;
+    off = align_up(off + sizeof(unsigned long long) * (size_t)(L.group * k));
+    size_t bytes = 0;
+    RASFAST_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(
+        nullptr, bytes, (const unsigned long long*)nullptr, (unsigned long long*)nullptr,
+        (int64_t)(L.group * k), 0, L.tb + bits_for(L.group), (cudaStream_t)0));
+    L.temp = off;
+    L.temp_bytes = bytes;
+    off = align_up(off + bytes);
+  }
+  L.total = std::max<size_t>(off, 256);
+  return L;
+}
+
+int key_bits_of(DType dt) { return dt == DType::F32 ? 32 : 16; }
+
+template <DType D>
+void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool largest, bool sorted,
+                     int64_t* out, void* out_vals_v, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  using W = typename RawKey<D>::W;
+  const W* x = static_cast<const W*>(xv);
+  W* out_vals = static_cast<W*>(out_vals_v);
+  const Layout L = layout_for(RawKey<D>::K, rows, n, k, sorted);
+  if (ws_bytes < L.total)
+    throw std::invalid_argument("select_k: workspace of " + std::to_string(ws_bytes) +
+                                " bytes, needs " + std::to_string(L.total));
+  char* base = static_cast<char*>(ws);
+  SelState* st = reinterpret_cast<SelState*>(base + L.st);
+  unsigned* hist = reinterpret_cast<unsigned*>(base + L.hist);
+  unsigned* arrived = reinterpret_cast<unsigned*>(base + L.arrived);
+  unsigned long long* buf = reinterpret_cast<unsigned long long*>(base + L.buf);
+  unsigned long long* keys = sorted ? reinterpret_cast<unsigned long long*>(base + L.keys) : nullptr;
+  RASFAST_CUDA_CHECK(cudaMemsetAsync(base, 0, L.zero_bytes, stream));
+
+  const int nblk = blocks_per_row(rows, n);
+  const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
+  int remaining = L.tb;
+  const int passes = (L.tb + kDigitBits - 1) / kDigitBits;
+  for (int p = 0; p < passes; ++p) {
+    const int dbits = std::min(kDigitBits, remaining);
+    remaining -= dbits;
+    const int write_buf = (p >= 1 && p + 1 < passes) ? 1 : 0;
+    radix_pass<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
+                                                 write_buf, L.cap, st, hist, arrived, buf);
     RASFAST_CUDA_CHECK(cudaGetLastError());
   }
-  long long* cnt_less = cnt;
-  long long* cnt_eq = cnt + (int64_t)nblk * rows;
-  count_chunks<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, st, cnt_less, cnt_eq);
+  const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
+  write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, L.tb, st, mode,
+                                                   L.group, out, out_vals, keys);
   RASFAST_CUDA_CHECK(cudaGetLastError());
-  scan_chunks<<<row_blocks, 256, 0, stream>>>(rows, nblk, cnt_less, cnt_eq);
-  RASFAST_CUDA_CHECK(cudaGetLastError());
-
-  if (!sorted) {
-    write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, st, cnt_less, cnt_eq,
-                                                     out, nullptr, 1);
+  if (mode == 1) {
+    int pow2 = 1;
+    while (pow2 < k) pow2 <<= 1;
+    const int sort_grid = (int)std::min<int64_t>(rows, 65535);
+    sort_rows_small<D><<<sort_grid, kSortThreads, sizeof(unsigned long long) * pow2, stream>>>(
+        keys, rows, k, pow2, L.ibits, x, n, out, out_vals);
     RASFAST_CUDA_CHECK(cudaGetLastError());
-  } else {
-    // Rows are sorted in groups of whole rows whose sort key (row-in-group, key) fits in
-    // 64 bits and whose item count fits comfortably in one device-wide sort.
-    const int64_t group = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 30) / k));
-    const int64_t items = rows * k;
-    Scratch keys_buf(sizeof(unsigned long long) * items, stream);
-    Scratch keys_out_buf(sizeof(unsigned long long) * items, stream);
-    Scratch idx_buf(sizeof(int64_t) * items, stream);
-    unsigned long long* keys = keys_buf.as<unsigned long long>();
-    unsigned long long* keys_out = keys_out_buf.as<unsigned long long>();
-    int64_t* idx = idx_buf.as<int64_t>();
-    write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, st, cnt_less, cnt_eq,
-                                                     idx, keys, group);
-    RASFAST_CUDA_CHECK(cudaGetLastError());
-    const int end_bit = 32 + bits_for(group);
-    size_t temp_bytes = 0;
-    RASFAST_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_out, idx, out,
-                                                       (int64_t)(group * k), 0, end_bit, stream));
-    Scratch temp_buf(std::max<size_t>(temp_bytes, 1), stream);
-    void* temp = temp_buf.p;
-    for (int64_t r0 = 0; r0 < rows; r0 += group) {
-      const int64_t g = std::min(group, rows - r0);
-      size_t bytes = temp_bytes;
-      // Stable: within one (row, key) the indices keep their (ascending) input order.
-      RASFAST_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys + r0 * k, keys_out + r0 * k,
-                                                         idx + r0 * k, out + r0 * k, (int64_t)(g * k),
-                                                         0, end_bit, stream));
+  } else if (mode == 2) {
+    unsigned long long* keys_out = reinterpret_cast<unsigned long long*>(base + L.keys_out);
+    void* temp = base + L.temp;
+    for (int64_t r0 = 0; r0 < rows; r0 += L.group) {
+      const int64_t g = std::min(L.group, rows - r0);
+      size_t bytes = L.temp_bytes;
+      RASFAST_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, bytes, keys + r0 * k, keys_out, (int64_t)(g * k),
+                                                        0, L.tb + bits_for(L.group), stream));
+      const int64_t items = g * k;
+      const int dgrid = (int)std::min<int64_t>((items + 255) / 256, 65535);
+      decode_sorted<D><<<dgrid, 256, 0, stream>>>(keys_out, r0, items, k, L.ibits, x, n, out, out_vals);
+      RASFAST_CUDA_CHECK(cudaGetLastError());
     }
   }
 }
 
 }  // namespace
 
+size_t select_k_cuda_workspace(int dtype_code, int64_t rows, int64_t n, int64_t k, bool sorted) {
+  if (rows == 0) return 0;
+  return layout_for(key_bits_of(static_cast<DType>(dtype_code)), rows, n, k, sorted).total;
+}
+
 void select_k_cuda_launch(const void* x, int dtype_code, int64_t rows, int64_t n, int64_t k,
-                          bool largest, bool sorted, int64_t* out, cudaStream_t stream) {
+                          bool largest, bool sorted, int64_t* out, void* out_vals, void* workspace,
+                          size_t workspace_bytes, cudaStream_t stream) {
   if (rows == 0) return;
   const DType dt = static_cast<DType>(dtype_code);
-  RASFAST_DISPATCH_DTYPE(dt, D, { select_k_launch<D>(x, rows, n, k, largest, sorted, out, stream); })
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    select_k_launch<D>(x, rows, n, k, largest, sorted, out, out_vals, workspace, workspace_bytes, stream);
+  })
 }
 
 }  // namespace rasfast

@@ -24,7 +24,10 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
 
     Args:
         x: float32/float16/bfloat16 numpy array or torch tensor of shape [B, N].
-           NaN is rejected; +-inf are ordinary values.
+           +-inf are ordinary values. NaN: the cpu, triton and torch backends reject it
+           (ValueError); the cuda backend does not look for it, since a check would cost a
+           pass over x and a host synchronisation per call, and ranks NaN above +inf, as
+           torch.sort and torch.topk do.
         k: 1 <= k <= N.
         largest: select the largest instead of the smallest.
         sorted: if True, results are ordered (ascending, or descending when ``largest``),
@@ -51,7 +54,7 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
     largest = check_bool_arg(largest, "largest")
     sorted = check_bool_arg(sorted, "sorted")
     be = _bk.resolve(backend, xt.device, "select_k")
-    if be != "cpu":  # the C++ backend detects NaN inside its own passes over x
+    if be not in ("cpu", "cuda"):  # cpu detects NaN in its own passes; cuda ranks it last
         check_finite(xt, "x", allow_inf=True)
     xt = xt.contiguous()
     if xt.shape[0] == 0:
@@ -99,13 +102,19 @@ def _cpu(x, k, largest, sorted):
 
 
 def _cuda(x, k, largest, sorted):
+    """No host synchronisation: the kernel's scratch is one workspace tensor from torch's
+    caching allocator, sized by the module, and values come out of the kernel."""
     mod = _bk.cuda_module()
     from .._arrays import DTYPE_CODES
-    out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
+    code, (b, n) = DTYPE_CODES[x.dtype], x.shape
+    out = torch.empty((b, k), dtype=torch.int64, device=x.device)
+    vals = torch.empty((b, k), dtype=x.dtype, device=x.device)
+    nbytes = mod.select_k_workspace_bytes(code, b, n, k, sorted)
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     with device_guard(x.device):
-        mod.select_k(device_ptr(x), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], k, largest,
-                     sorted, device_ptr(out), cuda_stream(x.device))
-    return out, None
+        mod.select_k(device_ptr(x), code, b, n, k, largest, sorted, device_ptr(out),
+                     device_ptr(vals), device_ptr(ws), nbytes, cuda_stream(x.device))
+    return out, vals
 
 
 def _triton(x, k, largest, sorted):

@@ -22,6 +22,7 @@ struct DeviceSegmentedRadixSort {
       return cudaSuccess;
     }
     if (temp_storage_bytes < need) return cudaErrorInvalidValue;
+    emu::count_sort_launches(begin_bit, end_bit);
     for (int s = 0; s < num_segments; ++s) {
       const int64_t b = (int64_t)d_begin_offsets[s], e = (int64_t)d_end_offsets[s];
       if (b < 0 || e > (int64_t)num_items) return cudaErrorInvalidValue;
