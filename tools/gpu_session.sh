@@ -8,6 +8,10 @@
 #                                         # over the CUDA kernel tests
 #   tools/gpu_session.sh bench [NAME...]  # benchmarks/gpu_NAME.py (default: all), results/ updated
 #   tools/gpu_session.sh all              # every stage above, each under its own time limit
+#   tools/gpu_session.sh roofline         # the prepared roofline run (issue 38), < 8 minutes:
+#                                         # build, benchmarks/gpu_roofline.py, the theme/beam/
+#                                         # graph_conv benchmarks, the kernel tests; one tarball.
+#                                         # Without a GPU: gpu_roofline.py on the CUDA emulator.
 #
 # On a lent machine that goes back after a short idle time, run `all` in ONE call: a second
 # call may find no machine (the first session with a GPU lost its sanitizer and benchmark
@@ -90,6 +94,31 @@ all)
   # keep the tarball and the stage logs only (the tool returns at most 8 files)
   find "$OUT" -maxdepth 1 -type f ! -name gpu_results.tar.gz ! -name '*_stage.log' \
     ! -name 'sanitize_*.log' -delete
+  rm -rf "$OUT/so"
+  ;;
+roofline)
+  # Every minute on a lent GPU goes to measurement: one call builds, measures and packs.
+  # Stage limits (seconds) keep the whole under 8 minutes; each stage's log is in the tarball.
+  if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "no CUDA device: the roofline script on the CUDA emulator (tiny sizes; counts and parity only)"
+    RASFAST_CUDA_EMU=1 $PY benchmarks/gpu_roofline.py --emulate --out "$OUT/gpu_roofline"
+    exit $?
+  fi
+  me="$0"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu \
+    --format=csv >"$OUT/nvidia_smi.csv" 2>&1
+  bash "$me" build >"$OUT/build_stage.log" 2>&1 || { tail -40 "$OUT/build_stage.log"; exit 1; }
+  timeout "${ROOF_S:-210}" $PY benchmarks/gpu_roofline.py --out "$OUT/gpu_roofline" >"$OUT/roofline.log" 2>&1
+  echo "roofline rc=$?"
+  grep -E "^\| (select|theme|triple|segment|graph)|^\| [0-9]|parity|Ceilings|DRAM|CUDA graph" "$OUT/roofline.log" | tail -45
+  timeout "${BENCH_S:-150}" bash "$me" bench ${BENCHES:-beam graph_conv theme} >"$OUT/bench_stage.log" 2>&1
+  echo "bench stage rc=$?"; grep -E "^(==|\|)" "$OUT/bench_stage.log" | tail -30
+  xdist=""; $PY -c "import xdist" 2>/dev/null && xdist="-n ${TEST_PROCS:-8}"
+  timeout "${TEST_S:-120}" bash "$me" test $xdist >"$OUT/test_stage.log" 2>&1
+  echo "test stage rc=$?"; tail -15 "$OUT/test_stage.log"
+  tar czf /tmp/gpu_results.tar.gz -C "$OUT" --exclude=so . && mv /tmp/gpu_results.tar.gz "$OUT/"
+  find "$OUT" -maxdepth 1 -type f ! -name gpu_results.tar.gz ! -name 'gpu_roofline.*' ! -name '*_stage.log' \
+    ! -name roofline.log -delete
   rm -rf "$OUT/so"
   ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -1,0 +1,453 @@
+"""The prepared roofline run (issue 38, DESIGN.md s.11): every op's host round trips, and
+select_k's correctness, CUDA-graph capture, time, bandwidth and share of the roof against
+torch.topk, in one call.
+
+On a GPU (``tools/gpu_session.sh roofline`` runs it with the other benchmarks):
+1. ceilings measured here: a 1 GiB device copy (bytes read + written / s) and an
+   8192^3 bf16 matrix product;
+2. host synchronisations of one call of every public op on device-resident inputs, counted
+   by ``torch.cuda.set_sync_debug_mode("warn")`` (torch-level syncs; the C++ launchers'
+   own are counted on the emulator by tests/test_device_work_*.py);
+3. select_k on backend cuda: exact parity with the reference over odd sizes, ties, one-bin
+   ("narrow") and all-equal rows, NaN, both directions, sorted and unsorted, k on both sides
+   of the shared-memory sort; a CUDA graph captured once and replayed on new data;
+4. select_k timed against torch.topk at the issue's shapes (16 x 1M, 4 x 10M, 256 x 100k;
+   k = 10, 10k, 250k; three dtypes), inputs rotated over copies larger than the L2 cache;
+   host time per call (no sync) beside the device time; the traffic model's bytes
+   (the input read once: the least any exact select moves) give GB/s and the share of
+   the measured copy bandwidth;
+5. with Nsight Compute present, DRAM bytes of one select_k call, against the model.
+Writes benchmarks/results/gpu_roofline.md and .json (or --out).
+
+Without a GPU, ``--emulate`` (RASFAST_CUDA_EMU=1) runs the same sections at tiny sizes on the
+CUDA emulator, counting host reads with rasfast.device_work instead; times are CPU times and
+mean nothing. ``make test`` runs it so (tests/test_gpu_roofline.py).
+
+    python benchmarks/gpu_roofline.py [--quick] [--emulate] [--out PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from machine import header_markdown, machine_info  # noqa: E402
+
+import rasfast  # noqa: E402
+from rasfast.reference.select import select_k as ref_select  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+ELT = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+
+# ------------------------------------------------------------------------------- timing
+
+def device_ms(fn, rounds: int, emulate: bool) -> float:
+    """Median milliseconds of fn(): CUDA events on a GPU, wall clock on the emulator."""
+    for _ in range(2):
+        fn()
+    if emulate:
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def host_us(fn, rounds: int, emulate: bool) -> float:
+    """Median host microseconds of one call, no synchronisation (the launch cost the CPU
+    pays; on the emulator the kernels themselves run on the host, so it is everything)."""
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+        if not emulate:
+            torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------------- ceilings
+
+def ceilings(emulate: bool):
+    if emulate:
+        return {"copy_GBps": None, "bf16_TFLOPS": None}
+    n = 1 << 28  # 1 GiB of float32
+    a = torch.randn(n, device="cuda")
+    b = torch.empty_like(a)
+    ms = device_ms(lambda: b.copy_(a), 10, False)
+    copy = 2 * a.numel() * 4 / (ms * 1e-3) / 1e9
+    del a, b
+    m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = device_ms(lambda: m @ m, 10, False)
+    tflops = 2 * 8192 ** 3 / (ms * 1e-3) / 1e12
+    del m
+    torch.cuda.empty_cache()
+    return {"copy_GBps": copy, "bf16_TFLOPS": tflops}
+
+
+# ------------------------------------------------------------------------------- host syncs
+
+class SyncCounter:
+    """Host synchronisations of a block: torch's sync debug mode on a GPU, rasfast.device_work
+    on the emulator."""
+
+    def __init__(self, emulate: bool, watch=()):
+        self.emulate, self.watch, self.count, self.sites = emulate, watch, 0, []
+
+    def __enter__(self):
+        if self.emulate:
+            from rasfast.device_work import count_device_work
+            self._cm = count_device_work(watch=self.watch)
+            self._work = self._cm.__enter__()
+        else:
+            torch.cuda.synchronize()
+            self._warn = warnings.catch_warnings(record=True)
+            self._log = self._warn.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        if self.emulate:
+            self._cm.__exit__(*exc)
+            self.count, self.sites = self._work.syncs, list(self._work.sync_sites)
+        else:
+            torch.cuda.set_sync_debug_mode("default")
+            self._warn.__exit__(*exc)
+            msgs = [str(w.message) for w in self._log if "synchroniz" in str(w.message)]
+            self.count, self.sites = len(msgs), [m.splitlines()[0][:80] for m in msgs[:5]]
+        return False
+
+
+def op_calls(dev, emulate: bool):
+    """One device-resident call of every public op, at small per-question shapes."""
+    g = torch.Generator().manual_seed(0)
+    be = "cuda"  # what auto picks on a GPU; on the emulator auto would pick cpu
+    calls = {}
+    x = torch.randn(8, 50_000 if not emulate else 3_000, generator=g).to(dev)
+    calls["select_k (8 x 50k, k=100)"] = (lambda: rasfast.select_k(x, 100, backend=be), [x])
+
+    N, T, D, B = (200_000, 298, 384, 16) if not emulate else (600, 298, 32, 3)
+    cppd = torch.rand(N, T, generator=g).to(dev)
+    cemb = torch.nn.functional.normalize(torch.randn(N, D, generator=g), dim=1).to(dev)
+    qppd, qemb = cppd[:B].clone(), cemb[:B].clone()
+    K = 2_000 if not emulate else 50
+    calls["theme_scoped_search"] = (lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, backend=be), [cppd, cemb])
+    calls["theme_scoped_search validate='none'"] = (
+        lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, validate="none", backend=be), [cppd, cemb])
+    calls["theme_scope"] = (lambda: rasfast.theme_scope(qppd, cppd, K, backend=be), [cppd])
+
+    from beam_graph import make_problem
+    prob = make_problem(n=20_000 if not emulate else 500, dim=64 if not emulate else 16,
+                        queries=64 if not emulate else 4, seeds_per_query=20 if not emulate else 5)
+    indptr, indices = (torch.as_tensor(a).to(dev) for a in prob["graph"])
+    emb, q = torch.as_tensor(prob["triple_emb"]).to(dev), torch.as_tensor(prob["q_emb"]).to(dev)
+    seeds = prob["seeds"]
+    calls["triple_beam_search"] = (lambda: rasfast.triple_beam_search((indptr, indices), emb, q, seeds,
+                                                                      max_neighbors=50, backend=be), [emb])
+
+    Bq, M, Ds = (64, 64 * 200, 384) if not emulate else (4, 40, 16)
+    qs = torch.randn(Bq, Ds, generator=g).to(dev)
+    cand = torch.randn(M, Ds, generator=g).to(dev)
+    ptr = (torch.arange(Bq + 1) * (M // Bq)).to(dev)
+    calls["segment_topk_scores"] = (lambda: rasfast.segment_topk_scores(qs, cand, ptr, 10, backend=be), [cand])
+
+    from graph_conv_workload import make_batch, make_modules
+    from rasfast.ops.graph_conv import normalise_layers
+    dim = 256 if not emulate else 32
+    convs, norms, _ = make_modules(device=dev, dim=dim, llm_hidden=64)
+    specs = normalise_layers([(convs[0], norms[0]), (convs[1], norms[1]), convs[2]])
+    xb, ei, ea, gptr = make_batch(64 if not emulate else 2, device=dev, dim=dim)
+    calls["graph_transformer_pool"] = (lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend=be), [xb])
+    return calls
+
+
+def host_syncs(dev, emulate: bool):
+    rows = []
+    try:
+        calls = op_calls(dev, emulate)
+    except Exception as e:  # an op's builder needs a package this machine lacks
+        return [{"op": "(setup)", "error": f"{type(e).__name__}: {e}"}]
+    for name, (fn, watch) in calls.items():
+        try:
+            with torch.no_grad():
+                fn()  # warm-up: module load, first-use validation of an index
+                with SyncCounter(emulate, watch) as sc:
+                    fn()
+            rows.append({"op": name, "syncs": sc.count, "sites": sc.sites})
+        except Exception as e:
+            rows.append({"op": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+    return rows
+
+
+# ------------------------------------------------------------------------------- select_k
+
+def make_rows(B, N, mode, dtype, dev, seed):
+    g = torch.Generator().manual_seed(seed)
+    if mode == "randn":
+        x = torch.randn(B, N, generator=g)
+    elif mode == "ties":
+        x = torch.randint(-3, 4, (B, N), generator=g).float()
+        x[x == 3] = float("inf")
+        x[(x == 0) & (torch.rand(B, N, generator=g) < 0.5)] = -0.0
+    elif mode == "narrow":
+        x = 1 + 1e-3 * torch.rand(B, N, generator=g)
+    elif mode == "const":
+        x = torch.full((B, N), 2.5)
+    else:  # nan
+        x = torch.randn(B, N, generator=g)
+        x[torch.rand(B, N, generator=g) < 0.02] = float("nan")
+    return x.to(dtype).to(dev)
+
+
+def parity_sweep(dev, emulate: bool):
+    cases = ([(1, 1, 1), (3, 4_099, 1), (2, 100_003, 2_048), (2, 100_003, 2_049), (5, 33_333, 10_000),
+              (1, 3_000_001, 777), (300, 1_001, 50), (2, 1 << 20, 1 << 19)]
+             if not emulate else [(1, 1, 1), (3, 4_099, 7), (2, 9_001, 2_049), (5, 333, 100)])
+    n_ok, fails = 0, []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for mode in ("randn", "ties", "narrow", "const", "nan"):
+            for B, N, k in cases:
+                x = make_rows(B, N, mode, dtype, dev, seed=B * N + k)
+                for largest, sorted_ in ((False, True), (True, True), (False, False)):
+                    vals, idx = rasfast.select_k(x, k, largest=largest, sorted=sorted_, backend="cuda")
+                    want = ref_select(x, k, largest, sorted_)
+                    ok = torch.equal(idx, want) if sorted_ else torch.equal(idx.sort(1).values,
+                                                                             want.sort(1).values)
+                    ok = ok and torch.equal(vals.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                                            torch.gather(x, 1, idx).view(torch.int16 if dtype != torch.float32
+                                                                          else torch.int32))
+                    if ok:
+                        n_ok += 1
+                    else:
+                        fails.append(f"{str(dtype)[6:]} {mode} {B}x{N} k={k} largest={largest} sorted={sorted_}")
+    return n_ok, fails
+
+
+def graph_capture(dev, emulate: bool):
+    """select_k captured once in a CUDA graph, replayed on new data: the replay must equal
+    a fresh call (no host sync and no allocation inside the op makes capture possible)."""
+    if emulate:
+        return "not on the emulator"
+    B, N, k = 16, 1 << 20, 100
+    static_x = torch.randn(B, N, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            rasfast.select_k(static_x, k)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        vals, idx = rasfast.select_k(static_x, k)
+    ok = True
+    for seed in range(3):
+        static_x.copy_(torch.randn(B, N, device=dev, generator=torch.Generator(device=dev).manual_seed(seed)))
+        graph.replay()
+        ok &= torch.equal(idx, ref_select(static_x, k, False, True))
+    replay_ms = device_ms(graph.replay, 20, False)
+    eager_ms = device_ms(lambda: rasfast.select_k(static_x, k), 20, False)
+    return {"replays_match": bool(ok), "replay_ms": replay_ms, "eager_ms": eager_ms}
+
+
+def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
+    sizes = [(16, 1_000_000), (4, 10_000_000), (256, 100_000)] if not emulate else [(4, 20_000)]
+    ks = [10, 10_000, 250_000] if not emulate else [10, 3_000]
+    dtypes = [torch.float32, torch.float16, torch.bfloat16] if not quick else [torch.float32]
+    rounds = 20 if not emulate else 2
+    rows = []
+    for B, N in sizes:
+        for dtype in dtypes:
+            nbytes = B * N * ELT[dtype]
+            copies = 1 if emulate else max(2, math.ceil(200e6 / nbytes))  # rotate past the 50 MB L2
+            xs = [torch.randn(B, N, device=dev).to(dtype) for _ in range(copies)]
+            it = [0]
+
+            def nxt():
+                it[0] = (it[0] + 1) % copies
+                return xs[it[0]]
+            for k in ks:
+                if k > N:
+                    continue
+                r = {"B": B, "N": N, "k": k, "dtype": str(dtype)[6:], "bytes": nbytes}
+                r["topk_ms"] = device_ms(lambda: torch.topk(nxt(), k, dim=1, largest=False, sorted=True), rounds, emulate)
+                r["cuda_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"), rounds, emulate)
+                r["topk_unsorted_ms"] = device_ms(lambda: torch.topk(nxt(), k, dim=1, largest=False, sorted=False),
+                                                  rounds, emulate)
+                r["cuda_unsorted_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, sorted=False, backend="cuda"),
+                                                  rounds, emulate)
+                r["host_us"] = host_us(lambda: rasfast.select_k(nxt(), k, backend="cuda"), 10 if not emulate else 2,
+                                       emulate)
+                r["speedup"] = r["topk_ms"] / r["cuda_ms"]
+                r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
+                r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
+                r["roof_share"] = r["GBps"] / copy_gbps if copy_gbps else None
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+            del xs
+            if not emulate:
+                torch.cuda.empty_cache()
+    return rows
+
+
+def ncu_select(emulate: bool):
+    """DRAM bytes of one 16 x 1M float32 select_k call (k = 10) by Nsight Compute, per kernel."""
+    exe = shutil.which("ncu")
+    if emulate or exe is None:
+        return {"skipped": "no GPU" if emulate else "ncu not on the PATH"}
+    cmd = [exe, "--csv", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum",
+           sys.executable, os.path.abspath(__file__), "--ncu-probe"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    kernels = {}
+    for line in res.stdout.splitlines():
+        cells = [c.strip('"') for c in line.split('","')]
+        if len(cells) < 10 or not cells[-1].replace(",", "").replace(".", "").isdigit():
+            continue
+        name, metric, unit, value = cells[4][:60], cells[-3], cells[-2], float(cells[-1].replace(",", ""))
+        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
+                 "msecond": 1e6}.get(unit, 1)
+        kernels.setdefault((cells[0], name), {})[metric] = value * scale
+    read = sum(v.get("dram__bytes_read.sum", 0) for v in kernels.values())
+    write = sum(v.get("dram__bytes_write.sum", 0) for v in kernels.values())
+    return {"kernels": [{"id": k[0], "name": k[1], **v} for k, v in kernels.items()],
+            "dram_read_bytes": read, "dram_write_bytes": write,
+            "model_min_bytes": 16 * 1_000_000 * 4, "rc": res.returncode,
+            "stderr_tail": res.stderr[-500:]}
+
+
+def ncu_probe():
+    x = torch.randn(16, 1_000_000, device="cuda")
+    rasfast.select_k(x, 10)  # warm-up (module load, workspace)
+    torch.cuda.synchronize()
+    rasfast.select_k(x, 10)
+    torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------------------- report
+
+def markdown(res) -> str:
+    L = ["# The roofline run: host syncs of every op; select_k against torch.topk and the roof", "",
+         header_markdown(), ""]
+    c = res["ceilings"]
+    if c["copy_GBps"]:
+        L += [f"Ceilings measured in this run: device copy **{c['copy_GBps']:,.0f} GB/s** (read + write), "
+              f"bf16 matmul 8192^3 **{c['bf16_TFLOPS']:,.0f} TFLOPS**.", ""]
+    else:
+        L += ["Emulated run (RASFAST_CUDA_EMU=1, no GPU): counts and parity only; times are CPU times "
+              "of the emulator and mean nothing.", ""]
+    L += ["## Host synchronisations per call", "",
+          "One call of each public op on device-resident inputs after a warm-up call, default "
+          "arguments, backend cuda. " + ("torch.cuda.set_sync_debug_mode('warn') warnings."
+                                          if c["copy_GBps"] else "rasfast.device_work host reads."), "",
+          "| op | syncs | where |", "|---|---|---|"]
+    for r in res["host_syncs"]:
+        if "error" in r:
+            L.append(f"| {r['op']} | error | {r['error']} |")
+        else:
+            L.append(f"| {r['op']} | {r['syncs']} | {'; '.join(r['sites'])} |")
+    n_ok, fails = res["parity"]
+    L += ["", "## select_k (cuda): parity and CUDA graph", "",
+          f"Exact parity with the reference (indices; values bit for bit): **{n_ok} of {n_ok + len(fails)}** "
+          "cases (float32/float16/bfloat16 x random, ties with +-inf and signed zeros, one-bin, "
+          "all-equal, 2% NaN x sizes x smallest/largest sorted and unsorted).", ""]
+    if fails:
+        L += ["Failures:", ""] + [f"- {f}" for f in fails[:30]] + [""]
+    L += [f"CUDA graph: {res['graph']}", "", "## select_k timings", "",
+          "Median of 20 calls (CUDA events), inputs rotated over copies past the L2 cache. "
+          "GB/s = the input's bytes (read once: the least an exact select moves) / time; share = "
+          "of the measured copy bandwidth. host = the CPU's microseconds per call, no sync.", "",
+          "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
+          "speed-up | GB/s | share | host us |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["select"]:
+        share = f"{100 * r['roof_share']:.0f}%" if r["roof_share"] else "-"
+        L.append(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | {r['topk_ms']:.3f} | "
+                 f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
+                 f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {r['GBps']:,.0f} | {share} | "
+                 f"{r['host_us']:.0f} |")
+    n = res["ncu"]
+    L += ["", "## Nsight Compute: DRAM bytes of one select_k call (16 x 1M float32, k = 10)", ""]
+    if "kernels" in n and n["kernels"]:
+        L += [f"DRAM read {n['dram_read_bytes'] / 1e6:,.1f} MB, written {n['dram_write_bytes'] / 1e6:,.1f} MB; "
+              f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read (the design reads the rows "
+              "twice in the radix passes and once in the write pass: ~3x).", "",
+              "| kernel | read MB | written MB | us |", "|---|---|---|---|"]
+        for k in n["kernels"]:
+            L.append(f"| {k['name']} | {k.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "
+                     f"{k.get('dram__bytes_write.sum', 0) / 1e6:.2f} | {k.get('gpu__time_duration.sum', 0) / 1e3:.1f} |")
+    else:
+        L.append(f"Not measured: {n}")
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--emulate", action="store_true", help="no GPU: the CUDA emulator, tiny sizes")
+    p.add_argument("--quick", action="store_true", help="float32 only in the timing table")
+    p.add_argument("--ncu-probe", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=os.path.join(RESULTS, "gpu_roofline"))
+    a = p.parse_args(argv)
+    if a.ncu_probe:
+        ncu_probe()
+        return 0
+    if a.emulate:
+        os.environ["RASFAST_CUDA_EMU"] = "1"
+        dev = torch.device("cpu")
+    elif not torch.cuda.is_available():
+        print("gpu_roofline.py: no CUDA device visible (use --emulate for the emulator)")
+        return 0
+    else:
+        dev = torch.device("cuda")
+    t0 = time.time()
+    res = {"machine": machine_info(), "emulated": a.emulate}
+    res["ceilings"] = ceilings(a.emulate)
+    print("ceilings", res["ceilings"], flush=True)
+    res["host_syncs"] = host_syncs(dev, a.emulate)
+    print("host syncs", res["host_syncs"], flush=True)
+    res["parity"] = parity_sweep(dev, a.emulate)
+    print("parity", res["parity"][0], "ok,", len(res["parity"][1]), "failed", res["parity"][1][:10], flush=True)
+    res["graph"] = graph_capture(dev, a.emulate)
+    print("graph", res["graph"], flush=True)
+    res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
+    res["ncu"] = ncu_select(a.emulate)
+    res["seconds"] = time.time() - t0
+    md = markdown(res)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out + ".md", "w") as f:
+        f.write(md)
+    with open(a.out + ".json", "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print(md)
+    print(f"wrote {a.out}.md and .json in {res['seconds']:.0f} s")
+    return 0 if not res["parity"][1] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
