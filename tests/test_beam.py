@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import rasfast
 from backends_util import TRITON_CPU, TRITON_CPU_SKIP, cpu_backends, gpu_backends
-from conftest import GPU_DEVICE, cuda_kernels, gpu
+from conftest import EMULATED, GPU_DEVICE, cuda_kernels, gpu
 from rasfast.reference.beam import beam_search_python, decay_factors
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -392,8 +392,8 @@ def test_bad_arguments(kw, exc, name):
 
 
 def test_cuda_backend_without_device_is_a_clear_error():
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is present")
+    if torch.cuda.is_available() or EMULATED:
+        pytest.skip("a CUDA device (or the emulator, RASFAST_CUDA_EMU=1) is present")
     p = _ok()
     with pytest.raises((rasfast.BackendUnavailable, ValueError), match="cuda|CUDA"):
         rasfast.triple_beam_search(p["graph"], p["emb"], p["q"], p["seeds"], backend="cuda")

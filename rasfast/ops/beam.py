@@ -18,10 +18,11 @@ import torch
 from .. import dispatch as _bk
 from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
-from .._validate import (check_choice, check_finite, check_float, check_int, check_int_arg,
+from .._validate import (check_choice, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import beam as _ref
 from .._threads import follows_width_rule
+from ._deferred import Deferred, check_ids, check_ptr, is_host, to_device
 
 
 @dataclass
@@ -117,12 +118,15 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
         graph: the triple adjacency as CSR: a pair ``(indptr[n+1], indices[nnz])`` of int32/
             int64 arrays, or an object with ``.indptr`` and ``.indices`` (a TripleGraph).
             Neighbour lists must be sorted ascending without duplicates (checked on the rows
-            the search reads); ``indptr`` is checked in full.
+            the search reads); ``indptr`` is checked in full: on the host for numpy arrays
+            (once per graph object such as a TripleGraph), and once per device tensor (one
+            host read on its first search; not repeated unless the tensor changes).
         triple_emb: float32/float16/bfloat16 [n, D] triple embeddings (rows read by the
             search must be finite). May be None with ``scoring="text"``.
         q_emb: [B, D] query embeddings (any float dtype; used in float32).
         seeds: initial triples per query: a list of B int arrays (or lists), a 2-D int array
-            [B, S], or the tuple ``(ptr[B+1], ids)``. Duplicates count once.
+            [B, S], or the tuple ``(ptr[B+1], ids)``. Duplicates count once. Device tensors
+            are checked and de-duplicated on the device (backend "cuda": no host sync).
         beam_width: b >= 1 beams kept per step.
         max_len: l >= 1, the maximum sequence length.
         gamma: diversity gamma > 0; the n-th candidate of a beam is multiplied by
@@ -148,7 +152,10 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
     q = as_tensor(q_emb, "q_emb")
     check_float(q, "q_emb")
     check_rank(q, "q_emb", 2, "[B, D]")
-    check_finite(q, "q_emb")
+    dev = q.device
+    # checks of device values are read once, after the kernel, with its error flag
+    # (rasfast/ops/_deferred.py); the non-CUDA backends read them before they run
+    deferred = Deferred()
     if scoring == "sum" or triple_emb is not None:
         emb = as_tensor(triple_emb, "triple_emb")
         check_float(emb, "triple_emb")
@@ -160,8 +167,7 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
         n = emb.shape[0]
     else:
         emb, n = None, None
-    dev = q.device
-    indptr, indices = _graph_arrays(graph, n, dev)
+    indptr, indices, max_deg = _graph(graph, n, dev)
     n = len(indptr) - 1
     b = check_int_arg(beam_width, "beam_width", 1)
     L = check_int_arg(max_len, "max_len", 1)
@@ -174,12 +180,11 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
         raise ValueError(f"gamma: must be a finite number > 0, got {gamma}")
     if max_neighbors is not None:
         max_neighbors = check_int_arg(max_neighbors, "max_neighbors", 1)
-    seed_ptr, seed_ids = _normalise_seeds(seeds, q.shape[0], n)
+    seed_ptr, seed_ids = _seeds(seeds, q.shape[0], n, dev, deferred)
     qf = q.float().contiguous()
     qnorm = torch.sqrt((qf * qf).sum(dim=1))
-    if not bool(torch.isfinite(qnorm).all()):
-        raise ValueError("q_emb: a query's squared norm overflows float32")
-    max_deg = int((indptr[1:] - indptr[:-1]).max()) if n else 0
+    if qnorm.numel():  # NaN/inf in q, or an overflow: one flag (the message costs a read then)
+        deferred.add([~torch.isfinite(qnorm).all()], lambda v: _q_error(qf) if v[0] else None)
     decay = torch.tensor(_ref.decay_factors(gamma, max_deg), dtype=torch.float64)
     args = dict(n=n, b=b, L=L, max_neighbors=max_neighbors, decay=decay, max_deg=max_deg)
 
@@ -187,14 +192,25 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
         if backend not in ("auto", "torch"):
             raise ValueError(f"backend: scoring='text' runs only on the torch path "
                              f"('auto' or 'torch'), got {backend!r}")
+        deferred.raise_now()
         scorer = _text_scorer(encoder, texts, graph, n, qf, qnorm)
-        out = _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev), scorer, args)
+        out = _search_torch(indptr, indices, seed_ptr, seed_ids, scorer, args)
     else:
         be = _bk.resolve(backend, dev, "triple_beam_search",
                          cuda_limit=_cuda_smem_limit(emb.shape[1], args))
         emb = emb.contiguous()
-        out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
+        if be == "cuda":
+            out = _cuda(indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args, deferred)
+        else:
+            deferred.raise_now()
+            out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
     return BeamResult(*(to_kind(t, kind) for t in out))
+
+
+def _q_error(qf: torch.Tensor) -> ValueError:
+    if not bool(torch.isfinite(qf).all()):  # only once the flag said something is wrong
+        return ValueError("q_emb: contains NaN or infinite values")
+    return ValueError("q_emb: a query's squared norm overflows float32")
 
 
 def _cuda_smem_limit(D: int, a) -> Optional[str]:
@@ -215,15 +231,33 @@ def _cuda_smem_limit(D: int, a) -> Optional[str]:
 
 def _graph_arrays(graph, n: Optional[int], dev: torch.device):
     """(indptr int64 [n+1], indices int32/int64 [nnz]) on ``dev``; indptr checked in full."""
+    return _graph(graph, n, dev)[:2]
+
+
+# A device CSR is checked (one host sync) on its first search only: the result is kept on the
+# indptr tensor, under its version (an in-place change bumps it), data pointer and nnz.
+# A graph object (a TripleGraph) with host arrays keeps (indptr, indices, max_deg) the same way.
+_CSR_ATTR = "_rasfast_csr_check"
+
+
+def _graph(graph, n: Optional[int], dev: torch.device):
+    """(indptr int64 [n+1], indices int32/int64 [nnz], max degree) on ``dev``.
+
+    indptr is checked in full without asking the device per search: host arrays (numpy, or
+    CPU tensors for a GPU search) with numpy -- once per graph object (a TripleGraph), cached
+    on it --, a device tensor once per tensor (cached by its version), with one host sync.
+    """
+    owner = None
     if isinstance(graph, (tuple, list)):
         if len(graph) != 2:
             raise ValueError(f"graph: expected a pair (indptr, indices), got {len(graph)} items")
         indptr, indices = graph
     elif hasattr(graph, "indptr") and hasattr(graph, "indices"):
-        indptr, indices = graph.indptr, graph.indices
+        indptr, indices, owner = graph.indptr, graph.indices, graph
     else:
         raise TypeError("graph: expected a pair (indptr, indices) or an object with .indptr "
                         f"and .indices (a TripleGraph), got {type(graph).__name__}")
+    raw_ptr, raw_idx = indptr, indices
     indptr = as_tensor(indptr, "graph.indptr")
     indices = as_tensor(indices, "graph.indices")
     for t, name in ((indptr, "graph.indptr"), (indices, "graph.indices")):
@@ -234,14 +268,49 @@ def _graph_arrays(graph, n: Optional[int], dev: torch.device):
                          f"got {len(indptr)}")
     if len(indptr) == 0:
         raise ValueError("graph.indptr: expected n + 1 >= 1 entries, got 0")
-    indptr = indptr.to(device=dev, dtype=torch.int64).contiguous()
-    indices = indices.to(dev).contiguous()
-    if int(indptr[0]) != 0 or int(indptr[-1]) != len(indices):
-        raise ValueError(f"graph.indptr: must start at 0 and end at len(indices) = {len(indices)}, "
-                         f"got {int(indptr[0])} .. {int(indptr[-1])}")
-    if bool((indptr[1:] < indptr[:-1]).any()):
+    nnz = len(indices)
+    if is_host(raw_ptr, dev):
+        hit = getattr(owner, _CSR_ATTR, None) if owner is not None else None
+        if hit is not None and hit[0] is raw_ptr and hit[1] is raw_idx:
+            max_deg = hit[2]
+        else:
+            a = raw_ptr if isinstance(raw_ptr, np.ndarray) else indptr.numpy()  # host memory
+            max_deg = _check_indptr(int(a[0]), int(a[-1]), nnz,
+                                    len(a) > 1 and bool((a[1:] < a[:-1]).any()),
+                                    int(np.diff(a).max()) if len(a) > 1 else 0)
+            if owner is not None:
+                try:
+                    setattr(owner, _CSR_ATTR, (raw_ptr, raw_idx, max_deg))
+                except (AttributeError, TypeError):
+                    pass
+        indptr = to_device(indptr.long(), dev)
+    else:
+        raw = indptr  # the caller's tensor: the cache's key
+        indptr = to_device(indptr, dev).long().contiguous()
+        key = (raw._version, raw.data_ptr(), raw.device, nnz)
+        hit = getattr(raw, _CSR_ATTR, None)
+        if hit is not None and hit[0] == key:
+            max_deg = hit[1]
+        else:
+            if len(indptr) > 1:
+                d = indptr[1:] - indptr[:-1]
+                v = torch.stack([indptr[0], indptr[-1], (d < 0).any().long(), d.max()])
+                first, last, dec, top = v.tolist()  # once per device graph
+            else:
+                first = last = int(indptr[0])
+                dec, top = 0, 0
+            max_deg = _check_indptr(first, last, nnz, bool(dec), top)
+            setattr(raw, _CSR_ATTR, (key, max_deg))
+    return indptr.contiguous(), to_device(indices, dev).contiguous(), max_deg
+
+
+def _check_indptr(first: int, last: int, nnz: int, decreasing: bool, max_deg: int) -> int:
+    if first != 0 or last != nnz:
+        raise ValueError(f"graph.indptr: must start at 0 and end at len(indices) = {nnz}, "
+                         f"got {first} .. {last}")
+    if decreasing:
         raise ValueError("graph.indptr: must be non-decreasing")
-    return indptr, indices
+    return max(0, int(max_deg))
 
 
 def _as_int_1d(x, name: str) -> np.ndarray:
@@ -266,39 +335,109 @@ def _as_int_1d(x, name: str) -> np.ndarray:
     raise TypeError(f"{name}: expected an int array or a list of ints, got {type(x).__name__}")
 
 
+def _seed_range_error(n: int):
+    return lambda lo, hi: (f"seeds: triple ids must be in [0, n = {n}), got {lo} .. {hi}")
+
+
 def _normalise_seeds(seeds, B: int, n: int):
     """(ptr[B+1], ids) int64 on the CPU; ids unique and ascending within each query."""
+    deferred = Deferred()
+    out = _seeds(seeds, B, n, torch.device("cpu"), deferred)
+    deferred.raise_now()
+    return out
+
+
+def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred):
+    """(ptr[B+1], ids) int64 on ``dev``; ids unique and ascending within each query.
+
+    Seeds given on the host (lists, numpy, or CPU tensors for a GPU search) are checked and
+    de-duplicated with numpy; device tensors on the device, without a host sync (their
+    checks go to ``deferred``, the kernel gets ids clamped into [0, n)).
+    """
     if isinstance(seeds, tuple):
         if len(seeds) != 2:
             raise ValueError("seeds: a tuple must be (ptr, ids); pass per-query seeds as a list")
-        ptr = torch.from_numpy(_as_int_1d(seeds[0], "seeds.ptr"))
-        ids = torch.from_numpy(_as_int_1d(seeds[1], "seeds.ids"))
+        ptr, ids = seeds
+        if not (is_host(ptr, dev) or isinstance(ptr, (list, range))) or \
+                not (is_host(ids, dev) or isinstance(ids, (list, range))):
+            ptr, ids = _dev_int_1d(ptr, "seeds.ptr", dev), _dev_int_1d(ids, "seeds.ids", dev)
+            if len(ptr) != B + 1:
+                raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
+            msg = f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}"
+            ptr = check_ptr(ptr, "seeds.ptr", len(ids), "len(ids)", dev, deferred,
+                            start_end_msg=msg, monotone_msg=msg)
+            return _dedupe_on_device(ptr, ids, B, n, dev, deferred)
+        ptr = _as_int_1d(ptr, "seeds.ptr")
+        ids = _as_int_1d(ids, "seeds.ids")
         if len(ptr) != B + 1:
             raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
         if int(ptr[0]) != 0 or int(ptr[-1]) != len(ids) or bool((ptr[1:] < ptr[:-1]).any()):
             raise ValueError(f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}")
     else:
         if isinstance(seeds, (np.ndarray, torch.Tensor)) and seeds.ndim == 2:
+            if isinstance(seeds, torch.Tensor) and not is_host(seeds, dev):
+                if len(seeds) != B:
+                    raise ValueError(f"seeds: expected one seed array per query (B = {B}), "
+                                     f"got {len(seeds)}")
+                check_int(seeds, "seeds")
+                ptr = torch.from_numpy(np.arange(B + 1, dtype=np.int64) * seeds.shape[1])
+                ids = to_device(seeds, dev).reshape(-1)
+                return _dedupe_on_device(to_device(ptr, dev), ids, B, n, dev, deferred)
             seeds = list(seeds)
         if not isinstance(seeds, (list, np.ndarray, torch.Tensor)):
             raise TypeError("seeds: expected a list of B int arrays, a 2-D int array or a tuple "
                             f"(ptr, ids), got {type(seeds).__name__}")
         if len(seeds) != B:
             raise ValueError(f"seeds: expected one seed array per query (B = {B}), got {len(seeds)}")
+        if any(isinstance(s, torch.Tensor) and not is_host(s, dev) for s in seeds):
+            parts = [_dev_int_1d(s, f"seeds[{i}]", dev) for i, s in enumerate(seeds)]
+            ptr = np.zeros(B + 1, np.int64)
+            ptr[1:] = np.cumsum([len(p) for p in parts])
+            ids = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=dev)
+            return _dedupe_on_device(to_device(torch.from_numpy(ptr), dev), ids, B, n, dev,
+                                     deferred)
         parts = [_as_int_1d(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
-        ids = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.int64))
-        ptr = torch.zeros(B + 1, dtype=torch.int64)
-        ptr[1:] = torch.cumsum(torch.tensor([len(p) for p in parts], dtype=torch.int64), 0)
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ptr = np.zeros(B + 1, np.int64)
+        ptr[1:] = np.cumsum([len(p) for p in parts])
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
-        raise ValueError(f"seeds: triple ids must be in [0, n = {n}), got "
-                         f"{int(ids.min())} .. {int(ids.max())}")
-    query = torch.repeat_interleave(torch.arange(B), ptr[1:] - ptr[:-1])
-    key = torch.unique(query * max(n, 1) + ids)  # sorted: by query, then id; duplicates once
-    ids = key % max(n, 1)
-    counts = torch.bincount(key // max(n, 1), minlength=B)
-    ptr = torch.zeros(B + 1, dtype=torch.int64)
-    ptr[1:] = torch.cumsum(counts, 0)
-    return ptr, ids
+        raise ValueError(_seed_range_error(n)(int(ids.min()), int(ids.max())))
+    nn = max(n, 1)
+    query = np.repeat(np.arange(B, dtype=np.int64), np.diff(ptr))
+    key = np.unique(query * nn + ids)  # sorted: by query, then id; duplicates once
+    ids = key % nn
+    out_ptr = np.zeros(B + 1, np.int64)
+    out_ptr[1:] = np.cumsum(np.bincount(key // nn, minlength=B))
+    return (to_device(torch.from_numpy(out_ptr), dev),
+            to_device(torch.from_numpy(np.ascontiguousarray(ids)), dev))
+
+
+def _dev_int_1d(x, name: str, dev: torch.device) -> torch.Tensor:
+    """A 1-d int array as an int64 tensor on ``dev`` (no value read)."""
+    t = torch.as_tensor(np.asarray(list(x), dtype=np.int64)) if isinstance(x, (list, range)) \
+        else as_tensor(x, name)
+    check_int(t, name)
+    check_rank(t, name, 1)
+    return to_device(t, dev).long()
+
+
+def _dedupe_on_device(ptr, ids, B: int, n: int, dev: torch.device, deferred: Deferred):
+    """(ptr, ids) with each query's ids sorted and unique, computed on the device in fixed-size
+    arrays (no host sync): sort by (query, id), keep first occurrences, compact with a
+    scatter; ids past the new ptr[B] are unused. ``ptr`` must be safe (monotone, in range)."""
+    ids = check_ids(ids, "seeds", 0, n, dev, deferred, _seed_range_error(n))
+    S = ids.numel()
+    if S == 0:
+        return ptr.contiguous(), ids.contiguous()
+    nn = max(n, 1)
+    query = torch.searchsorted(ptr[1:].contiguous(), torch.arange(S, device=dev), right=True)
+    key, _ = torch.sort(query.clamp_(max=max(B - 1, 0)) * nn + ids)
+    keep = torch.ones(S, dtype=torch.bool, device=dev)
+    keep[1:] = key[1:] != key[:-1]
+    csum = torch.zeros(S + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(keep, 0, out=csum[1:])
+    out = torch.empty(S, dtype=torch.int64, device=dev).scatter_(0, csum[1:] - 1, key % nn)
+    return torch.index_select(csum, 0, ptr).contiguous(), out
 
 
 def _text_scorer(encoder, texts, graph, n, qf, qnorm):
@@ -318,12 +457,12 @@ def _text_scorer(encoder, texts, graph, n, qf, qnorm):
 
 def _search_torch(indptr, indices, seed_ptr, seed_ids, scorer, a):
     return _ref.beam_search_torch(indptr, indices, a["n"], seed_ptr, seed_ids, scorer, a["b"],
-                                  a["L"], a["decay"].to(seed_ids.device), a["max_neighbors"])
+                                  a["L"], to_device(a["decay"], seed_ids.device), a["max_neighbors"])
 
 
 def _torch(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     dev = emb.device
-    return _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev),
+    return _search_torch(indptr, indices, to_device(seed_ptr, dev), to_device(seed_ids, dev),
                          _ref.SumScorer(emb, q, qnorm), a)
 
 
@@ -344,7 +483,7 @@ def _cpu(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     return seqs, scores, lengths, counts
 
 
-def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
+def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
     mod = _bk.cuda_module()
     if not hasattr(mod, "beam_search"):
         raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
@@ -352,8 +491,8 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     B, b, L, D = q.shape[0], a["b"], a["L"], emb.shape[1]
     if indices.dtype not in (torch.int32, torch.int64):
         indices = indices.long()
-    seed_ptr, seed_ids = seed_ptr.to(dev), seed_ids.to(dev)
-    decay = a["decay"].to(dev)
+    seed_ptr, seed_ids = to_device(seed_ptr, dev), to_device(seed_ids, dev)
+    decay = to_device(a["decay"], dev)
     seqs = torch.empty((B, b, L), dtype=torch.int64, device=dev)
     scores = torch.empty((B, b), dtype=torch.float32, device=dev)
     lengths = torch.empty(B, dtype=torch.int64, device=dev)
@@ -368,7 +507,8 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
                         len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
                         device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
                         device_ptr(err), cuda_stream(dev))
-    code, where = err.tolist()
+    # the one host sync of a search: the kernel's error flag, with the deferred input checks
+    code, where = (deferred or Deferred()).read(err)
     if code:
         raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
     return seqs, scores, lengths, counts
@@ -387,7 +527,8 @@ _ERRORS = {
 def _triton(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     scorer = _bk.triton_kernels().beam.TritonSumScorer(emb, q, qnorm)
     dev = emb.device
-    return _search_torch(indptr, indices, seed_ptr.to(dev), seed_ids.to(dev), scorer, a)
+    return _search_torch(indptr, indices, to_device(seed_ptr, dev), to_device(seed_ids, dev),
+                         scorer, a)
 
 
 _IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}

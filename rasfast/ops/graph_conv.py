@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence
 
+import numpy as np
 import torch
 
 from .. import dispatch as _bk
@@ -20,6 +21,7 @@ from .._validate import (check_bool_arg, check_float, check_int, check_rank, che
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule
+from ._deferred import Deferred, check_ids, check_ptr
 
 
 class Csr(NamedTuple):
@@ -40,8 +42,26 @@ class Csr(NamedTuple):
         return torch.stack([self.src, dst])
 
 
-def as_csr(edges, num_nodes: int, device: torch.device) -> Csr:
-    """Validates ``edges`` (edge_index [2, E] or a dst-sorted CSR tuple (indptr, src)) -> Csr."""
+def _same_device(device: torch.device, **arrays) -> None:
+    """torch tensors must be on the op's device; numpy arrays are host arrays, checked on the
+    host and copied there."""
+    tensors = {k: v for k, v in arrays.items() if isinstance(v, torch.Tensor)}
+    if tensors:
+        check_same_device(x=torch.empty(0, device=device), **tensors)
+
+
+def as_csr(edges, num_nodes: int, device: torch.device,
+           deferred: Optional[Deferred] = None) -> Csr:
+    """Validates ``edges`` (edge_index [2, E] or a dst-sorted CSR tuple (indptr, src)) -> Csr.
+
+    Host (numpy) arrays are checked with numpy. Device arrays are checked on the device
+    without a host sync when ``deferred`` is given (its values are read once, at the end of
+    the op; the CSR is built from ids clamped into [0, N), so no kernel reads out of
+    bounds); without it, at once. The CSR is built without a sync: a stable sort by
+    destination and a binary search for the row offsets.
+    """
+    eager = deferred is None
+    deferred = Deferred() if eager else deferred
     if isinstance(edges, (tuple, list)):
         if len(edges) != 2:
             raise TypeError("edges: a CSR tuple must be (indptr[N+1], src[E])")
@@ -50,52 +70,59 @@ def as_csr(edges, num_nodes: int, device: torch.device) -> Csr:
         check_int(src, "edges.src")
         check_rank(indptr, "edges.indptr", 1, "[N+1]")
         check_rank(src, "edges.src", 1, "[E]")
-        check_same_device(x=torch.empty(0, device=device), indptr=indptr, src=src)
+        _same_device(device, indptr=edges[0], src=edges[1])
         if indptr.numel() != num_nodes + 1:
             raise ValueError(f"edges.indptr: expected N+1 = {num_nodes + 1} entries, got {indptr.numel()}")
-        indptr, src = indptr.long().contiguous(), src.long().contiguous()
-        if int(indptr[0]) != 0 or int(indptr[-1]) != src.numel():
-            raise ValueError(f"edges.indptr: must start at 0 and end at E = {src.numel()}")
-        if bool((indptr.diff() < 0).any()):
-            raise ValueError("edges.indptr: must be non-decreasing")
-        _check_ids(src, num_nodes, "edges.src")
-        return Csr(indptr, src, torch.arange(src.numel(), device=device))
+        e = src.numel()
+        indptr = check_ptr(edges[0] if isinstance(edges[0], np.ndarray) else indptr, "edges.indptr",
+                           e, "E", device, deferred,
+                           start_end_msg=f"edges.indptr: must start at 0 and end at E = {e}",
+                           monotone_msg="edges.indptr: must be non-decreasing")
+        src = check_ids(edges[1] if isinstance(edges[1], np.ndarray) else src, "edges.src", 0,
+                        num_nodes, device, deferred, _id_message("edges.src", num_nodes))
+        if eager:
+            deferred.raise_now()
+        return Csr(indptr.contiguous(), src.contiguous(), torch.arange(e, device=device))
     ei = as_tensor(edges, "edges")
     check_int(ei, "edges")
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise ValueError(f"edges: expected edge_index of shape [2, E], got {tuple(ei.shape)}")
-    check_same_device(x=torch.empty(0, device=device), edges=ei)
-    ei = ei.long()
-    _check_ids(ei, num_nodes, "edges")
+    _same_device(device, edges=edges)
+    ei = check_ids(edges if isinstance(edges, np.ndarray) else ei, "edges", 0, num_nodes, device,
+                   deferred, _id_message("edges", num_nodes))
+    if eager:
+        deferred.raise_now()
     src, dst = ei[0], ei[1]
-    perm = torch.argsort(dst, stable=True)
-    counts = torch.bincount(dst, minlength=num_nodes)
-    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=indptr[1:])
+    dst_sorted, perm = torch.sort(dst, stable=True)
+    indptr = torch.searchsorted(dst_sorted, torch.arange(num_nodes + 1, device=device))
     return Csr(indptr, src[perm].contiguous(), perm.contiguous())
 
 
-def _check_ids(ids: torch.Tensor, n: int, name: str) -> None:
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
-        raise ValueError(f"{name}: node ids must lie in [0, N) with N = {n}; got range "
-                         f"[{int(ids.min())}, {int(ids.max())}]")
+def _id_message(name: str, n: int):
+    return lambda lo, hi: (f"{name}: node ids must lie in [0, N) with N = {n}; got range "
+                           f"[{lo}, {hi}]")
 
 
-def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device) -> torch.Tensor:
-    """graph_ptr [G+1]: int, 0 = ptr[0] <= ptr[1] <= ... <= ptr[G] = N."""
+def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device,
+                    deferred: Optional[Deferred] = None) -> torch.Tensor:
+    """graph_ptr [G+1]: int, 0 = ptr[0] <= ptr[1] <= ... <= ptr[G] = N (checked as in
+    :func:`as_csr`: at once, or through ``deferred`` with a safe copy returned)."""
     gp = as_tensor(graph_ptr, "graph_ptr")
     check_int(gp, "graph_ptr")
     check_rank(gp, "graph_ptr", 1, "[num_graphs + 1]")
-    check_same_device(x=torch.empty(0, device=device), graph_ptr=gp)
+    _same_device(device, graph_ptr=graph_ptr)
     if gp.numel() < 1:
         raise ValueError("graph_ptr: needs at least one entry (0)")
-    gp = gp.long().contiguous()
-    if int(gp[0]) != 0 or int(gp[-1]) != num_nodes:
-        raise ValueError(f"graph_ptr: must start at 0 and end at N = {num_nodes}, got "
-                         f"{int(gp[0])} .. {int(gp[-1])}")
-    if bool((gp.diff() < 0).any()):
-        raise ValueError("graph_ptr: must be non-decreasing (monotone)")
-    return gp
+    eager = deferred is None
+    deferred = Deferred() if eager else deferred
+    gp = check_ptr(graph_ptr if isinstance(graph_ptr, np.ndarray) else gp, "graph_ptr", num_nodes,
+                   "N", device, deferred,
+                   start_end_msg="graph_ptr: must start at 0 and end at N = {total}, got "
+                                 "{first} .. {last}",
+                   monotone_msg="graph_ptr: must be non-decreasing (monotone)")
+    if eager:
+        deferred.raise_now()
+    return gp.contiguous()
 
 
 def _check_x(x, in_channels: int) -> torch.Tensor:
@@ -174,7 +201,9 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     _check_flags(w, beta, root_weight)
     kind = kind_of(x)
     xt = _check_x(x, w.in_channels)
-    csr = as_csr(edges, xt.shape[0], xt.device)
+    # index checks of device arrays: read once after the kernels (no sync before them)
+    deferred = Deferred()
+    csr = as_csr(edges, xt.shape[0], xt.device, deferred)
     ea = _check_edge_attr(edge_attr, w, csr, xt)
     nw = _check_norm(norm, w.out_channels, "norm")
     relu = check_bool_arg(relu, "relu")
@@ -182,10 +211,13 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     w = w.to(xt.device, xt.dtype)
     nw = None if nw is None else nw.to(xt.device, torch.float32)
     xt = xt.contiguous()
+    if be != "cuda" or xt.shape[0] == 0:
+        deferred.raise_now()
     if xt.shape[0] == 0:
         return to_kind(xt.new_zeros((0, w.out_channels)), kind)
     with _grad_mode(be):
         out = _IMPLS[be].conv_layer(_inputs(xt, be), csr, _inputs(ea, be), w, nw, relu)
+    deferred.raise_now()  # cuda: the one host sync, after the kernels (none without checks)
     return to_kind(out, kind)
 
 
@@ -209,8 +241,9 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
     specs = normalise_layers(layers)
     kind = kind_of(x)
     xt = _check_x(x, specs[0][0].in_channels)
-    csr = as_csr(edges, xt.shape[0], xt.device)
-    gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device)
+    deferred = Deferred()  # as in transformer_conv
+    csr = as_csr(edges, xt.shape[0], xt.device, deferred)
+    gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device, deferred)
     for i, (w, _, _) in enumerate(specs):
         _check_edge_attr(edge_attr, w, csr, xt)
         if i and w.in_channels != specs[i - 1][0].out_channels:
@@ -220,8 +253,11 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
     be = _bk.resolve(backend, xt.device, "graph_transformer_pool")
     specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, torch.float32), r)
              for w, n, r in specs]
+    if be != "cuda":
+        deferred.raise_now()
     with _grad_mode(be):
         out = _IMPLS[be].pool(_inputs(xt.contiguous(), be), csr, _inputs(ea, be), gp, specs)
+    deferred.raise_now()  # cuda: the one host sync, after the kernels (none without checks)
     return to_kind(out, kind)
 
 

@@ -107,6 +107,12 @@ class NormWeights:
     eps: float = 1e-5
 
     def to(self, device=None, dtype=None) -> "NormWeights":
+        """Same weights on ``device`` in ``dtype`` (``self`` when nothing changes: no copy)."""
+        def same(t):
+            return t is None or ((device is None or torch.device(device) == t.device) and
+                                 (dtype is None or dtype == t.dtype))
+        if same(self.weight) and same(self.bias):
+            return self
         f = (lambda t: None if t is None else t.detach().to(device=device, dtype=dtype))
         return NormWeights(f(self.weight), f(self.bias), self.eps)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import numpy as np
 import torch
 
 from .. import dispatch as _bk
@@ -24,25 +25,30 @@ from .._validate import (check_dim, check_finite, check_float, check_int, check_
                          check_rank, check_same_device)
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
+from ._deferred import Deferred, check_ids, check_ptr, nonfinite
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
 
 
 # ----------------------------------------------------------------------------- validation
-def _ptr(x, name: str, total: int, total_what: str) -> torch.Tensor:
+def _ptr_shape(x, name: str) -> torch.Tensor:
     p = as_tensor(x, name)
     check_int(p, name)
     check_rank(p, name, 1, "[B + 1]")
     if len(p) == 0:
         raise ValueError(f"{name}: expected B + 1 >= 1 entries, got 0")
-    p = p.long()
-    if int(p[0]) != 0 or int(p[-1]) != total:
-        raise ValueError(f"{name}: must start at 0 and end at {total_what} ({total}), got "
-                         f"{int(p[0])} .. {int(p[-1])}")
-    if bool((p[1:] < p[:-1]).any()):
-        raise ValueError(f"{name}: must be non-decreasing")
-    return p.contiguous()
+    return p
+
+
+def _ptr(x, name: str, total: int, total_what: str) -> torch.Tensor:
+    """Checked CSR offsets, int64 (read at once: the non-CUDA paths)."""
+    p = _ptr_shape(x, name)
+    deferred = Deferred()
+    out = check_ptr(x if isinstance(x, np.ndarray) else p, name, total, total_what, p.device,
+                    deferred)
+    deferred.raise_now()
+    return out.contiguous()
 
 
 def _error(code: int, where: int) -> ValueError:
@@ -85,7 +91,6 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
     q = as_tensor(q_emb, "q_emb")
     check_float(q, "q_emb")
     check_rank(q, "q_emb", 2, "[B, D]")
-    check_finite(q, "q_emb")
     c = as_tensor(cand_emb, "cand_emb")
     check_float(c, "cand_emb")
     check_rank(c, "cand_emb", 2, "[M, D]" if cand_ids is None else "[T, D]")
@@ -97,20 +102,37 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
         check_int(ids, "cand_ids")
         check_rank(ids, "cand_ids", 1, "[M]")
         check_same_device(q_emb=q, cand_ids=ids)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= c.shape[0]):
-            raise ValueError(f"cand_ids: must be in [0, T = {c.shape[0]}) (rows of cand_emb), got "
-                             f"{int(ids.min())} .. {int(ids.max())}")
-        ids = ids.long().contiguous()
         M = len(ids)
     else:
-        ids, M = None, c.shape[0]
-    ptr = _ptr(cand_ptr, "cand_ptr", M, "M, the number of candidates")
+        M = c.shape[0]
+    ptr = _ptr_shape(cand_ptr, "cand_ptr")
     check_dim(ptr, "cand_ptr", 0, q.shape[0] + 1, "B + 1 (q_emb.shape[0] + 1)")
     be = _bk.resolve(backend, dev, "segment_topk_scores")
     if be == "cuda" and n > CUDA_MAX_N:
         raise ValueError(f"n: backend 'cuda' supports n <= {CUDA_MAX_N}, got {n}; use "
                          "backend='triton' or 'torch'")
-    out = _TOPK[be](q.float().contiguous(), c.contiguous(), ptr.to(dev), n, ids)
+    # value checks: on the CUDA path computed on the device and read once with the kernel's
+    # error flag, the kernel getting safe (clamped) offsets and ids (rasfast/ops/_deferred.py)
+    deferred = Deferred()
+    if be == "cuda":
+        nonfinite(q, deferred, "q_emb: contains NaN or infinite values")
+    else:
+        check_finite(q, "q_emb")
+    if cand_ids is not None:
+        T = c.shape[0]
+        ids = check_ids(cand_ids, "cand_ids", 0, T, dev, deferred,
+                        lambda lo, hi: f"cand_ids: must be in [0, T = {T}) (rows of cand_emb), "
+                                       f"got {lo} .. {hi}").contiguous()
+    else:
+        ids = None
+    ptr = check_ptr(cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, "cand_ptr", M,
+                    "M, the number of candidates", dev, deferred).contiguous()
+    q = q.float().contiguous()
+    if be == "cuda":
+        out = _topk_cuda(q, c.contiguous(), ptr, n, ids, deferred)
+    else:
+        deferred.raise_now()
+        out = _TOPK[be](q, c.contiguous(), ptr, n, ids)
     return tuple(to_kind(t, kind) for t in out)
 
 
@@ -138,22 +160,35 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
     s = as_tensor(item_scores, "item_scores")
     check_float(s, "item_scores")
     check_rank(s, "item_scores", 1, "[M]")
-    check_finite(s, "item_scores", allow_inf=True)
     g = as_tensor(item_to_group, "item_to_group")
     check_int(g, "item_to_group")
     check_rank(g, "item_to_group", 1, "[M]")
     check_dim(g, "item_to_group", 0, len(s), "M (len(item_scores))")
-    if len(g) and (int(g.min()) < 0 or int(g.max()) >= 2 ** 31):
-        raise ValueError(f"item_to_group: group ids must be in [0, 2^31), got "
-                         f"{int(g.min())} .. {int(g.max())}")
     k = check_int_arg(k, "k", 1)
     dev = check_same_device(item_scores=s, item_to_group=g)
-    p = _ptr(ptr, "ptr", len(s), "M, the number of items")
+    p = _ptr_shape(ptr, "ptr")
     be = _bk.resolve(backend, dev, "segment_max_rank")
     if be == "cuda" and k > CUDA_MAX_N:
         raise ValueError(f"k: backend 'cuda' supports k <= {CUDA_MAX_N}, got {k}; use "
                          "backend='triton' or 'torch'")
-    out = _RANK[be](s.float().contiguous(), g.long().contiguous(), p.to(dev), k)
+    deferred = Deferred()  # as in segment_topk_scores
+    if be == "cuda":
+        if s.numel():  # NaN only (-inf items are absent); the kernel cannot flag it (docs/gpu.md)
+            deferred.add([torch.isnan(s).any()],
+                         lambda v: ValueError("item_scores: contains NaN") if v[0] else None)
+    else:
+        check_finite(s, "item_scores", allow_inf=True)
+    g = check_ids(item_to_group, "item_to_group", 0, 2 ** 31, dev, deferred,
+                  lambda lo, hi: f"item_to_group: group ids must be in [0, 2^31), got "
+                                 f"{lo} .. {hi}").contiguous()
+    p = check_ptr(ptr if isinstance(ptr, np.ndarray) else p, "ptr", len(s),
+                  "M, the number of items", dev, deferred).contiguous()
+    s = s.float().contiguous()
+    if be == "cuda":
+        out = _rank_cuda(s, g, p, k, deferred)
+    else:
+        deferred.raise_now()
+        out = _RANK[be](s, g, p, k)
     return tuple(to_kind(t, kind) for t in out)
 
 
@@ -199,17 +234,19 @@ def _rank_cpu(s, g, ptr, k):
 _NO_ERROR = 2 ** 62  # the kernel lowers this (atomicMin) to the position of a bad score
 
 
-def _check_cuda_segments(ptr):
-    # the kernels keep a position inside a segment in 32 bits of a sort key
-    if len(ptr) > 1 and int((ptr[1:] - ptr[:-1]).max()) >= 2 ** 32:
+def _check_cuda_segments(M: int):
+    # the kernels keep a position inside a segment in 32 bits of a sort key; a segment of the
+    # (checked or clamped) offsets is never longer than M
+    if M >= 2 ** 32:
         raise ValueError("cand_ptr: backend 'cuda' supports segments of < 2^32 candidates")
 
 
-def _topk_cuda(q, c, ptr, n, ids):
+def _topk_cuda(q, c, ptr, n, ids, deferred=None):
     mod = _bk.cuda_module()
     dev = q.device
-    B, M = q.shape[0], int(ptr[-1])
-    _check_cuda_segments(ptr)
+    B = q.shape[0]
+    M = len(ids) if ids is not None else c.shape[0]
+    _check_cuda_segments(M)
     out_i, out_s = _outputs(B, n, dev)
     scratch = torch.empty(max(M, 1), dtype=torch.float32, device=dev)
     err = torch.full((1,), _NO_ERROR, dtype=torch.int64, device=dev)
@@ -218,17 +255,17 @@ def _topk_cuda(q, c, ptr, n, ids):
                                 device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, n,
                                 device_ptr(scratch), device_ptr(out_i), device_ptr(out_s),
                                 device_ptr(err), cuda_stream(dev))
-    where = int(err.item())
+    where = (deferred or Deferred()).read(err)[0]  # the one host sync, with the input checks
     if where < _NO_ERROR:
         raise _error(1, where)
     return out_i, out_s
 
 
-def _rank_cuda(s, g, ptr, k):
+def _rank_cuda(s, g, ptr, k, deferred=None):
     mod = _bk.cuda_module()
     dev = s.device
     B, M = len(ptr) - 1, len(s)
-    _check_cuda_segments(ptr)
+    _check_cuda_segments(M)
     out_i, out_s = _outputs(B, k, dev)
     slot_keys = torch.full((max(2 * M, 1),), -1, dtype=torch.int64, device=dev)
     slot_vals = torch.zeros(max(2 * M, 1), dtype=torch.int32, device=dev)
@@ -236,6 +273,8 @@ def _rank_cuda(s, g, ptr, k):
         mod.segment_max_rank(device_ptr(s), device_ptr(g), device_ptr(ptr), B, k,
                              device_ptr(slot_keys), device_ptr(slot_vals), device_ptr(out_i),
                              device_ptr(out_s), cuda_stream(dev))
+    if deferred:
+        deferred.read()  # the input checks (NaN, group ids, ptr): one host sync
     return out_i, out_s
 
 

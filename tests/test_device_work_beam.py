@@ -1,0 +1,173 @@
+"""Device-work budget of triple_beam_search on the CUDA emulator (issue 38, DESIGN.md s.11).
+
+Backend "cuda" reads the device once per search: the kernel's error flag, together with the
+input checks that need device values (q finite, its norm, device seeds' range and offsets),
+all in one transfer. It runs no torch op over the corpus (``triple_emb``) and allocates
+nothing outside torch. The graph's offsets are checked on the host (numpy arrays, a
+TripleGraph: once per graph object) or, for a device CSR, once per indptr tensor (one more
+read on its first search only; docs/gpu.md, "Host synchronisations that remain"). Counted
+with rasfast.device_work on the emulator (``RASFAST_CUDA_EMU=1``: every tensor is a CPU
+tensor, so any host read of a tensor counts). Run:
+``RASFAST_CUDA_EMU=1 pytest -m cuda_emu tests/test_device_work_beam.py``.
+
+Counts measured when these budgets were set (n=400, D=32, B=16, b=5, max_len=3):
+
+| call | syncs | launches (kernels + torch ops) | allocs | watched reads |
+|---|---:|---:|---:|---:|
+| before: any graph form, seeds a list of numpy arrays | 15 | 45 (1 + 44) | 0 | 0 |
+| host graph (numpy / graph object), host seeds | 1 | 14 (1 + 13) | 0 | 0 |
+| host graph, device seeds (ptr, ids) | 1 | 36 (1 + 35) | 0 | 0 |
+| device CSR, its first search, host seeds | 2 | 20 (1 + 19) | 0 | 0 |
+| device CSR, later searches | 1 | 14 (1 + 13) | 0 | 0 |
+"""
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import rasfast
+from rasfast.device_work import count_device_work
+
+from conftest import EMULATED
+from test_beam import assert_same, random_graph, random_seeds
+
+pytestmark = [pytest.mark.cuda_emu,
+              pytest.mark.skipif(not EMULATED, reason="counts the CUDA emulator's work "
+                                 "(RASFAST_CUDA_EMU=1)")]
+
+KW = dict(beam_width=5, max_len=3, max_neighbors=8)
+HOST_SEEDS_LAUNCHES = 16    # measured 14: 1 kernel + 13 torch ops, whatever B
+DEVICE_SEEDS_LAUNCHES = 40  # measured 36-38: + the on-device de-duplication of the seeds
+
+
+@pytest.fixture(autouse=True)
+def emulated():
+    info = rasfast.backends()["cuda"]
+    assert info["available"] and info["emulated"], info
+
+
+def fresh_seed() -> int:
+    return int(np.random.SeedSequence().entropy % (2 ** 31))
+
+
+def problem(seed, n=400, D=32, B=16):
+    rng = np.random.default_rng(seed)
+    indptr, indices = random_graph(rng, n, max(2, n // 3), hub=n // 4, isolated=n // 8)
+    emb = torch.from_numpy(rng.standard_normal((n, D)).astype(np.float32))
+    q = torch.from_numpy(rng.standard_normal((B, D)).astype(np.float32))
+    return (indptr, indices), emb, q, random_seeds(rng, B, n, 8)
+
+
+def seed_forms(seeds):
+    """The accepted seed forms: host (lists of numpy arrays) and device (torch) ones."""
+    ptr = np.zeros(len(seeds) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(s) for s in seeds])
+    ids = np.concatenate(seeds).astype(np.int64)
+    width = max(len(s) for s in seeds)
+    square = np.stack([np.resize(s, width) if len(s) else np.zeros(width, np.int64) for s in seeds])
+    return {"numpy list": seeds,
+            "device (ptr, ids)": (torch.from_numpy(ptr), torch.from_numpy(ids)),
+            "device list": [torch.from_numpy(s.astype(np.int64)) for s in seeds],
+            "device [B, S]": torch.from_numpy(square)}
+
+
+def reference(graph, emb, q, seeds):
+    return rasfast.triple_beam_search(graph, emb, q, seeds, backend="torch", **KW)
+
+
+@pytest.mark.parametrize("graph_form", ["numpy pair", "graph object"])
+@pytest.mark.parametrize("seeds_form", ["numpy list", "device (ptr, ids)", "device list",
+                                        "device [B, S]"])
+def test_one_sync_no_corpus_pass_and_the_reference_result(graph_form, seeds_form):
+    seed = fresh_seed()
+    graph, emb, q, seeds = problem(seed)
+    g = graph if graph_form == "numpy pair" else types.SimpleNamespace(indptr=graph[0],
+                                                                         indices=graph[1])
+    sd = seed_forms(seeds)[seeds_form]
+    if seeds_form == "device [B, S]":  # padded rows repeat seeds (duplicates count once)
+        seeds = [np.asarray(r) for r in sd.numpy()]
+    want = reference(graph, emb, q, seeds)
+    for _ in range(2):  # the graph object is checked on its first search only: both count 1
+        with count_device_work(watch=[emb]) as w:
+            got = rasfast.triple_beam_search(g, emb, q, sd, backend="cuda", **KW)
+        assert w.syncs <= 1, (seed, w.summary())
+        assert w.allocs == 0 and w.watched_reads == 0, (seed, w.summary())
+        bound = HOST_SEEDS_LAUNCHES if seeds_form == "numpy list" else DEVICE_SEEDS_LAUNCHES
+        assert w.launches <= bound and w.kernels == 1, (seed, w.summary())
+        assert_same(got, want)
+
+
+def test_device_csr_is_checked_on_its_first_search_only():
+    seed = fresh_seed()
+    graph, emb, q, seeds = problem(seed)
+    dev_graph = tuple(torch.from_numpy(a) for a in graph)
+    want = reference(graph, emb, q, seeds)
+    counts = []
+    for i in range(3):
+        with count_device_work(watch=[emb]) as w:
+            got = rasfast.triple_beam_search(dev_graph, emb, q, seeds, backend="cuda", **KW)
+        assert_same(got, want)
+        check_ops = 6 if i == 0 else 0  # measured 6: the offsets' check, first search only
+        assert w.allocs == 0 and w.watched_reads == 0, w.summary()
+        assert w.launches <= HOST_SEEDS_LAUNCHES + check_ops, w.summary()
+        counts.append(w.syncs)
+    assert counts == [2, 1, 1], (seed, counts)
+    dev_graph[0][1:] += 0  # an in-place change (same values): checked again
+    with count_device_work() as w:
+        rasfast.triple_beam_search(dev_graph, emb, q, seeds, backend="cuda", **KW)
+    assert w.syncs == 2, w.summary()
+
+
+def test_launches_do_not_grow_with_the_batch():
+    graph, emb, q, seeds = problem(fresh_seed(), B=64)
+    with count_device_work() as w:
+        rasfast.triple_beam_search(graph, emb, q, seeds, backend="cuda", **KW)
+    assert w.launches <= HOST_SEEDS_LAUNCHES and w.syncs <= 1, w.summary()
+
+
+# ------------------------------------------------------------------ bad input, same errors
+
+def _bad_cases():
+    graph, emb, q, seeds = problem(3, n=60, D=8, B=4)
+    n = emb.shape[0]
+    nan_q = q.clone()
+    nan_q[1, 2] = float("nan")
+    big_q = torch.full_like(q, 3e38)
+    nan_emb = emb.clone()
+    nan_emb[:] = float("nan")
+    bad_ptr = graph[0].copy()
+    bad_ptr[5] = bad_ptr[6] + 1
+    shifted = graph[0] + 1
+    s_ptr, s_ids = seed_forms(seeds)["device (ptr, ids)"]
+    out_ids = s_ids.clone()
+    out_ids[0] = n
+    neg = [torch.tensor([0, -1])] + [torch.tensor([1])] * (len(seeds) - 1)
+    bad_sptr = s_ptr.clone()
+    bad_sptr[1] = bad_sptr[2] + 1
+    ok = dict(graph=graph, emb=emb, q=q, seeds=seeds)
+    return [
+        (dict(ok, q=nan_q), "q_emb: contains NaN or infinite values"),
+        (dict(ok, q=big_q), "q_emb: a query's squared norm overflows float32"),
+        (dict(ok, emb=nan_emb), "triple_emb: a row read by the search"),
+        (dict(ok, graph=(bad_ptr, graph[1])), "graph.indptr: must be non-decreasing"),
+        (dict(ok, graph=(shifted, graph[1])), "graph.indptr: must start at 0"),
+        (dict(ok, graph=(torch.from_numpy(bad_ptr), torch.from_numpy(graph[1]))),
+         "graph.indptr: must be non-decreasing"),
+        (dict(ok, graph=(torch.from_numpy(shifted), torch.from_numpy(graph[1]))),
+         "graph.indptr: must start at 0"),
+        (dict(ok, seeds=[np.array([n])] + seeds[1:]), r"seeds: triple ids must be in \[0, n"),
+        (dict(ok, seeds=(s_ptr, out_ids)), r"seeds: triple ids must be in \[0, n = 60\), got 0 \.\. 60"),
+        (dict(ok, seeds=neg), r"seeds: triple ids must be in \[0, n = 60\), got -1 \.\. 1"),
+        (dict(ok, seeds=(bad_sptr, s_ids)), "seeds.ptr: must be non-decreasing"),
+        (dict(ok, seeds=(s_ptr[:-1], s_ids)), "seeds.ptr: expected B"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_cases())))
+def test_bad_input_raises_the_same_error(case):
+    args, msg = _bad_cases()[case]
+    for backend in ("cuda", "torch"):
+        with pytest.raises(ValueError, match=msg):
+            rasfast.triple_beam_search(args["graph"], args["emb"], args["q"], args["seeds"],
+                                       backend=backend, **KW)
