@@ -12,12 +12,15 @@
 //     finish (an atomic ticket) scans the 2048 bins with the whole block and fixes the digit.
 //     A row is done once the chosen bin holds exactly the entries still wanted: its later
 //     passes return at once (with random floats, after the second or third pass).
-//     From the second pass on, a pass also copies the entries matching the prefix into a
-//     candidate buffer (N/8 per row) that the next pass reads instead of the row: the
-//     filtering of AIR top-k (RAFT/cuVS). An overflowing buffer sends the next pass back to
-//     the row. So the row is read twice, then only candidates.
-//  2. One pass over the row writes every entry with c <= T at a per-row atomic position
-//     (warp-aggregated): the k answers, unordered (sorted=False returns them so).
+//     The second pass filters (AIR top-k, RAFT/cuVS): it writes the entries below the first
+//     digit's range straight to the output (all of them are answers) and copies the entries
+//     in the range to a buffer (N/8 per row); later passes read that buffer, and copy what
+//     still matches to ping-pong buffers, instead of the row. An overflowing buffer sends
+//     the next pass back to the row (or to the first buffer).
+//  2. The final write reads the first buffer (the row if it overflowed or never ran) and
+//     writes the range's answers (c <= T) at per-row atomic positions, warp-aggregated.
+//     So the row is read twice in all (passes one and two) when the first digit's range
+//     fits the buffer; the answers come out unordered (sorted=False returns them so).
 //  3. sorted: k <= 2048: one block per row sorts its k composites in shared memory (bitonic);
 //     larger k: cub::DeviceRadixSort over (row-in-group, c). Indices and values are decoded
 //     from the sorted composites.
@@ -59,8 +62,11 @@ struct __align__(16) SelState {
   unsigned int done;          // every entry in the prefix's range is selected too
   unsigned int src;           // where the next pass reads: 0 the row, 1 buf[0], 2 buf[1]
   unsigned int count[2];      // entries written to buf[0] / buf[1] (past cap: overflowed)
-  unsigned int out_count;     // answers written by the final pass
-  unsigned int pad;
+  unsigned int out_count;     // answers written so far (second pass and final write)
+  unsigned int s1;            // the first filter: 0 did not run, 1 its buffer holds the range, 2 overflowed
+  unsigned long long p1_prefix, p1_mask;  // the range the first filter kept
+  unsigned int s1_count;      // entries in the first-filter buffer (past cap: overflowed)
+  unsigned int pad[3];
 };
 
 // Order-preserving keys on the raw storage words (no float conversion).
@@ -170,14 +176,40 @@ __device__ __forceinline__ unsigned long long low_bits(int bits) {
   return bits >= 64 ? ~0ull : ((1ull << bits) - 1);
 }
 
+// Where the answers go. mode 0: index and value; 1: the composite (sorted on chip next);
+// 2: the composite with the row-in-group above bit tb (for a device-wide sort).
+template <class W>
+struct Out {
+  int mode;
+  int tb;
+  int64_t k, group;
+  int64_t* idx;
+  W* vals;
+  unsigned long long* keys;
+  __device__ __forceinline__ void put(int64_t r, unsigned slot, unsigned long long c, int64_t i, W v) const {
+    if ((int64_t)slot >= k) return;
+    const size_t o = (size_t)r * (size_t)k + slot;
+    if (mode == 0) {
+      idx[o] = i;
+      vals[o] = v;
+    } else {
+      keys[o] = (mode == 2 ? (unsigned long long)(r % group) << tb : 0ull) | c;
+    }
+  }
+};
+
 // One radix pass: the histogram of digit [shift, shift + dbits) of the entries matching the
-// row's prefix; the row's last block fixes the digit. write_buf: also copy those entries to
-// the candidate buffer the next pass reads.
+// row's prefix; the row's last block fixes the digit. The second pass (first_filter) also
+// writes the entries below the prefix's range to the output (all selected) and copies those
+// in the range to the row's first-filter buffer, which the next pass and the final write
+// read instead of the row; later passes (write_buf) copy them to a ping-pong buffer.
+// Sources (state.src): 0 the row, 1 / 2 ping-pong buffer 0 / 1, 3 the first-filter buffer.
 template <DType D>
 __global__ void __launch_bounds__(kThreads)
 radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, bool largest,
-           int ibits, int shift, int dbits, int write_buf, int64_t cap, SelState* st,
-           unsigned* hist, unsigned* arrived, unsigned long long* buf) {
+           int ibits, int shift, int dbits, int first_filter, int write_buf, int64_t cap,
+           SelState* st, unsigned* hist, unsigned* arrived, unsigned long long* buf,
+           unsigned long long* s1buf, Out<typename RawKey<D>::W> out) {
   using W = typename RawKey<D>::W;
   using Scan = cub::BlockScan<unsigned, kThreads>;
   __shared__ unsigned h[kBins];
@@ -190,25 +222,40 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const unsigned long long P = s.prefix, M = s.mask;
-    const int wb = s.src == 1 ? 1 : 0;  // the buffer not being read
-    unsigned long long* out_buf = buf + ((size_t)wb * (size_t)rows + (size_t)r) * (size_t)cap;
-    unsigned* out_cnt = &st[r].count[wb];
-    auto visit = [&](const unsigned long long (&c)[kVec], int m) {
-      unsigned hit = 0, nhit = 0;
+    const int wb = s.src == 1 ? 1 : 0;  // the ping-pong buffer not being read
+    unsigned long long* copy_to = first_filter
+        ? s1buf + (size_t)r * (size_t)cap
+        : buf + ((size_t)wb * (size_t)rows + (size_t)r) * (size_t)cap;
+    unsigned* copy_cnt = first_filter ? &st[r].s1_count : &st[r].count[wb];
+    const bool copying = first_filter || write_buf;
+    // c[0..m): composites; w / i0: their words and first index (row sources only)
+    auto visit = [&](const unsigned long long (&c)[kVec], const W* w, int64_t i0, int m) {
+      unsigned hit = 0, nhit = 0, low = 0, nlow = 0;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
-        if (e < m && (c[e] & M) == P) {
-          atomicAdd(&h[(unsigned)(c[e] >> shift) & dmask], 1u);
-          hit |= 1u << e;
-          ++nhit;
+        if (e < m) {
+          if ((c[e] & M) == P) {
+            atomicAdd(&h[(unsigned)(c[e] >> shift) & dmask], 1u);
+            hit |= 1u << e;
+            ++nhit;
+          } else if (first_filter && c[e] < P) {
+            low |= 1u << e;
+            ++nlow;
+          }
         }
       }
-      if (write_buf && __any_sync(kFull, nhit != 0)) {
-        unsigned slot = warp_reserve(out_cnt, nhit);
+      if (first_filter && __any_sync(kFull, nlow != 0)) {
+        unsigned slot = warp_reserve(&st[r].out_count, nlow);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          if (low & (1u << e)) out.put(r, slot++, c[e], i0 + e, w[e]);
+      }
+      if (copying && __any_sync(kFull, nhit != 0)) {
+        unsigned slot = warp_reserve(copy_cnt, nhit);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           if (hit & (1u << e)) {
-            if (slot < (unsigned)cap) out_buf[slot] = c[e];
+            if (slot < (unsigned)cap) copy_to[slot] = c[e];
             ++slot;
           }
         }
@@ -223,13 +270,17 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
           c[e] = e < m ? ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e) : 0ull;
-        visit(c, m);
+        visit(c, w, i0, m);
       };
       for_words(row, lo, hi, on_words);
     } else {
-      const unsigned long long* in = buf + ((size_t)(s.src - 1) * (size_t)rows + (size_t)r) * (size_t)cap;
+      const unsigned long long* in = s.src == 3
+          ? s1buf + (size_t)r * (size_t)cap
+          : buf + ((size_t)(s.src - 1) * (size_t)rows + (size_t)r) * (size_t)cap;
+      const unsigned avail = s.src == 3 ? s.s1_count : (s.src == 1 ? s.count[0] : s.count[1]);
       int64_t lo, hi;
-      chunk_of((int64_t)(s.src == 1 ? s.count[0] : s.count[1]), blockIdx.x, gridDim.x, &lo, &hi);
+      chunk_of((int64_t)avail, blockIdx.x, gridDim.x, &lo, &hi);
+      const W none[kVec] = {};
       for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
         const int64_t i = t0 + threadIdx.x;
         unsigned long long c[kVec] = {};
@@ -238,7 +289,7 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
           c[0] = in[i];
           m = 1;
         }
-        visit(c, m);
+        visit(c, none, 0, m);
       }
     }
     __syncthreads();
@@ -280,11 +331,17 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
         w->prefix = P | ((unsigned long long)digit << shift);
         w->mask = M | ((unsigned long long)dmask << shift);
         w->done = (unsigned long long)count == want - below ? 1u : 0u;
-        if (s.src >= 1) w->count[s.src - 1] = 0;  // the buffer just read is free again
-        if (write_buf) {
+        if (s.src == 1 || s.src == 2) w->count[s.src - 1] = 0;  // the buffer just read is free
+        if (first_filter) {
+          const unsigned wrote = *(volatile unsigned*)&w->s1_count;
+          w->p1_prefix = P;
+          w->p1_mask = M;
+          w->s1 = wrote <= (unsigned)cap ? 1u : 2u;
+          w->src = wrote <= (unsigned)cap ? 3u : 0u;
+        } else if (write_buf) {
           const unsigned wrote = *(volatile unsigned*)&w->count[wb];
           const bool fits = wrote <= (unsigned)cap;
-          w->src = fits ? (unsigned)(wb + 1) : 0u;
+          w->src = fits ? (unsigned)(wb + 1) : (s.s1 == 1 ? 3u : 0u);
           if (!fits) w->count[wb] = 0;
         } else {
           w->src = 0;
@@ -298,34 +355,28 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
   }
 }
 
-// Writes every entry with composite <= T (the row's k answers), unordered. mode 0: index
-// and value; mode 1: the composite (sorted in shared memory next); mode 2: the composite with
-// the row-in-group above bit tb (for a device-wide sort).
+// Writes the answers the radix passes did not (composite <= T, not below the first filter's
+// range), unordered: from the first-filter buffer when it held the range, else from the row.
 template <DType D>
 __global__ void __launch_bounds__(kThreads)
-write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, bool largest,
-               int ibits, int tb, SelState* st, int mode, int64_t group, int64_t* out_idx,
-               typename RawKey<D>::W* out_vals, unsigned long long* out_keys) {
+write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, bool largest, int ibits,
+               SelState* st, int64_t cap, const unsigned long long* s1buf,
+               Out<typename RawKey<D>::W> out) {
   using W = typename RawKey<D>::W;
+  const unsigned long long imask = low_bits(ibits);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const SelState s = st[r];
-    const unsigned long long T = s.prefix | (~s.mask & low_bits(tb));
-    const unsigned long long row_bits = mode == 2 ? (unsigned long long)(r % group) << tb : 0ull;
+    const unsigned long long T = s.prefix | (~s.mask & low_bits(out.tb));
     unsigned* out_cnt = &st[r].out_count;
     const W* row = x + (size_t)r * (size_t)n;
-    int64_t lo, hi;
-    chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-    auto on_words = [&](const W* w, int64_t i0, int m) {
-      unsigned long long c[kVec];
+    // c[0..m) in the range of the first filter (or every entry, when it did not run)
+    auto take = [&](const unsigned long long (&c)[kVec], const W* w, int m, bool gather) {
       unsigned hit = 0, nhit = 0;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
-        if (e < m) {
-          c[e] = ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e);
-          if (c[e] <= T) {
-            hit |= 1u << e;
-            ++nhit;
-          }
+        if (e < m && c[e] <= T) {
+          hit |= 1u << e;
+          ++nhit;
         }
       }
       if (!__any_sync(kFull, nhit != 0)) return;
@@ -333,20 +384,42 @@ write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t 
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         if (hit & (1u << e)) {
-          if ((int64_t)slot < k) {
-            const size_t o = (size_t)r * (size_t)k + slot;
-            if (mode == 0) {
-              out_idx[o] = i0 + e;
-              out_vals[o] = w[e];
-            } else {
-              out_keys[o] = row_bits | c[e];
-            }
-          }
-          ++slot;
+          const int64_t i = (int64_t)(c[e] & imask);
+          out.put(r, slot++, c[e], i, gather ? (out.mode == 0 ? row[i] : W(0)) : w[e]);
         }
       }
     };
-    for_words(row, lo, hi, on_words);
+    if (s.s1 == 1) {
+      const unsigned long long* in = s1buf + (size_t)r * (size_t)cap;
+      int64_t lo, hi;
+      chunk_of((int64_t)s.s1_count, blockIdx.x, gridDim.x, &lo, &hi);
+      for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
+        const int64_t i = t0 + threadIdx.x;
+        unsigned long long c[kVec] = {};
+        int m = 0;
+        if (i < hi) {
+          c[0] = in[i];
+          m = 1;
+        }
+        take(c, nullptr, m, true);
+      }
+    } else {
+      int64_t lo, hi;
+      chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
+      const bool in_range_only = s.s1 == 2;  // the below-range entries are already written
+      auto on_words = [&](const W* w, int64_t i0, int m) {
+        unsigned long long c[kVec];
+        int mm = 0;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          c[e] = e < m ? ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e) : ~0ull;
+          if (in_range_only && (c[e] & s.p1_mask) != s.p1_prefix) c[e] = ~0ull;  // never <= T
+          mm = e < m ? e + 1 : mm;
+        }
+        take(c, w, mm, false);
+      };
+      for_words(row, lo, hi, on_words);
+    }
   }
 }
 
@@ -456,8 +529,8 @@ Layout layout_for(int key_bits, int64_t rows, int64_t n, int64_t k, bool sorted)
   L.arrived = off;
   off = align_up(off + sizeof(unsigned) * (size_t)rows);
   L.zero_bytes = off;
-  L.buf = off;
-  off = align_up(off + sizeof(unsigned long long) * 2 * (size_t)rows * (size_t)L.cap);
+  L.buf = off;  // ping-pong buffers 0 and 1, then the first-filter buffer
+  off = align_up(off + sizeof(unsigned long long) * 3 * (size_t)rows * (size_t)L.cap);
   if (sorted) {
     L.keys = off;
     off = align_up(off + sizeof(unsigned long long) * (size_t)rows * (size_t)k);
@@ -506,19 +579,22 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
 
   const int nblk = blocks_per_row(rows, n);
   const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
+  const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
+  const Out<W> sink{mode, L.tb, k, L.group, out, out_vals, keys};
+  unsigned long long* s1buf = buf + 2 * (size_t)rows * (size_t)L.cap;
   int remaining = L.tb;
-  const int passes = (L.tb + kDigitBits - 1) / kDigitBits;
+  const int passes = (L.tb + kDigitBits - 1) / kDigitBits;  // >= 2: tb >= 16
   for (int p = 0; p < passes; ++p) {
     const int dbits = std::min(kDigitBits, remaining);
     remaining -= dbits;
-    const int write_buf = (p >= 1 && p + 1 < passes) ? 1 : 0;
+    const int first_filter = p == 1 ? 1 : 0;
+    const int write_buf = (p >= 2 && p + 1 < passes) ? 1 : 0;
     radix_pass<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
-                                                 write_buf, L.cap, st, hist, arrived, buf);
+                                                 first_filter, write_buf, L.cap, st, hist, arrived,
+                                                 buf, s1buf, sink);
     RASFAST_CUDA_CHECK(cudaGetLastError());
   }
-  const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
-  write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, L.tb, st, mode,
-                                                   L.group, out, out_vals, keys);
+  write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, L.ibits, st, L.cap, s1buf, sink);
   RASFAST_CUDA_CHECK(cudaGetLastError());
   if (mode == 1) {
     int pow2 = 1;
