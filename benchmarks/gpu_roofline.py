@@ -138,7 +138,8 @@ class SyncCounter:
         else:
             torch.cuda.set_sync_debug_mode("default")
             self._warn.__exit__(*exc)
-            msgs = [str(w.message) for w in self._log if "synchroniz" in str(w.message)]
+            # one warning per synchronising call; the mode's own "prototype feature" notice is not one
+            msgs = [str(w.message) for w in self._log if "called a synchronizing" in str(w.message)]
             self.count, self.sites = len(msgs), [m.splitlines()[0][:80] for m in msgs[:5]]
         return False
 
@@ -244,8 +245,24 @@ def parity_sweep(dev, emulate: bool):
                     if ok:
                         n_ok += 1
                     else:
-                        fails.append(f"{str(dtype)[6:]} {mode} {B}x{N} k={k} largest={largest} sorted={sorted_}")
+                        what = f"{str(dtype)[6:]} {mode} {B}x{N} k={k} largest={largest} sorted={sorted_}"
+                        if len(fails) < 4 and sorted_:
+                            what += " | " + _diagnose(x, k, largest, idx, want)
+                        fails.append(what)
     return n_ok, fails
+
+
+def _diagnose(x, k, largest, idx, want) -> str:
+    """Where a sorted result first differs from the reference, with the raw bits, and whether
+    it matches the reference computed on the CPU instead (a device sort's own NaN order)."""
+    bits = torch.int16 if x.dtype != torch.float32 else torch.int32
+    diff = (idx != want).nonzero()
+    r, j = (int(v) for v in diff[0]) if len(diff) else (0, 0)
+    xb = x[r].view(bits)
+    cpu_want = ref_select(x.cpu(), k, largest, True)
+    return (f"row {r} pos {j}: got {int(idx[r, j])} (bits {int(xb[idx[r, j]]):#x}), ref {int(want[r, j])} "
+            f"(bits {int(xb[want[r, j]]):#x}); matches the CPU reference: {torch.equal(idx.cpu(), cpu_want)}; "
+            f"device ref equals CPU ref: {torch.equal(want.cpu(), cpu_want)}")
 
 
 def graph_capture(dev, emulate: bool):
@@ -302,6 +319,9 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                                                   rounds, emulate)
                 r["host_us"] = host_us(lambda: rasfast.select_k(nxt(), k, backend="cuda"), 10 if not emulate else 2,
                                        emulate)
+                r["topk_host_us"] = host_us(lambda: torch.topk(nxt(), k, dim=1, largest=False, sorted=True),
+                                            10 if not emulate else 2, emulate)
+                r["graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 r["speedup"] = r["topk_ms"] / r["cuda_ms"]
                 r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
                 r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
@@ -312,6 +332,41 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
             if not emulate:
                 torch.cuda.empty_cache()
     return rows
+
+
+def graph_ms(x, k) -> float:
+    """Device time of one select_k call without host gaps: a CUDA graph of it, replayed."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rasfast.select_k(x, k, backend="cuda")
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        rasfast.select_k(x, k, backend="cuda")
+    ms = device_ms(g.replay, 20, False)
+    del g
+    return ms
+
+
+def host_profile(dev, emulate: bool):
+    """Where the host's time per select_k call goes (cProfile, 300 calls, 16 x 1M float32, k = 10)."""
+    import cProfile
+    import io
+    import pstats
+    x = torch.randn(16, 1_000_000 if not emulate else 2_000, device=dev)
+    for _ in range(5):
+        rasfast.select_k(x, 10, backend="cuda")
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(300 if not emulate else 5):
+        rasfast.select_k(x, 10, backend="cuda")
+    pr.disable()
+    if not emulate:
+        torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(14)
+    return out.getvalue()
 
 
 def ncu_select(emulate: bool):
@@ -382,17 +437,24 @@ def markdown(res) -> str:
         L += ["Failures:", ""] + [f"- {f}" for f in fails[:30]] + [""]
     L += [f"CUDA graph: {res['graph']}", "", "## select_k timings", "",
           "Median of 20 calls (CUDA events), inputs rotated over copies past the L2 cache. "
-          "GB/s = the input's bytes (read once: the least an exact select moves) / time; share = "
-          "of the measured copy bandwidth. host = the CPU's microseconds per call, no sync.", "",
+          "cuda graph = the same call captured and replayed (device time without host gaps). "
+          "GB/s = the input's bytes (read once: the least an exact select moves) / graph time; share = "
+          "of the measured copy bandwidth. host us = the CPU's microseconds per call, no sync "
+          "(torch.topk's in brackets).", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
-          "speed-up | GB/s | share | host us |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
-        share = f"{100 * r['roof_share']:.0f}%" if r["roof_share"] else "-"
+        g = r.get("graph_ms")
+        gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
+        share = f"{100 * gbps / res['ceilings']['copy_GBps']:.0f}%" if res["ceilings"]["copy_GBps"] else "-"
+        gs = f"{g:.3f}" if g else "-"
         L.append(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | {r['topk_ms']:.3f} | "
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
-                 f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {r['GBps']:,.0f} | {share} | "
-                 f"{r['host_us']:.0f} |")
+                 f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
+                 f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) |")
+    L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
+          "by own time:", "", "```", res["host_profile"].strip(), "```"]
     n = res["ncu"]
     L += ["", "## Nsight Compute: DRAM bytes of one select_k call (16 x 1M float32, k = 10)", ""]
     if "kernels" in n and n["kernels"]:
@@ -437,6 +499,8 @@ def main(argv=None) -> int:
     res["graph"] = graph_capture(dev, a.emulate)
     print("graph", res["graph"], flush=True)
     res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
+    res["host_profile"] = host_profile(dev, a.emulate)
+    print(res["host_profile"], flush=True)
     res["ncu"] = ncu_select(a.emulate)
     res["seconds"] = time.time() - t0
     md = markdown(res)

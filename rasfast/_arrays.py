@@ -89,11 +89,14 @@ def cuda_stream(device: torch.device) -> int:
     0 for CPU tensors, which reach the CUDA kernels only under the emulator (RASFAST_CUDA_EMU=1)."""
     if device.type != "cuda":
         return 0
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: cheaper
+    if raw is not None:
+        return raw(device.index if device.index is not None else torch.cuda.current_device())
     return torch.cuda.current_stream(device).cuda_stream
 
 
 def device_guard(device: torch.device):
     """``torch.cuda.device(device)`` for CUDA tensors; nothing for the emulator's CPU tensors."""
-    if device.type != "cuda":
+    if device.type != "cuda" or device.index is None or device.index == torch.cuda.current_device():
         return contextlib.nullcontext()
     return torch.cuda.device(device)

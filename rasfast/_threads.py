@@ -103,6 +103,9 @@ def follows_width_rule(fn: F) -> F:
     """Runs ``fn`` (a public op) under :func:`torch_width` of its arguments' elements."""
     @functools.wraps(fn)
     def op(*args, **kwargs):
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cuda:  # a GPU call uses no CPU threads
+            return fn(*args, **kwargs)
         with torch_width(op_work(args, kwargs)):
             return fn(*args, **kwargs)
     return op  # type: ignore[return-value]

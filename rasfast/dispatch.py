@@ -177,17 +177,27 @@ def cuda_attr(name: str, default=None):
     return getattr(mod, name, default) if mod is not None else default
 
 
+# Modules whose runtime said "ok" once: that does not change within a process, and asking the
+# driver again on every auto call costs host time on each GPU op.
+_USABLE_CUDA: Dict[int, object] = {}
+
+
 def cuda_unusable_reason() -> Optional[str]:
     """None when rasfast._cuda imports and its runtime can use a device; else why not.
     Under RASFAST_CUDA_EMU=1: None when rasfast._cuda_emu imports."""
     mod, err = _cuda_import()
     if mod is None:
         return err
+    if _USABLE_CUDA.get(id(mod)) is mod:
+        return None
     try:
         status = mod.device_status()  # e.g. "CUDA driver version is insufficient ..."
     except Exception as e:  # a module built before device_status existed, or a broken one
         return f"{type(e).__name__}: {e}"
-    return None if status == "ok" else f"rasfast._cuda cannot use a device: {status}"
+    if status == "ok":
+        _USABLE_CUDA[id(mod)] = mod
+        return None
+    return f"rasfast._cuda cannot use a device: {status}"
 
 
 def _cuda_device_count() -> int:

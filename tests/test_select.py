@@ -329,9 +329,12 @@ def test_compiled_cuda_entry_validates():
         pytest.skip("rasfast._cuda not built (no nvcc at install time)")
     mod = dispatch.cuda_module()
     with pytest.raises(ValueError, match="k must be in"):
-        mod.select_k(0, 0, 1, 5, 6, False, True, 0, 0)
+        mod.select_k(0, 0, 1, 5, 6, False, True, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError, match="dtype code"):
-        mod.select_k(0, 3, 1, 5, 2, False, True, 0, 0)
+        mod.select_k(0, 3, 1, 5, 2, False, True, 0, 0, 0, 0, 0)
     with pytest.raises(ValueError, match="device pointers"):
-        mod.select_k(0, 0, 1, 5, 2, False, True, 0, 0)
-    mod.select_k(0, 0, 0, 5, 2, False, True, 0, 0)  # zero rows: nothing to do, no launch
+        mod.select_k(0, 0, 1, 5, 2, False, True, 0, 0, 0, 0, 0)
+    mod.select_k(0, 0, 0, 5, 2, False, True, 0, 0, 0, 0, 0)  # zero rows: nothing to do, no launch
+    with pytest.raises(ValueError, match="k must be in"):
+        mod.select_k_workspace_bytes(0, 1, 5, 6, True)
+    assert mod.select_k_workspace_bytes(0, 0, 5, 2, True) == 0
