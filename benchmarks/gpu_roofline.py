@@ -236,7 +236,11 @@ def parity_sweep(dev, emulate: bool):
                 x = make_rows(B, N, mode, dtype, dev, seed=B * N + k)
                 for largest, sorted_ in ((False, True), (True, True), (False, False)):
                     vals, idx = rasfast.select_k(x, k, largest=largest, sorted=sorted_, backend="cuda")
-                    want = ref_select(x, k, largest, sorted_)
+                    # NaN: the reference sorts on the CPU. torch.sort on CUDA ranks a NaN with its
+                    # sign bit set below -inf (seen in the first roofline run: bfloat16 NaN from
+                    # the CPU's conversion), where the contract and the CPU sort rank every NaN last.
+                    want = (ref_select(x.cpu(), k, largest, sorted_).to(dev) if mode == "nan"
+                            else ref_select(x, k, largest, sorted_))
                     ok = torch.equal(idx, want) if sorted_ else torch.equal(idx.sort(1).values,
                                                                              want.sort(1).values)
                     ok = ok and torch.equal(vals.view(torch.int16 if dtype != torch.float32 else torch.int32),
@@ -349,6 +353,26 @@ def graph_ms(x, k) -> float:
     return ms
 
 
+def segment_timings(dev, emulate: bool):
+    """segment_topk_scores at KiRAG-like shapes against the torch peer (equal-length segments
+    as one padded bmm + topk: the peer's best case)."""
+    rows = []
+    for B, per, D, n in ([(64, 300, 384, 10), (1024, 200, 384, 10), (16, 20_000, 768, 100)]
+                         if not emulate else [(4, 30, 16, 5)]):
+        g = torch.Generator().manual_seed(B)
+        q = torch.randn(B, D, generator=g).to(dev)
+        cand = torch.randn(B * per, D, generator=g).to(dev)
+        ptr = (torch.arange(B + 1) * per).to(dev)
+        got = rasfast.segment_topk_scores(q, cand, ptr, n, backend="cuda")
+        peer = lambda: torch.topk(torch.bmm(cand.view(B, per, D), q[:, :, None])[..., 0], n, dim=1)
+        ok = torch.equal(got[0] % per, peer().indices) if not emulate else True
+        rows.append({"B": B, "per_query": per, "D": D, "n": n, "same_ids": bool(ok),
+                     "cuda_ms": device_ms(lambda: rasfast.segment_topk_scores(q, cand, ptr, n, backend="cuda"),
+                                          20 if not emulate else 2, emulate),
+                     "torch_ms": device_ms(peer, 20 if not emulate else 2, emulate)})
+    return rows
+
+
 def host_profile(dev, emulate: bool):
     """Where the host's time per select_k call goes (cProfile, 300 calls, 16 x 1M float32, k = 10)."""
     import cProfile
@@ -453,6 +477,17 @@ def markdown(res) -> str:
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) |")
+    L += ["", "## segment_topk_scores (cuda) against torch", "",
+          "Equal-length segments, so the torch peer is one padded bmm + topk (its best case; "
+          "ragged segments need padding or a loop). Median ms of 20 calls.", "",
+          "| B | candidates per query | D | n | cuda ms | torch ms | speed-up | same ids |",
+          "|---|---|---|---|---|---|---|---|"]
+    for r in res.get("segment", []):
+        if "error" in r:
+            L.append(f"| error: {r['error']} |")
+        else:
+            L.append(f"| {r['B']} | {r['per_query']:,} | {r['D']} | {r['n']} | {r['cuda_ms']:.3f} | "
+                     f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | {r['same_ids']} |")
     L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     n = res["ncu"]
@@ -499,6 +534,11 @@ def main(argv=None) -> int:
     res["graph"] = graph_capture(dev, a.emulate)
     print("graph", res["graph"], flush=True)
     res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
+    try:
+        res["segment"] = segment_timings(dev, a.emulate)
+    except Exception as e:
+        res["segment"] = [{"error": f"{type(e).__name__}: {str(e)[:200]}"}]
+    print("segment", res["segment"], flush=True)
     res["host_profile"] = host_profile(dev, a.emulate)
     print(res["host_profile"], flush=True)
     res["ncu"] = ncu_select(a.emulate)

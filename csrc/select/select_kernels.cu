@@ -237,21 +237,10 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
     unsigned* copy_cnt = first_filter ? &st[r].s1_count : &st[r].count[wb];
     const bool copying = first_filter || write_buf;
     // c[0..m): composites; w / i0: their words and first index (row sources only)
-    auto visit = [&](const unsigned long long (&c)[kVec], const W* w, int64_t i0, int m) {
-      unsigned hit = 0, nhit = 0, low = 0, nlow = 0;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if (e < m) {
-          if ((c[e] & M) == P) {
-            atomicAdd(&h[(unsigned)(c[e] >> shift) & dmask], 1u);
-            hit |= 1u << e;
-            ++nhit;
-          } else if (first_filter && c[e] < P) {
-            low |= 1u << e;
-            ++nlow;
-          }
-        }
-      }
+    // Writes the flagged entries: `low` ones (below the range, first filter) to the output,
+    // `hit` ones (in the range) to the copy buffer. c[e] is set for flagged entries only.
+    auto commit = [&](const unsigned long long (&c)[kVec], const W* w, int64_t i0, unsigned hit,
+                      unsigned nhit, unsigned low, unsigned nlow) {
       if (first_filter && __any_sync(kFull, nlow != 0)) {
         unsigned slot = warp_reserve(&st[r].out_count, nlow);
 #pragma unroll
@@ -273,12 +262,37 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
       const W* row = x + (size_t)r * (size_t)n;
       int64_t lo, hi;
       chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
+      // While the fixed bits all lie in the key part (the first passes), the prefix test,
+      // the below-range test and (digit within the key) the digit are 32-bit operations on
+      // the key; the 64-bit composite is built only for the entries that are written.
+      const bool key_only = (M & low_bits(ibits)) == 0;
+      const uint32_t Mk = (uint32_t)(M >> ibits), Pk = (uint32_t)(P >> ibits);
+      const bool digit_in_key = shift >= ibits;
+      const int kshift = digit_in_key ? shift - ibits : 0;
       auto on_words = [&](const W* w, int64_t i0, int m) {
         unsigned long long c[kVec];
+        unsigned hit = 0, nhit = 0, low = 0, nlow = 0;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          c[e] = e < m ? ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e) : 0ull;
-        visit(c, w, i0, m);
+        for (int e = 0; e < kVec; ++e) {
+          c[e] = 0;
+          if (e < m) {
+            const uint32_t key = RawKey<D>::key(w[e], largest);
+            const unsigned long long ce = ((unsigned long long)key << ibits) | (unsigned long long)(i0 + e);
+            const bool match = key_only ? (key & Mk) == Pk : (ce & M) == P;
+            if (match) {
+              const unsigned d = digit_in_key ? (key >> kshift) & dmask : (unsigned)(ce >> shift) & dmask;
+              atomicAdd(&h[d], 1u);
+              c[e] = ce;
+              hit |= 1u << e;
+              ++nhit;
+            } else if (first_filter && (key_only ? key < Pk : ce < P)) {
+              c[e] = ce;
+              low |= 1u << e;
+              ++nlow;
+            }
+          }
+        }
+        commit(c, w, i0, hit, nhit, low, nlow);
       };
       for_words(row, lo, hi, on_words);
     } else {
@@ -292,12 +306,15 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
       for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
         const int64_t i = t0 + threadIdx.x;
         unsigned long long c[kVec] = {};
-        int m = 0;
+        unsigned hit = 0;
         if (i < hi) {
           c[0] = in[i];
-          m = 1;
+          if ((c[0] & M) == P) {
+            atomicAdd(&h[(unsigned)(c[0] >> shift) & dmask], 1u);
+            hit = 1;
+          }
         }
-        visit(c, none, 0, m);
+        commit(c, none, 0, hit, hit, 0, 0);  // a buffer holds no below-range entries
       }
     }
     __syncthreads();
@@ -597,7 +614,10 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     remaining -= dbits;
     const int first_filter = p == 1 ? 1 : 0;
     const int write_buf = (p >= 2 && p + 1 < passes) ? 1 : 0;
-    radix_pass<D><<<grid, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
+    // from the third pass on, the source is a buffer of at most N/8 entries (the row only
+    // after an overflow: tied data), and most rows are done: a lighter grid launches faster
+    const dim3 g = p >= 2 ? dim3((unsigned)std::max(1, nblk / 8), grid.y) : grid;
+    radix_pass<D><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
                                                  first_filter, write_buf, L.cap, st, hist, arrived,
                                                  buf, s1buf, sink);
     RASFAST_CUDA_CHECK(cudaGetLastError());
