@@ -510,6 +510,8 @@ def main(argv=None) -> int:
     p.add_argument("--emulate", action="store_true", help="no GPU: the CUDA emulator, tiny sizes")
     p.add_argument("--quick", action="store_true", help="float32 only in the timing table")
     p.add_argument("--ncu-probe", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--select-only", action="store_true",
+                   help="select_k parity and timings only (a short follow-up run after a kernel change)")
     p.add_argument("--out", default=os.path.join(RESULTS, "gpu_roofline"))
     a = p.parse_args(argv)
     if a.ncu_probe:
@@ -527,6 +529,16 @@ def main(argv=None) -> int:
     res = {"machine": machine_info(), "emulated": a.emulate}
     res["ceilings"] = ceilings(a.emulate)
     print("ceilings", res["ceilings"], flush=True)
+    if a.select_only:
+        res["parity"] = parity_sweep(dev, a.emulate)
+        print("parity", res["parity"][0], "ok,", len(res["parity"][1]), "failed", res["parity"][1][:10], flush=True)
+        res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
+        with open(a.out + ".json", "w") as f:
+            json.dump(res, f, indent=1, default=str)
+        for r in res["select"]:
+            print(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | topk {r['topk_ms']:.3f} | cuda {r['cuda_ms']:.3f} "
+                  f"| {r['speedup']:.2f}x | graph {r['graph_ms'] or 0:.3f} |")
+        return 0 if not res["parity"][1] else 1
     res["host_syncs"] = host_syncs(dev, a.emulate)
     print("host syncs", res["host_syncs"], flush=True)
     res["parity"] = parity_sweep(dev, a.emulate)

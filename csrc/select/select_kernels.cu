@@ -521,9 +521,20 @@ int sm_count() {
   return cache[dev];
 }
 
+// One wave of resident pass blocks over all rows (fewer, longer blocks than 8 per SM: the
+// first roofline run saw each row pass at 40% of the copy rate with 2.7 waves of short
+// blocks, whose histogram zeroing, flush and ticket weigh on ~4 loads per thread).
+template <DType D>
 int blocks_per_row(int64_t rows, int64_t n) {
+  static int resident[3] = {0, 0, 0};  // per dtype: the pass kernel's blocks per SM
+  int& per_sm = resident[(int)D];
+  if (per_sm == 0) {
+    int b = 0;
+    RASFAST_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, radix_pass<D>, kThreads, 0));
+    per_sm = std::max(1, b);
+  }
   const int64_t by_size = (n + 8191) / 8192;  // >= 8192 entries per block
-  const int64_t by_fill = std::max<int64_t>(1, (8LL * sm_count() + rows - 1) / rows);
+  const int64_t by_fill = std::max<int64_t>(1, ((int64_t)per_sm * sm_count()) / std::max<int64_t>(rows, 1));
   return (int)std::max<int64_t>(1, std::min<int64_t>({by_size, by_fill, 1024}));
 }
 
@@ -602,7 +613,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   unsigned long long* keys = sorted ? reinterpret_cast<unsigned long long*>(base + L.keys) : nullptr;
   RASFAST_CUDA_CHECK(cudaMemsetAsync(base, 0, L.zero_bytes, stream));
 
-  const int nblk = blocks_per_row(rows, n);
+  const int nblk = blocks_per_row<D>(rows, n);
   const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
   const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
   const Out<W> sink{mode, L.tb, k, L.group, out, out_vals, keys};

@@ -234,6 +234,17 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 cudaError_t cudaMallocFromPoolAsync(void** p, size_t bytes, cudaMemPool_t pool, cudaStream_t s);
 
+// Occupancy: the emulator has no register file; it answers 2 blocks per multiprocessor, so
+// grids sized from it keep several blocks per row on its few multiprocessors.
+template <class F>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F* fn, int block_size, size_t smem) {
+  (void)fn;
+  (void)smem;
+  if (blocks == nullptr || block_size <= 0 || block_size > 1024) return cudaErrorInvalidValue;
+  *blocks = 2;
+  return cudaSuccess;
+}
+
 template <class F>
 cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
