@@ -106,6 +106,8 @@ def follows_width_rule(fn: F) -> F:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cuda:  # a GPU call uses no CPU threads
             return fn(*args, **kwargs)
+        if torch.compiler.is_compiling():  # traced: the op's kernel sets its own width when
+            return fn(*args, **kwargs)     # the graph runs; nothing to set while tracing
         with torch_width(op_work(args, kwargs)):
             return fn(*args, **kwargs)
     return op  # type: ignore[return-value]

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.graph_conv import graph_transformer_pool
+from ..ops._library import traced
+from ..ops.graph_conv import flat_layers, graph_transformer_pool, pool_operator
 from ..ops.graph_conv_params import ConvWeights, NormWeights
 from ..reference import graph_conv as _ref
 from .question_graph import QuestionGraph, batch_graphs
@@ -182,9 +183,26 @@ class GraphEncoder(nn.Module):
         if self.training and torch.is_grad_enabled():
             return self._encode_autograd(x, edge_index, edge_attr, graph_ptr)
         with torch.no_grad():
+            if traced(x):  # torch.compile / torch.export: one operator, layers from the modules
+                return pool_operator(x.to(p.device, p.dtype), edge_index.to(p.device),
+                                     None if edge_attr is None else edge_attr.to(p.device, p.dtype),
+                                     graph_ptr.to(p.device), self._layer_args(), backend)
             return graph_transformer_pool(x.to(p.device, p.dtype), edge_index.to(p.device),
                                           None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                           graph_ptr.to(p.device), self.layer_specs(), backend=backend)
+
+    def _layer_args(self):
+        """The operator's flat layer arguments, read from the modules as they are (no
+        cache keyed on data pointers, which tracing cannot read)."""
+        specs = []
+        for i, conv in enumerate(self.convs):
+            norm = None
+            if i < len(self.norms):
+                n = self.norms[i]
+                norm = NormWeights(None if n.weight is None else n.weight.detach(),
+                                   None if n.bias is None else n.bias.detach(), float(n.eps))
+            specs.append((conv.weights(), norm, norm is not None))
+        return flat_layers(specs)
 
     def _encode_autograd(self, x, edge_index, edge_attr, graph_ptr):
         p = self._param()

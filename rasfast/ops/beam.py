@@ -23,6 +23,7 @@ from .._validate import (check_choice, check_float, check_int, check_int_arg,
 from ..reference import beam as _ref
 from .._threads import follows_width_rule
 from ._deferred import Deferred, check_ids, check_ptr, is_host, to_device
+from ._library import define, traced
 
 
 @dataclass
@@ -146,7 +147,21 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
 
     Returns:
         :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
+
+    Under ``torch.compile``/``torch.export`` (scoring "sum", torch tensors) the call is one
+    operator, ``torch.ops.rasfast.triple_beam_search``: the graph as a pair of tensors (or
+    an object holding two), the seeds as a tuple ``(ptr, ids)`` of tensors or a 2-D tensor.
     """
+    if scoring == "sum" and isinstance(q_emb, torch.Tensor) and traced(q_emb, triple_emb):
+        return _traced_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
+                              max_neighbors, backend)
+    return _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
+                               max_neighbors, scoring, encoder, texts, backend)
+
+
+def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
+                        max_neighbors, scoring, encoder, texts, backend) -> BeamResult:
+    """The eager op (and the kernel of ``torch.ops.rasfast.triple_beam_search``)."""
     kind = kind_of(q_emb)
     scoring = check_choice(scoring, "scoring", ("sum", "text"))
     q = as_tensor(q_emb, "q_emb")
@@ -476,6 +491,9 @@ def _cpu(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     lengths = torch.empty(B, dtype=torch.int64)
     counts = torch.empty(B, dtype=torch.int64)
     buf, code = cpu_buffer(emb)
+    # seeds de-duplicated as tensors (a (ptr, ids) tuple of CPU tensors) keep unused ids past
+    # ptr[B] (rasfast/ops/beam.py _dedupe_on_device); the C++ search wants exactly ptr[B]
+    seed_ids = seed_ids[:int(seed_ptr[-1])]
     mod.beam_search(indptr.numpy(), indices.numpy(), buf, code, q.numpy(), qnorm.numpy(),
                     seed_ptr.numpy(), seed_ids.numpy(), b, L,
                     a["max_neighbors"] or 0, a["decay"].numpy(),
@@ -532,3 +550,80 @@ def _triton(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
 
 
 _IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}
+
+
+# ---------------------------------------------------------------------------- operator
+# torch.ops.rasfast.triple_beam_search (rasfast/ops/_library.py): the tensor core of the
+# search. The public function normalises the graph and the seeds to tensors and checks
+# shapes; the registered kernel runs the eager search (all its checks included).
+
+def _beam_op(indptr, indices, triple_emb, q_emb, seed_ptr, seed_ids, beam_width, max_len,
+             gamma, max_neighbors, backend):
+    r = _triple_beam_search((indptr, indices), triple_emb, q_emb, (seed_ptr, seed_ids),
+                            beam_width, max_len, gamma, max_neighbors, "sum", None, None, backend)
+    return r.sequences, r.scores, r.lengths, r.num_beams
+
+
+def _beam_fake(indptr, indices, triple_emb, q_emb, seed_ptr, seed_ids, beam_width, max_len,
+               gamma, max_neighbors, backend):
+    B = q_emb.shape[0]
+    i64 = dict(dtype=torch.int64)
+    return (q_emb.new_empty((B, beam_width, max_len), **i64),
+            q_emb.new_empty((B, beam_width), dtype=torch.float32),
+            q_emb.new_empty((B,), **i64), q_emb.new_empty((B,), **i64))
+
+
+_OP = define("triple_beam_search(Tensor indptr, Tensor indices, Tensor triple_emb, Tensor q_emb, "
+             "Tensor seed_ptr, Tensor seed_ids, int beam_width, int max_len, float gamma, "
+             "int? max_neighbors, str backend) -> (Tensor, Tensor, Tensor, Tensor)",
+             _beam_op, _beam_fake)
+
+
+def _traced_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma, max_neighbors,
+                   backend) -> BeamResult:
+    """The traced call: tensors and shapes checked here, values by the operator's kernel."""
+    q = as_tensor(q_emb, "q_emb")
+    check_float(q, "q_emb")
+    check_rank(q, "q_emb", 2, "[B, D]")
+    emb = as_tensor(triple_emb, "triple_emb")
+    check_float(emb, "triple_emb")
+    check_rank(emb, "triple_emb", 2, "[n, D]")
+    if emb.shape[1] != q.shape[1]:
+        raise ValueError(f"q_emb: dim 1 must equal triple_emb's D ({emb.shape[1]}), "
+                         f"got shape {tuple(q.shape)}")
+    if isinstance(graph, (tuple, list)) and len(graph) == 2:
+        indptr, indices = graph
+    elif hasattr(graph, "indptr") and hasattr(graph, "indices"):
+        indptr, indices = graph.indptr, graph.indices
+    else:
+        raise TypeError("graph: under torch.compile, expected a pair of tensors (indptr, indices) "
+                        "or an object holding them")
+    B = q.shape[0]
+    if isinstance(seeds, tuple) and len(seeds) == 2:
+        seed_ptr, seed_ids = seeds
+    elif isinstance(seeds, torch.Tensor) and seeds.dim() == 2:
+        seed_ptr = torch.arange(B + 1, device=seeds.device) * seeds.shape[1]
+        seed_ids = seeds.reshape(-1)
+    else:
+        raise TypeError("seeds: under torch.compile, expected a tuple (ptr, ids) of tensors or a "
+                        "2-D tensor [B, S]")
+    for t, name in ((indptr, "graph.indptr"), (indices, "graph.indices"),
+                    (seed_ptr, "seeds.ptr"), (seed_ids, "seeds.ids")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: under torch.compile, expected a torch.Tensor, got "
+                            f"{type(t).__name__}")
+        check_int(t, name)
+        check_rank(t, name, 1)
+    b = check_int_arg(beam_width, "beam_width", 1)
+    L = check_int_arg(max_len, "max_len", 1)
+    if gamma is None:
+        gamma = 2.0 * b
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"gamma: expected a number, got {type(gamma).__name__}")
+    gamma = float(gamma)
+    if not (math.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"gamma: must be a finite number > 0, got {gamma}")
+    if max_neighbors is not None:
+        max_neighbors = check_int_arg(max_neighbors, "max_neighbors", 1)
+    return BeamResult(*_OP(indptr, indices, emb, q, seed_ptr, seed_ids, b, L, gamma,
+                           max_neighbors, backend))

@@ -22,6 +22,8 @@ from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule
 from ._deferred import Deferred, check_ids, check_ptr
+from ._library import define, traced
+from .graph_conv_params import ConvWeights, NormWeights
 
 
 class Csr(NamedTuple):
@@ -201,6 +203,10 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     _check_flags(w, beta, root_weight)
     kind = kind_of(x)
     xt = _check_x(x, w.in_channels)
+    if traced(xt):
+        nw = _check_norm(norm, w.out_channels, "norm")
+        spec = [(w, nw, check_bool_arg(relu, "relu"))]
+        return to_kind(_traced_call(_CONV_OP, xt, edges, edge_attr, None, spec, backend), kind)
     # index checks of device arrays: read once after the kernels (no sync before them)
     deferred = Deferred()
     csr = as_csr(edges, xt.shape[0], xt.device, deferred)
@@ -241,6 +247,9 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
     specs = normalise_layers(layers)
     kind = kind_of(x)
     xt = _check_x(x, specs[0][0].in_channels)
+    if traced(xt):
+        return to_kind(_traced_call(_POOL_OP, xt, edges, edge_attr, graph_ptr, specs, backend),
+                       kind)
     deferred = Deferred()  # as in transformer_conv
     csr = as_csr(edges, xt.shape[0], xt.device, deferred)
     gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device, deferred)
@@ -320,3 +329,148 @@ class _Lazy:
 
 _IMPLS = {"torch": _Torch, "cpu": _Lazy("graph_conv_cpu"), "cuda": _Lazy("graph_conv_gpu", "Cuda"),
           "triton": _Lazy("graph_conv_gpu", "Triton")}
+
+
+# ----------------------------------------------------------------------------- operators
+# torch.ops.rasfast.transformer_conv / graph_transformer_pool (rasfast/ops/_library.py):
+# inference operators (no autograd) over flat arguments. Each layer is 12 optional tensors
+# (_FIELDS: ConvWeights' tensors, then the LayerNorm's weight and bias) and one entry in
+# each of heads, channels, concat, has_norm, eps, relu. The edges are an edge_index [2, E]
+# (csr_src None) or a CSR (indptr [N+1] in ``edges``, csr_src [E]).
+_FIELDS = ("w_query", "b_query", "w_key", "b_key", "w_value", "b_value", "w_edge", "w_skip",
+           "b_skip", "w_beta")
+_LAYER_ARGS = ("Tensor?[] weights, int[] heads, int[] channels, bool[] concat, "
+               "bool[] has_norm, float[] eps, bool[] relu, str backend")
+
+
+def flat_layers(specs):
+    """[(ConvWeights, NormWeights | None, relu)] -> the operators' layer arguments
+    (weights, heads, channels, concat, has_norm, eps, relu)."""
+    weights, heads, channels, concat, has_norm, eps, relu = [], [], [], [], [], [], []
+    for w, nw, r in specs:
+        weights += [getattr(w, f) for f in _FIELDS]
+        weights += [None, None] if nw is None else [nw.weight, nw.bias]
+        heads.append(w.heads)
+        channels.append(w.channels)
+        concat.append(w.concat)
+        has_norm.append(nw is not None)
+        eps.append(1e-5 if nw is None else float(nw.eps))
+        relu.append(bool(r))
+    return weights, heads, channels, concat, has_norm, eps, relu
+
+
+# layer arguments -> specs: the ConvWeights objects carry their packed (GEMM-ready) weights,
+# so a compiled graph that passes the same parameters again reuses them
+_SPECS: "dict" = {}
+_SPECS_MAX = 64
+
+
+def _tensor_key(t):
+    return None if t is None else (t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
+
+
+def _specs_of(weights, heads, channels, concat, has_norm, eps, relu):
+    n = len(heads)
+    if not (len(weights) == 12 * n and len(channels) == len(concat) == len(has_norm) ==
+            len(eps) == len(relu) == n) or n == 0:
+        raise ValueError(f"weights: expected 12 tensors per layer and one heads/channels/concat/"
+                         f"has_norm/eps/relu entry per layer, got {len(weights)} tensors for "
+                         f"{n} layers")
+    key = (tuple(_tensor_key(t) for t in weights), tuple(heads), tuple(channels), tuple(concat),
+           tuple(has_norm), tuple(eps), tuple(relu))
+    hit = _SPECS.get(key)
+    if hit is not None:
+        return hit
+    specs = []
+    for i in range(n):
+        t = weights[12 * i:12 * i + 12]
+        for f, v in zip(_FIELDS[:6:2], t[:6:2]):
+            if v is None:
+                raise ValueError(f"weights: layer {i}'s {f} is required")
+        w = ConvWeights(int(heads[i]), int(channels[i]), bool(concat[i]),
+                        **{f: (None if v is None else v.detach()) for f, v in zip(_FIELDS, t[:10])})
+        nw = NormWeights(t[10], t[11], float(eps[i])) if has_norm[i] else None
+        specs.append((w, nw, bool(relu[i])))
+    if len(_SPECS) >= _SPECS_MAX:
+        _SPECS.pop(next(iter(_SPECS)))
+    _SPECS[key] = specs
+    return specs
+
+
+def _edges_arg(edges, csr_src):
+    return edges if csr_src is None else (edges, csr_src)
+
+
+def _conv_op(x, edges, csr_src, edge_attr, weights, heads, channels, concat, has_norm, eps,
+             relu, backend):
+    (w, nw, r), = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
+    return transformer_conv.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr, w, norm=nw,
+                                        relu=r, backend=backend)  # (the width rule: define())
+
+
+def _pool_op(x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels, concat,
+             has_norm, eps, relu, backend):
+    specs = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
+    return graph_transformer_pool.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr,
+                                              graph_ptr, specs, backend=backend)
+
+
+def _out_width(heads, channels, concat):
+    return heads[-1] * channels[-1] if concat[-1] else channels[-1]
+
+
+_CONV_OP = define(
+    "transformer_conv(Tensor x, Tensor edges, Tensor? csr_src, Tensor? edge_attr, "
+    + _LAYER_ARGS + ") -> Tensor", _conv_op,
+    lambda x, edges, csr_src, edge_attr, weights, heads, channels, concat, has_norm, eps, relu,
+    backend: x.new_empty((x.shape[0], _out_width(heads, channels, concat))))
+_POOL_OP = define(
+    "graph_transformer_pool(Tensor x, Tensor edges, Tensor? csr_src, Tensor? edge_attr, "
+    "Tensor graph_ptr, " + _LAYER_ARGS + ") -> Tensor", _pool_op,
+    lambda x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels, concat, has_norm,
+    eps, relu, backend: x.new_empty((graph_ptr.shape[0] - 1, _out_width(heads, channels, concat))))
+
+
+def _traced_call(op, xt, edges, edge_attr, graph_ptr, specs, backend):
+    """The traced call of either operator: shapes checked here, values by its kernel."""
+    if isinstance(edges, (tuple, list)):
+        if len(edges) != 2:
+            raise TypeError("edges: a CSR tuple must be (indptr[N+1], src[E])")
+        first, src = as_tensor(edges[0], "edges.indptr"), as_tensor(edges[1], "edges.src")
+        check_int(first, "edges.indptr")
+        check_int(src, "edges.src")
+        num_edges = src.shape[0]
+    else:
+        first, src = as_tensor(edges, "edges"), None
+        check_int(first, "edges")
+        if first.dim() != 2 or first.shape[0] != 2:
+            raise ValueError(f"edges: expected edge_index of shape [2, E], got {tuple(first.shape)}")
+        num_edges = first.shape[1]
+    ea = None
+    if edge_attr is not None:
+        ea = as_tensor(edge_attr, "edge_attr")
+        check_float(ea, "edge_attr")
+        check_rank(ea, "edge_attr", 2, "[E, edge_dim]")
+        if ea.shape[0] != num_edges:
+            raise ValueError(f"edge_attr: expected {num_edges} rows (E), got {tuple(ea.shape)}")
+    for i, (w, _, _) in enumerate(specs):
+        if (w.w_edge is None) != (ea is None):
+            raise ValueError(f"layers[{i}]: edge_attr given without an edge projection, or "
+                             "needed and missing")
+        if i and w.in_channels != specs[i - 1][0].out_channels:
+            raise ValueError(f"layers[{i}]: in_channels {w.in_channels} != previous layer's output "
+                             f"{specs[i - 1][0].out_channels}")
+    args = flat_layers(specs)
+    if graph_ptr is None:
+        return op(xt, first, src, ea, *args, backend)
+    gp = as_tensor(graph_ptr, "graph_ptr")
+    check_int(gp, "graph_ptr")
+    check_rank(gp, "graph_ptr", 1, "[num_graphs + 1]")
+    return op(xt, first, src, ea, gp, *args, backend)
+
+
+def pool_operator(x, edge_index, edge_attr, graph_ptr, layer_args, backend: str = "auto"):
+    """``torch.ops.rasfast.graph_transformer_pool`` on an edge_index and the flat layer
+    arguments (:func:`flat_layers`' tuple): for callers that hold the layers as modules
+    under tracing (``GraphEncoder`` under torch.compile / torch.export)."""
+    return _POOL_OP(x, edge_index, None, edge_attr, graph_ptr, *layer_args, backend)

@@ -26,6 +26,7 @@ from .._validate import (check_dim, check_finite, check_float, check_int, check_
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
 from ._deferred import Deferred, check_ids, check_ptr, nonfinite
+from ._library import define, traced
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
@@ -88,6 +89,19 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
         ValueError when a scored candidate's score is not finite (NaN/inf in its row).
     """
     kind = kind_of(q_emb)
+    q, c, ids, ptr = _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids)
+    n = check_int_arg(n, "n", 1)
+    if traced(q, c, ptr, ids):
+        out = _TOPK_OP(q, c, ptr, n, ids, backend)
+    else:  # numpy index arrays go on as they are: checked on the host (no device read)
+        out = _segment_topk_scores(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n,
+                                   None if cand_ids is None else
+                                   cand_ids if isinstance(cand_ids, np.ndarray) else ids, backend)
+    return tuple(to_kind(t, kind) for t in out)
+
+
+def _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids):
+    """The shape, dtype and device checks of segment_topk_scores: tensors (q, c, ids, ptr)."""
     q = as_tensor(q_emb, "q_emb")
     check_float(q, "q_emb")
     check_rank(q, "q_emb", 2, "[B, D]")
@@ -107,6 +121,16 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
         M = c.shape[0]
     ptr = _ptr_shape(cand_ptr, "cand_ptr")
     check_dim(ptr, "cand_ptr", 0, q.shape[0] + 1, "B + 1 (q_emb.shape[0] + 1)")
+    return q, c, (ids if cand_ids is not None else None), ptr
+
+
+def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend):
+    """The kernel of ``torch.ops.rasfast.segment_topk_scores`` (and of the eager op): the
+    backend for the device, the value checks (deferred to the kernel's one read on cuda),
+    the kernels. ``cand_ptr``/``cand_ids``: tensors, or numpy arrays (checked on the host)."""
+    dev = q.device
+    M = len(cand_ids) if cand_ids is not None else c.shape[0]
+    ptr = as_tensor(cand_ptr, "cand_ptr")
     be = _bk.resolve(backend, dev, "segment_topk_scores")
     if be == "cuda" and n > CUDA_MAX_N:
         raise ValueError(f"n: backend 'cuda' supports n <= {CUDA_MAX_N}, got {n}; use "
@@ -133,7 +157,7 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
     else:
         deferred.raise_now()
         out = _TOPK[be](q, c.contiguous(), ptr, n, ids)
-    return tuple(to_kind(t, kind) for t in out)
+    return out
 
 
 @follows_width_rule
@@ -157,6 +181,18 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
         padded with -1 / -inf; item_scores' kind.
     """
     kind = kind_of(item_scores)
+    s, g, p = _rank_args(item_scores, item_to_group, ptr)
+    k = check_int_arg(k, "k", 1)
+    if traced(s, g, p):
+        out = _RANK_OP(s, g, p, k, backend)
+    else:  # numpy index arrays go on as they are: checked on the host (no device read)
+        out = _segment_max_rank(s, item_to_group if isinstance(item_to_group, np.ndarray) else g,
+                                ptr if isinstance(ptr, np.ndarray) else p, k, backend)
+    return tuple(to_kind(t, kind) for t in out)
+
+
+def _rank_args(item_scores, item_to_group, ptr):
+    """The shape, dtype and device checks of segment_max_rank: tensors (s, g, p)."""
     s = as_tensor(item_scores, "item_scores")
     check_float(s, "item_scores")
     check_rank(s, "item_scores", 1, "[M]")
@@ -164,9 +200,16 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
     check_int(g, "item_to_group")
     check_rank(g, "item_to_group", 1, "[M]")
     check_dim(g, "item_to_group", 0, len(s), "M (len(item_scores))")
-    k = check_int_arg(k, "k", 1)
-    dev = check_same_device(item_scores=s, item_to_group=g)
+    check_same_device(item_scores=s, item_to_group=g)
     p = _ptr_shape(ptr, "ptr")
+    return s, g, p
+
+
+def _segment_max_rank(s, item_to_group, ptr, k, backend):
+    """The kernel of ``torch.ops.rasfast.segment_max_rank`` (and of the eager op), as
+    :func:`_segment_topk_scores`."""
+    dev = s.device
+    p = as_tensor(ptr, "ptr")
     be = _bk.resolve(backend, dev, "segment_max_rank")
     if be == "cuda" and k > CUDA_MAX_N:
         raise ValueError(f"k: backend 'cuda' supports k <= {CUDA_MAX_N}, got {k}; use "
@@ -189,7 +232,7 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
     else:
         deferred.raise_now()
         out = _RANK[be](s, g, p, k)
-    return tuple(to_kind(t, kind) for t in out)
+    return out
 
 
 # ----------------------------------------------------------------------------- torch
@@ -293,3 +336,30 @@ def _rank_triton(s, g, ptr, k):
 
 _TOPK = {"torch": _topk_torch, "cpu": _topk_cpu, "cuda": _topk_cuda, "triton": _topk_triton}
 _RANK = {"torch": _rank_torch, "cpu": _rank_cpu, "cuda": _rank_cuda, "triton": _rank_triton}
+
+
+# ----------------------------------------------------------------------------- operators
+# torch.ops.rasfast.<name> (rasfast/ops/_library.py): the registered kernels repeat the
+# shape checks for direct callers, then run the kernels above.
+def _topk_op(q_emb, cand_emb, cand_ptr, n, cand_ids, backend):
+    q, c, ids, ptr = _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids)
+    return _segment_topk_scores(q, c, ptr, check_int_arg(n, "n", 1), ids, backend)
+
+
+def _rank_op(item_scores, item_to_group, ptr, k, backend):
+    s, g, p = _rank_args(item_scores, item_to_group, ptr)
+    return _segment_max_rank(s, g, p, check_int_arg(k, "k", 1), backend)
+
+
+def _fake_outputs(B, n, like):
+    return (like.new_empty((B, n), dtype=torch.int64), like.new_empty((B, n), dtype=torch.float32))
+
+
+_TOPK_OP = define("segment_topk_scores(Tensor q_emb, Tensor cand_emb, Tensor cand_ptr, int n, "
+                  "Tensor? cand_ids, str backend) -> (Tensor, Tensor)", _topk_op,
+                  lambda q_emb, cand_emb, cand_ptr, n, cand_ids, backend:
+                      _fake_outputs(q_emb.shape[0], n, q_emb))
+_RANK_OP = define("segment_max_rank(Tensor item_scores, Tensor item_to_group, Tensor ptr, int k, "
+                  "str backend) -> (Tensor, Tensor)", _rank_op,
+                  lambda item_scores, item_to_group, ptr, k, backend:
+                      _fake_outputs(ptr.shape[0] - 1, k, item_scores))

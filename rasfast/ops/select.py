@@ -15,6 +15,7 @@ from .._arrays import device_guard, as_tensor, cpu_buffer, cpu_out, cuda_stream,
 from .._validate import check_bool_arg, check_finite, check_float, check_int_arg, check_rank
 from ..reference import select as _ref
 from .._threads import follows_width_rule
+from ._library import define, traced
 
 
 @follows_width_rule
@@ -53,6 +54,17 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
     k = check_int_arg(k, "k", 1, n, "N (x.shape[1])")
     largest = check_bool_arg(largest, "largest")
     sorted = check_bool_arg(sorted, "sorted")
+    if traced(xt):
+        vals, idx = _OP(xt, k, largest, sorted, backend)
+    else:
+        vals, idx = _select_k(xt, k, largest, sorted, backend)
+    return to_kind(vals, kind), to_kind(idx, kind)
+
+
+def _select_k(xt: torch.Tensor, k: int, largest: bool, sorted: bool, backend: str):
+    """The kernel of ``torch.ops.rasfast.select_k`` (and of the eager public op): the
+    backend resolved for x's device, its data checks, the backend's implementation.
+    (values[B, k], indices[B, k])."""
     be = _bk.resolve(backend, xt.device, "select_k")
     if be not in ("cpu", "cuda"):  # cpu detects NaN in its own passes; cuda ranks it last
         check_finite(xt, "x", allow_inf=True)
@@ -64,7 +76,21 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
         idx, vals = _IMPLS[be](xt, k, largest, sorted)
     if vals is None:
         vals = torch.gather(xt, 1, idx)
-    return to_kind(vals, kind), to_kind(idx, kind)
+    return vals, idx
+
+
+def _select_k_op(x: torch.Tensor, k: int, largest: bool, sorted: bool, backend: str):
+    """The registered kernel: the argument checks of the public op (a direct call of
+    ``torch.ops.rasfast.select_k`` gets them too), then :func:`_select_k`."""
+    check_float(x, "x")
+    check_rank(x, "x", 2, "[B, N]")
+    check_int_arg(k, "k", 1, x.shape[1], "N (x.shape[1])")
+    return _select_k(x, k, largest, sorted, backend)
+
+
+def _select_k_fake(x, k, largest, sorted, backend):
+    b = x.shape[0]
+    return x.new_empty((b, k)), x.new_empty((b, k), dtype=torch.int64)
 
 
 # Implementations: (x[B, N] contiguous, B >= 1, k, largest, sorted) -> (indices, values or None).
@@ -122,3 +148,7 @@ def _triton(x, k, largest, sorted):
 
 
 _IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}
+
+
+_OP = define("select_k(Tensor x, int k, bool largest, bool sorted, str backend) -> (Tensor, Tensor)",
+             _select_k_op, _select_k_fake)

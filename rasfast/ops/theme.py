@@ -31,6 +31,7 @@ from .._validate import (check_choice, check_dim, check_finite_together, check_f
                          check_int_arg, check_rank, check_same_device)
 from ..reference import theme as _ref
 from .._threads import follows_width_rule
+from ._library import define, traced
 
 METRICS = ("l2", "ip")
 # What a call checks of the data itself (shapes, dtypes and arguments are always checked):
@@ -163,14 +164,23 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
     q = _queries(q_ppd, "q_ppd", "[B, T]", "T (corpus_ppd.shape[1])", c.shape[1])
     K = check_int_arg(K, "K", 1)
     metric = check_choice(metric, "metric", METRICS)
-    dev = check_same_device(q_ppd=q, corpus_ppd=c)
+    check_same_device(q_ppd=q, corpus_ppd=c)
+    validate = check_choice(validate, "validate", VALIDATE)
+    if traced(q, c):
+        return to_kind(_OPS["theme_scope"](q, c, K, metric, backend, validate), kind)
+    return to_kind(_theme_scope(q, c, K, metric, backend, validate), kind)
+
+
+def _theme_scope(q, c, K, metric, backend, validate):
+    """The kernel of ``torch.ops.rasfast.theme_scope`` (and of the eager public op): the
+    backend for the device, the data checks of ``validate``, the backend's kernel."""
+    dev = q.device
     be = _bk.resolve(backend, dev, "theme_scope")
     _check_data(be, _validate_mode(validate, be, c), dict(q_ppd=q), dict(corpus_ppd=c))
     Kc = min(K, c.shape[0])
     if q.shape[0] == 0:
-        return to_kind(torch.empty((0, Kc), dtype=torch.int64, device=dev), kind)
-    ids = _SCOPE[be](q.float().contiguous(), c.contiguous(), Kc, metric)
-    return to_kind(ids, kind)
+        return torch.empty((0, Kc), dtype=torch.int64, device=dev)
+    return _SCOPE[be](q.float().contiguous(), c.contiguous(), Kc, metric)
 
 
 @follows_width_rule
@@ -212,7 +222,18 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int, backend: str = "au
     q = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
     s = _scope_ids(scope_ids, q.shape[0])
     k = check_int_arg(k, "k", 1)
-    dev = check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
+    check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
+    validate = check_choice(validate, "validate", VALIDATE)
+    if traced(q, e, s):
+        ids, sc = _OPS["scoped_dense_search"](q, e, s, k, backend, validate)
+    else:
+        ids, sc = _scoped_dense_search(q, e, s, k, backend, validate)
+    return to_kind(ids, kind), to_kind(sc, kind)
+
+
+def _scoped_dense_search(q, e, s, k, backend, validate):
+    """The kernel of ``torch.ops.rasfast.scoped_dense_search`` (and of the eager op)."""
+    dev = q.device
     be = _bk.resolve(backend, dev, "scoped_dense_search", cuda_limit=_cuda_top_k_limit(k))
     mode = _validate_mode(validate, be, e)
     stats = _scope_stats(s) if mode != "none" and s.numel() else []
@@ -223,7 +244,7 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int, backend: str = "au
         ids, sc = _empty_result(k, dev)
     else:
         ids, sc = _DENSE[be](q.float().contiguous(), e.contiguous(), s, k)
-    return to_kind(ids, kind), to_kind(sc, kind)
+    return ids, sc
 
 
 @follows_width_rule
@@ -278,7 +299,18 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     k = check_int_arg(k, "k", 1)
     w = _weight(theme_weight)
     metric = check_choice(metric, "metric", METRICS)
-    dev = check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
+    check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
+    validate = check_choice(validate, "validate", VALIDATE)
+    if traced(q, qe, c, e):
+        ids, sc = _OPS["theme_scoped_search"](q, qe, c, e, K, k, w, metric, backend, validate)
+    else:
+        ids, sc = _theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate)
+    return to_kind(ids, kind), to_kind(sc, kind)
+
+
+def _theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate):
+    """The kernel of ``torch.ops.rasfast.theme_scoped_search`` (and of the eager op)."""
+    dev = q.device
     be = _bk.resolve(backend, dev, "theme_scoped_search", cuda_limit=_cuda_top_k_limit(k))
     _check_data(be, _validate_mode(validate, be, c, e), dict(q_ppd=q, q_emb=qe),
                 dict(corpus_ppd=c, corpus_emb=e))
@@ -287,7 +319,7 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     else:
         ids, sc = _FUSED[be](q.float().contiguous(), qe.float().contiguous(), c.contiguous(),
                              e.contiguous(), min(K, c.shape[0]), k, w, metric)
-    return to_kind(ids, kind), to_kind(sc, kind)
+    return ids, sc
 
 
 def _empty_result(k, dev):
@@ -407,3 +439,62 @@ def fused_search_validated(q_ppd: torch.Tensor, q_emb: torch.Tensor, corpus_ppd:
     return _FUSED[be](q_ppd.float().contiguous(), q_emb.float().contiguous(),
                       corpus_ppd.contiguous(), corpus_emb.contiguous(),
                       min(K, corpus_ppd.shape[0]), k, theme_weight, metric)
+
+
+# ----------------------------------------------------------------------------- operators
+# torch.ops.rasfast.<name> (rasfast/ops/_library.py). The registered kernels repeat the
+# public ops' shape and argument checks (cheap, no data read) for direct callers of the
+# operators, then run the kernels above.
+def _scope_op(q_ppd, corpus_ppd, K, metric, backend, validate):
+    c = _corpus(corpus_ppd, "corpus_ppd", "[N, T]")
+    q = _queries(q_ppd, "q_ppd", "[B, T]", "T (corpus_ppd.shape[1])", c.shape[1])
+    check_int_arg(K, "K", 1)
+    check_choice(metric, "metric", METRICS)
+    return _theme_scope(q, c, K, metric, backend, validate)
+
+
+def _scope_fake(q_ppd, corpus_ppd, K, metric, backend, validate):
+    return q_ppd.new_empty((q_ppd.shape[0], torch.sym_min(K, corpus_ppd.shape[0])), dtype=torch.int64)
+
+
+def _dense_op(q_emb, corpus_emb, scope_ids, k, backend, validate):
+    e = _corpus(corpus_emb, "corpus_emb", "[N, D]")
+    q = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
+    s = _scope_ids(scope_ids, q.shape[0])
+    check_int_arg(k, "k", 1)
+    return _scoped_dense_search(q, e, s, k, backend, validate)
+
+
+def _fused_op(q_ppd, q_emb, corpus_ppd, corpus_emb, K, k, theme_weight, metric, backend, validate):
+    c = _corpus(corpus_ppd, "corpus_ppd", "[N, T]")
+    e = _corpus(corpus_emb, "corpus_emb", "[N, D]")
+    check_dim(e, "corpus_emb", 0, c.shape[0], "N (corpus_ppd.shape[0])")
+    q = _queries(q_ppd, "q_ppd", "[B, T]", "T (corpus_ppd.shape[1])", c.shape[1])
+    qe = _queries(q_emb, "q_emb", "[B, D]", "D (corpus_emb.shape[1])", e.shape[1])
+    check_dim(qe, "q_emb", 0, q.shape[0], "B (q_ppd.shape[0])")
+    check_int_arg(K, "K", 1)
+    check_int_arg(k, "k", 1)
+    check_choice(metric, "metric", METRICS)
+    return _theme_scoped_search(q, qe, c, e, K, k, _weight(theme_weight), metric, backend, validate)
+
+
+def _topk_fake(q, k):
+    b = q.shape[0]
+    return q.new_empty((b, k), dtype=torch.int64), q.new_empty((b, k), dtype=torch.float32)
+
+
+_OPS = {
+    "theme_scope": define(
+        "theme_scope(Tensor q_ppd, Tensor corpus_ppd, int K, str metric, str backend, "
+        "str validate) -> Tensor", _scope_op, _scope_fake),
+    "scoped_dense_search": define(
+        "scoped_dense_search(Tensor q_emb, Tensor corpus_emb, Tensor scope_ids, int k, "
+        "str backend, str validate) -> (Tensor, Tensor)", _dense_op,
+        lambda q_emb, corpus_emb, scope_ids, k, backend, validate: _topk_fake(q_emb, k)),
+    "theme_scoped_search": define(
+        "theme_scoped_search(Tensor q_ppd, Tensor q_emb, Tensor corpus_ppd, Tensor corpus_emb, "
+        "int K, int k, float theme_weight, str metric, str backend, str validate) "
+        "-> (Tensor, Tensor)", _fused_op,
+        lambda q_ppd, q_emb, corpus_ppd, corpus_emb, K, k, theme_weight, metric, backend, validate:
+            _topk_fake(q_ppd, k)),
+}

@@ -1,0 +1,103 @@
+"""rasfast's ops as PyTorch operators: the ``rasfast`` namespace of ``torch.library``.
+
+Every public op (``rasfast.select_k``, the theme ops, the segment ops,
+``triple_beam_search``, ``transformer_conv``, ``graph_transformer_pool``) is defined here
+as an operator ``torch.ops.rasfast.<name>`` with
+
+- a schema (tensors, ints, floats, bools and the ``backend`` string: the public op's
+  ``backend=`` choice travels as an argument of the operator);
+- one kernel registered for the ``CPU`` and the ``CUDA`` dispatch keys (under the
+  busy-machine width rule of rasfast/_threads.py on the CPU): it resolves
+  ``backend`` for the tensors' device (``"auto"`` picks cpu on CPU tensors, cuda on GPU
+  tensors, as in :func:`rasfast.dispatch.resolve`; under ``RASFAST_CUDA_EMU=1`` the
+  ``"cuda"`` backend runs CPU tensors through the emulator), checks the data and runs the
+  backend's kernels;
+- a fake kernel (``torch.library.register_fake``) giving the exact output shapes, all of
+  which follow from the input shapes and the integer arguments (no data-dependent size).
+
+The API is ``torch.library.Library`` + ``define`` + ``impl`` rather than
+``torch.library.custom_op``: custom_op costs about 20 us a call on the CPU (measured in
+benchmarks/results/op_overhead.md), more than a per-question select takes.
+
+The public functions (``rasfast/ops/*.py``) stay the thin outer layer: numpy in/out,
+argument, dtype and shape checks (everything a fake tensor can answer). Then
+
+- under tracing (``torch.compile``, ``torch.export``, fake tensors, see :func:`traced`)
+  they call ``torch.ops.rasfast.<name>``, so the graph holds one opaque operator and no
+  graph break; the operator's kernel does the data checks when the compiled graph runs;
+- in eager mode they call the same kernel function directly: a call through the
+  dispatcher costs a few microseconds and hides the kernel's inner torch work from
+  dispatch modes (rasfast.device_work counts it to hold each op to its budget).
+Either way the same code checks and computes, so the results and the errors are the same.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .._threads import follows_width_rule
+
+NAMESPACE = "rasfast"
+
+# FRAGMENT, not DEF: the namespace may be extended from several modules, and a re-import
+# of a module (a reload in a test) must not fail on a second DEF of the namespace.
+_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
+_DEFINED: dict = {}
+
+_register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+
+
+def define(schema: str, kernel: Callable, fake: Callable):
+    """Defines ``rasfast::<name>`` by ``schema``; ``kernel`` serves the CPU and CUDA keys,
+    ``fake`` gives the outputs' shapes. Returns the operator's default overload. Defining
+    the same name again (a module reloaded) keeps the first definition."""
+    name = schema.split("(", 1)[0].strip()
+    if name in _DEFINED:
+        return _DEFINED[name]
+    _LIB.define(schema)
+    # the busy-machine width rule (rasfast/_threads.py) for the kernel's torch work, as the
+    # eager public ops have it: a compiled graph runs the kernel without the public function
+    kernel = follows_width_rule(kernel)
+    for key in ("CPU", "CUDA"):
+        _LIB.impl(name, kernel, key)
+    _register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    _DEFINED[name] = op
+    return op
+
+
+def compiling() -> bool:
+    """True inside torch.compile / torch.export tracing (dynamo, or export's own tracer)."""
+    if torch.compiler.is_compiling():
+        return True
+    exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(exporting is not None and exporting())
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_FAKE = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+_PROXY = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
+
+
+def traced(*tensors) -> bool:
+    """Whether a public op should call its registered operator instead of its kernel
+    function: while compiling or exporting, when an input is not a plain tensor (a fake or
+    functional tensor, a tensor subclass), or while a fake or proxy (make_fx) mode is on."""
+    if compiling():
+        return True
+    for t in tensors:
+        if t is not None and type(t) not in _PLAIN and isinstance(t, torch.Tensor):
+            return True
+    get = getattr(torch._C, "_get_dispatch_mode", None)
+    if get is not None and _FAKE is not None:
+        return get(_FAKE) is not None or get(_PROXY) is not None
+    return False
+
+
+def registered() -> list:
+    """Names of the operators defined so far (``torch.ops.rasfast.<name>``)."""
+    return sorted(_DEFINED)
+
+
+__all__ = ["NAMESPACE", "define", "compiling", "traced", "registered"]
