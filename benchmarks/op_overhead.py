@@ -1,0 +1,199 @@
+"""Cost of the operator layer (issue 39 item 5): a call of ``torch.ops.rasfast.<op>`` against
+the direct call of the same kernel function (Python + pybind11, what the eager public op
+runs), at RAS's per-question shapes on the CPU, backend "cpu".
+
+    python benchmarks/op_overhead.py            # prints the table
+    python benchmarks/op_overhead.py --write    # also writes benchmarks/results/op_overhead.md
+
+Variants, per op:
+- kernel: the registered kernel's Python function called directly, under the busy-machine
+  width rule as the operator runs it (resolve the backend, value checks, output
+  allocation, the pybind11 call); the eager public op adds its argument checks and
+  numpy/torch plumbing around this;
+- registered: ``torch.ops.rasfast.<op>.default(...)``, through the dispatcher to the same
+  function (which repeats the cheap argument checks for direct callers);
+- custom_op: the same kernel function as a ``torch.library.custom_op`` (select_k and
+  theme_scoped_search only: the API rasfast did not take);
+- public: the eager public function on torch tensors.
+Overhead = registered - kernel. Goal: < 15 us and <= 10% of the op's time (public).
+Timing: rounds of 200 calls per variant, the variants interleaved within each round
+(machine load drifts between rounds, not between variants); the median over rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import rasfast  # noqa: E402
+import rasfast.ops  # noqa: E402,F401
+from rasfast.ops import beam, graph_conv, segment, select, theme  # noqa: E402
+from rasfast.models.graph_encoder import GraphEncoder  # noqa: E402
+from rasfast._threads import follows_width_rule  # noqa: E402
+
+CALLS, ROUNDS = 200, 15
+
+
+_WRAPPED = {}
+
+
+def W(fn):
+    """The kernel function under the width rule, as the registered operator runs it."""
+    if fn not in _WRAPPED:
+        _WRAPPED[fn] = follows_width_rule(fn)
+    return _WRAPPED[fn]
+
+
+def _custom_ops():
+    """custom_op wrappers of two kernel functions, for comparison."""
+    @torch.library.custom_op("rasfast_bench::select_k", mutates_args=())
+    def sk(x: torch.Tensor, k: int, largest: bool, sorted: bool,
+           backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return W(select._select_k)(x, k, largest, sorted, backend)
+
+    @torch.library.custom_op("rasfast_bench::theme_scoped_search", mutates_args=())
+    def tss(q: torch.Tensor, qe: torch.Tensor, c: torch.Tensor, e: torch.Tensor, K: int, k: int,
+            w: float, metric: str, backend: str, validate: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return theme._theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate)
+    return sk, tss
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    sk, tss = _custom_ops()
+    out = []
+    # StructRAG: sub-questions x items
+    x = t(rng.standard_normal((4, 500), dtype=np.float32))
+    out.append(("select_k (4 x 500, k=10)", {
+        "kernel": lambda: W(select._select_k)(x, 10, True, True, "cpu"),
+        "registered": lambda: torch.ops.rasfast.select_k.default(x, 10, True, True, "cpu"),
+        "custom_op": lambda: sk(x, 10, True, True, "cpu"),
+        "public": lambda: rasfast.select_k(x, 10, largest=True, backend="cpu")}))
+    # RAS per question: 384 dims, 2,000 passages with 64 themes (the demo world), K = 500, k = 5
+    for Q in (1, 16):
+        q = t(rng.standard_normal((Q, 384), dtype=np.float32))
+        qp = t(rng.random((Q, 64), dtype=np.float32))
+        e = t(rng.standard_normal((2000, 384), dtype=np.float32))
+        p = t(rng.random((2000, 64), dtype=np.float32))
+        args = (qp, q, p, e, 500, 5, 0.0, "l2", "cpu", "auto")
+        out.append((f"theme_scoped_search ({Q} q, 2k rows, K=500, k=5)", {
+            "kernel": lambda a=args: W(theme._theme_scoped_search)(*a),
+            "registered": lambda a=args: torch.ops.rasfast.theme_scoped_search.default(*a),
+            "custom_op": lambda a=args: tss(*a),
+            "public": lambda a=args: rasfast.theme_scoped_search(*a[:4], 500, 5, backend="cpu")}))
+    q1 = t(rng.standard_normal((1, 384), dtype=np.float32))
+    p1 = t(rng.random((1, 64), dtype=np.float32))
+    out.append(("theme_scope (1 q, 2k rows, K=500)", {
+        "kernel": lambda: W(theme._theme_scope)(p1, p, 500, "l2", "cpu", "auto"),
+        "registered": lambda: torch.ops.rasfast.theme_scope.default(p1, p, 500, "l2", "cpu", "auto"),
+        "public": lambda: rasfast.theme_scope(p1, p, 500, backend="cpu")}))
+    # KiRAG: 16 questions x 60 candidates of MuSiQue's 17k triples
+    q16 = t(rng.standard_normal((16, 384), dtype=np.float32))
+    table = t(rng.standard_normal((17_000, 384), dtype=np.float32))
+    cand = t(rng.integers(0, 17_000, 16 * 60))
+    cptr = torch.arange(0, 16 * 60 + 1, 60)
+    out.append(("segment_topk_scores (16 q x 60 of 17k, n=10)", {
+        "kernel": lambda: W(segment._segment_topk_scores)(q16, table, cptr, 10, cand, "cpu"),
+        "registered": lambda: torch.ops.rasfast.segment_topk_scores.default(q16, table, cptr, 10,
+                                                                            cand, "cpu"),
+        "public": lambda: rasfast.segment_topk_scores(q16, table, cptr, 10, cand_ids=cand,
+                                                      backend="cpu")}))
+    item = t(rng.standard_normal(16 * 60, dtype=np.float32))
+    groups = t(rng.integers(0, 2000, 16 * 60))
+    out.append(("segment_max_rank (16 q x 60 items, k=5)", {
+        "kernel": lambda: W(segment._segment_max_rank)(item, groups, cptr, 5, "cpu"),
+        "registered": lambda: torch.ops.rasfast.segment_max_rank.default(item, groups, cptr, 5, "cpu"),
+        "public": lambda: rasfast.segment_max_rank(item, groups, cptr, 5, backend="cpu")}))
+    # GEAR: 16 questions over 4,000 triples, ~8 neighbours each, 5 seeds, beam 10, length 2
+    n = 4000
+    deg = rng.integers(0, 16, n)
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(deg)]).astype(np.int64))
+    indices = torch.from_numpy(np.concatenate([np.sort(rng.choice(n, d, replace=False)) for d in deg])
+                               .astype(np.int64))
+    temb = t(rng.standard_normal((n, 384), dtype=np.float32))
+    sptr = torch.arange(0, 16 * 5 + 1, 5)
+    sids = t(rng.integers(0, n, 16 * 5))
+    bargs = (indptr, indices, temb, q16, sptr, sids, 10, 2, 20.0, None, "cpu")
+    out.append(("triple_beam_search (16 q, 4k triples, beam 10, len 2)", {
+        "kernel": lambda: W(beam._beam_op)(*bargs),
+        "registered": lambda: torch.ops.rasfast.triple_beam_search.default(*bargs),
+        "public": lambda: rasfast.triple_beam_search((indptr, indices), temb, q16, (sptr, sids),
+                                                     beam_width=10, max_len=2, backend="cpu")}))
+    # RAS's graph encoder on one question graph (20 nodes, 40 edges), 128-dim features
+    torch.manual_seed(0)
+    enc = GraphEncoder(in_channels=128, hidden=128, heads=4, num_layers=3, edge_dim=128).eval()
+    gx = torch.randn(20, 128)
+    gei = torch.randint(0, 20, (2, 40))
+    gea = torch.randn(40, 128)
+    gptr = torch.tensor([0, 20])
+    largs = enc._layer_args()
+    specs = enc.layer_specs()
+    out.append(("graph_transformer_pool (1 graph, 20 nodes, 3 layers of 128)", {
+        "kernel": lambda: W(graph_conv._pool_op)(gx, gei, None, gea, gptr, *largs, "cpu"),
+        "registered": lambda: torch.ops.rasfast.graph_transformer_pool.default(
+            gx, gei, None, gea, gptr, *largs, "cpu"),
+        "public": lambda: rasfast.graph_transformer_pool(gx, gei, gea, gptr, specs, backend="cpu")}))
+    return out
+
+
+def measure(variants):
+    for f in variants.values():  # warm up (caches, first-call setup)
+        for _ in range(20):
+            f()
+    times = {k: [] for k in variants}
+    calls = CALLS
+    for _ in range(ROUNDS):
+        for name, f in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f()
+            times[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true", help="write benchmarks/results/op_overhead.md")
+    a = ap.parse_args()
+    from benchmarks.machine import header_markdown
+    rows = []
+    with torch.no_grad():
+        for label, variants in cases():
+            r = measure(variants)
+            over = r["registered"] - r["kernel"]
+            co = r.get("custom_op")
+            co_text = "" if co is None else f"{co:.1f} ({co - r['kernel']:+.1f})"
+            rows.append(f"| {label} | {r['kernel']:.1f} | {r['registered']:.1f} | {over:+.1f} | "
+                        f"{100 * over / r['public']:.1f}% | {co_text} | {r['public']:.1f} |")
+            print(rows[-1], flush=True)
+    text = ("# Cost of the operator layer: torch.ops.rasfast.* against the direct kernel call\n\n"
+            "`python benchmarks/op_overhead.py --write` (issue 39 item 5). "
+            + header_markdown() + "\n"
+            "CPU tensors, backend \"cpu\", torch.no_grad(). Times in microseconds per call: the median "
+            f"over {ROUNDS} rounds of {CALLS} calls, variants interleaved within each round. "
+            "kernel = the registered kernel's Python function called directly under the width rule "
+            "(what the eager public op runs, less its argument checks); registered = `torch.ops.rasfast.<op>.default` (dispatcher + the same "
+            "function + its argument checks); custom_op = the same function as a "
+            "`torch.library.custom_op` (not used by rasfast; in brackets its cost over kernel); "
+            "public = the eager public function. Overhead = registered - kernel; share = "
+            "overhead / public. Goal: < 15 us and <= 10%.\n\n"
+            "| op (per-question shape) | kernel (us) | registered (us) | overhead (us) | share | "
+            "custom_op (us) | public (us) |\n|---|---:|---:|---:|---:|---:|---:|\n"
+            + "\n".join(rows) + "\n")
+    if a.write:
+        out = ROOT / "benchmarks" / "results" / "op_overhead.md"
+        out.write_text(text)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
