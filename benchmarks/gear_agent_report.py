@@ -51,7 +51,8 @@ PAPER_ROW = {"dense": "SBERT", "bm25": "BM25", "hybrid": "Hybrid", "gear-naive":
 
 
 def recall(ranked, gold, k):
-    return len(set(list(ranked)[:k]) & set(gold)) / len(set(gold)) if gold else 0.0
+    from rasfast.metrics import recall_at_k
+    return recall_at_k(ranked, gold, k)
 
 
 def retrieval_rows(ds, ki, enc):

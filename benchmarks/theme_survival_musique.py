@@ -50,7 +50,9 @@ def _data_root():
 
 
 def _recall(ids: np.ndarray, gold) -> np.ndarray:
-    return np.array([len(set(r.tolist()) & g) / len(g) for r, g in zip(ids, gold)])
+    """Per question recall of the gold passages over all of its ids (rasfast.metrics.recall_at_k)."""
+    from rasfast.metrics import recall_at_k
+    return np.array([recall_at_k(r.tolist(), g, len(r)) for r, g in zip(ids, gold)])
 
 
 def _survival(scoped: np.ndarray, dense: np.ndarray) -> np.ndarray:

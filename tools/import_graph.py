@@ -32,7 +32,7 @@ LAYERS = [
                "index.durable", "index.distributed", "index.knowledge", "index.array_header",
                "index.manifest_schemas", "distributed"]),
     ("llm", ["llm"]),
-    ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench"]),
+    ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench", "metrics"]),
     ("ops", ["ops", "parse", "types"]),
     ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels", "_threads", "_schema",
                     "device_work"]),

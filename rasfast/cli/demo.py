@@ -131,7 +131,7 @@ def kernel_speedups(kindex, encoder, subqueries: List[str], K: int, k: int, base
 
 def run_demo(args, world, encoder, planner_llm=None, graph_llm_parts=None) -> int:
     """The demo's default path (see the module docstring); ``args`` are the CLI's."""
-    from ..systems.ras.metrics import golden_match
+    from ..metrics import golden_match
     from ..profile import Trace
     from ..systems.registry import build_system
     from ..index.knowledge.extract import corpus_record

@@ -197,7 +197,7 @@ def cmd_eval(args) -> int:
     """Questions of --dataset answered by --system from --index (the index must hold that
     dataset's corpus in order, so gold passage ids line up)."""
     from ._common import _dataset
-    from ..systems.ras.metrics import answer_scores, recall_at_k
+    from ..metrics import answer_scores, recall_at_k
     ki, enc = _load(args)
     ds = _dataset(args.dataset, args)
     titles = [p.title for p in ds.passages]

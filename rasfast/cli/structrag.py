@@ -64,7 +64,7 @@ DEMO_KG_HOPS, DEMO_EXTRACT_K = 1, 16
 def run_demo(args) -> int:
     """The demo world, StructRAG over it, answers and the per-stage table."""
     from ._common import _dataset, _encoder
-    from ..systems.ras.metrics import golden_match
+    from ..metrics import golden_match
     from ..profile import Trace
     t0 = time.perf_counter()
     world = _dataset("demo", args)

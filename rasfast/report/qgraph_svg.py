@@ -165,7 +165,7 @@ def render_svg(g: QGraph, *, answer: Optional[str] = None, golds: Sequence[str] 
     one ``<g class="e">`` per triple). Styles come from :func:`css` and the arrowheads from
     :func:`shared_defs`, which the page holds once; labels cut to length carry the full
     text as a tooltip."""
-    from ..systems.ras.metrics import normalize_answer
+    from ..metrics import normalize_answer
     if not g.nodes:
         return "<p class=\"muted\">No triples: nothing to draw.</p>"
     width = WIDTH
@@ -231,7 +231,7 @@ def legend(g: QGraph, answer_found: bool) -> str:
 def question_graph_figure(step_triples: Sequence[Sequence], shown_triples: Optional[Sequence], *,
                           answer: Optional[str] = None, golds: Sequence[str] = ()) -> str:
     """The graph as a ``<figure>``: the SVG and its legend."""
-    from ..systems.ras.metrics import normalize_answer
+    from ..metrics import normalize_answer
     g = build_graph(step_triples, shown_triples)
     svg = render_svg(g, answer=answer, golds=golds)
     if not g.nodes:

@@ -11,7 +11,7 @@
 
 docs/gear.md maps every element of the paper to the code.
 """
-from .expand import (RRF_K, ExpansionResult, _pad, dense_rankings, evaluate_musique, graph_expand,  # noqa: F401
+from .expand import (RRF_K, ExpansionResult, dense_rankings, evaluate_musique, graph_expand,  # noqa: F401
                      link_triples, reciprocal_rank_fusion, recall_at_k)
 
 __all__ = ["reciprocal_rank_fusion", "graph_expand", "ExpansionResult", "link_triples",

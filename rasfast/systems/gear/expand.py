@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..._validate import check_choice, check_int_arg
+from ...metrics import mean_recall_at_k as recall_at_k  # noqa: F401 - GEAR's public name for it
+from ...metrics import pad_ranking
 
 RRF_K = 60
 
@@ -256,27 +258,11 @@ def graph_expand(graph, triple_emb, q_emb, base_pids, mode: str = "naive", proxi
 
 # ---------------------------------------------------------------------------- evaluation
 
-def recall_at_k(ranked: Sequence[np.ndarray], gold: Sequence[Sequence[int]], k: int) -> float:
-    """Mean over questions of |gold ∩ top-k| / |gold| (questions without gold are skipped)."""
-    k = check_int_arg(k, "k", 1)
-    vals = [len(set(np.asarray(r)[:k].tolist()) & set(g)) / len(set(g))
-            for r, g in zip(ranked, gold) if len(g)]
-    return float(np.mean(vals)) if vals else 0.0
-
-
 def dense_rankings(q_emb: np.ndarray, passage_emb: np.ndarray, depth: int) -> np.ndarray:
     """Top-``depth`` passages per query by inner product (ties by lower id): int64 [B, depth]."""
     sims = np.asarray(q_emb, np.float32) @ np.asarray(passage_emb, np.float32).T
     depth = min(depth, sims.shape[1])
     return np.argsort(-sims, axis=1, kind="stable")[:, :depth].astype(np.int64)
-
-
-def _pad(fused: np.ndarray, dense: np.ndarray, k: int) -> np.ndarray:
-    """Fills a fused list shorter than k with the next dense passages not yet in it."""
-    if len(fused) >= k:
-        return fused
-    extra = dense[~np.isin(dense, fused)]
-    return np.concatenate([fused, extra[:k - len(fused)]])
 
 
 def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
@@ -322,7 +308,7 @@ def evaluate_musique(data_root=None, ks: Sequence[int] = (5, 10, 15),
         res = graph_expand(graph, t_emb, q_emb, dense[:, :fusion_depth or m], mode="naive",
                            seed_passages=m, beam_width=beam_width, max_len=max_len, gamma=gamma,
                            max_neighbors=max_neighbors, backend=backend)
-        ranked = [_pad(f, d, max(ks)) for f, d in zip(res.passages, dense)]
+        ranked = [pad_ranking(f, d, max(ks)) for f, d in zip(res.passages, dense)]
         rows.append({"method": "dense + NaiveGE", "base_size": m, "fusion_depth": fusion_depth or m,
                      "mean_expansion_passages": float(np.mean([len(e) for e in res.expansion])),
                      **{f"recall@{k}": recall_at_k(ranked, gold, k) for k in ks}})

@@ -17,7 +17,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..._validate import check_int_arg
-from ..gear import _pad, dense_rankings, recall_at_k
+from ...metrics import mean_recall_at_k as recall_at_k
+from ...metrics import pad_ranking
+from ..gear import dense_rankings
 from .aligner import PAPER_TRAINING, train_aligner
 from .loop import KiRAG
 from .silver import load_musique_chains, training_pairs
@@ -28,7 +30,7 @@ def _kirag_rankings(retriever, store, aligner, questions, dense, depth, K0, N, L
     out, lengths = [], []
     for s in range(0, len(questions), batch):
         for r, d in zip(sys.run_batch(questions[s:s + batch]), dense[s:s + batch]):
-            out.append(_pad(np.asarray(r.pids, np.int64), d, depth))
+            out.append(pad_ranking(np.asarray(r.pids, np.int64), d, depth))
             lengths.append(len(r.chain))
     return out, float(np.mean(lengths)) if lengths else 0.0
 

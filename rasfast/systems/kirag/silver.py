@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..ras.metrics import normalize_answer
+from ...metrics import normalize_answer
 from .loop import QUERY_JOIN
 from .triples import TripleStore, chain_text
 
@@ -153,7 +153,7 @@ def verify_chains(chains: Sequence[SilverChain], store: TripleStore,
     (``golden_match``). One batched call; a failed prompt drops its chain."""
     from ...llm.isolated import check_llm
     from ...llm.reader import ReaderInput, read
-    from ..ras.metrics import golden_match
+    from ...metrics import golden_match
     check_llm(reader, "reader")
     got = read(reader, [ReaderInput(c.question, [], [("", [store.triples[i] for i in c.triple_ids])])
                         for c in chains], max_new_tokens=max_new_tokens)

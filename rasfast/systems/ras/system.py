@@ -13,7 +13,7 @@ from ...profile import Trace
 from .extractors import CachedTripleExtractor, SentenceTripleExtractor
 from .heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
 from .loop import RAS, RASResult
-from .metrics import answer_scores, recall_at_k
+from ...metrics import answer_scores, recall_at_k
 from .retrievers import DenseRetriever, FaissRetriever
 
 

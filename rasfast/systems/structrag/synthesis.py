@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..ras.metrics import token_f1
+from ...metrics import token_f1
 from ...types import RetrievedPassage
 from ._llm import check_llm, generate_isolated
 from .dpo import Pair
