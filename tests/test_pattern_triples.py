@@ -19,18 +19,19 @@ def objects(title, text):
 
 
 def test_whole_dates_and_the_opening_full_name():
-    text = "Sandra Miju Oh (born July 20, 1971) is a Canadian actress."
-    got = triples("Sandra Oh", text)
-    assert ("Sandra Oh", "full name", "Sandra Miju Oh") in got
-    assert ("Sandra Oh", "born", "July 20, 1971") in got
+    # invented (HotpotQA 51-100's gold answers stay out of the code and its tests)
+    text = "Mara Ilse Lind (born July 20, 1971) is a Canadian actress."
+    got = triples("Mara Lind", text)
+    assert ("Mara Lind", "full name", "Mara Ilse Lind") in got
+    assert ("Mara Lind", "born", "July 20, 1971") in got
     # the first extractor kept the month alone and no full name
-    old = SentenceTripleExtractor()._one(RetrievedPassage(0, "Sandra Oh", text))
-    assert ("Sandra Oh", "born", "July") in old and not any(o == "Sandra Miju Oh" for _, _, o in old)
+    old = SentenceTripleExtractor()._one(RetrievedPassage(0, "Mara Lind", text))
+    assert ("Mara Lind", "born", "July") in old and not any(o == "Mara Ilse Lind" for _, _, o in old)
 
 
 @pytest.mark.parametrize("text,want", [
-    ("Bonnie Tyler (born Gaynor Hopkins; 8 June 1951) is a Welsh singer.", "8 June 1951"),
-    ("Chiang Kai-shek (October 31, 1887 – April 5, 1975), was a statesman.", "April 5, 1975"),
+    ("Nell Harrow (born Ellen Pike; 3 May 1948) is a Welsh singer.", "3 May 1948"),
+    ("Orrin Vale (March 3, 1901 – June 14, 1968), was a director.", "June 14, 1968"),
     ("On March 2 and 3, 2012, a tornado outbreak occurred over the Southern United States.",
      "March 2 and 3, 2012"),
     ("It was first seen in May 1999 by the crew.", "May 1999"),
@@ -40,8 +41,8 @@ def test_date_shapes(text, want):
 
 
 def test_a_date_in_parentheses_gets_a_predicate_and_an_opening_preposition_is_no_name():
-    got = triples("Chiang Kai-shek", "Chiang Kai-shek (October 31, 1887 – April 5, 1975), was a leader.")
-    assert ("Chiang Kai-shek", "date", "October 31, 1887") in got
+    got = triples("Orrin Vale", "Orrin Vale (March 3, 1901 – June 14, 1968), was a director.")
+    assert ("Orrin Vale", "date", "March 3, 1901") in got
     got = triples("Outbreak", "On March 2 and 3, 2012, storms came.")
     assert not any(p == "full name" for _, p, _ in got)
 
@@ -61,7 +62,7 @@ def test_list_items_and_appositions_share_the_predicate():
 @pytest.mark.parametrize("text,want", [
     ("The mother of Hank Williams, Jr. was a singer.", "Hank Williams, Jr."),
     ("The voice of Waylon J. Smithers Jr. is heard.", "Waylon J. Smithers Jr."),
-    ('It was founded by Robert "Throb" Young in Glasgow.', 'Robert "Throb" Young'),
+    ('The jump was made by Eddie "The Eagle" Edwards in Calgary.', 'Eddie "The Eagle" Edwards'),
     ("The game was developed by Studio 33 for the PlayStation.", "Studio 33"),
     ("The film earned 150 million dollars.", "150 million"),
     ("The breed originated in Texas in the mid-19th century.", "19th century"),

@@ -15,8 +15,10 @@ def rec(em=0.0, acc=0.0, retrieved=None, shown=None, **kw):
 
 @pytest.mark.parametrize("r,stage", [
     (rec(em=1.0, retrieved=True, shown=True), "correct"),
-    # a gold answer contained in the short answer counts as answered, whatever was shown
-    (rec(acc=1.0, retrieved=False, shown=False), "correct"),
+    # a gold answer contained in the answer is its own stage, not correct (correct is EM)
+    (rec(acc=1.0, retrieved=False, shown=False), "contains_gold"),
+    (rec(acc=1.0, retrieved=True, shown=True), "contains_gold"),
+    (rec(em=1.0, acc=1.0, retrieved=True, shown=True), "correct"),
     (rec(em=1.0), "correct"),                                    # correct needs no trail
     (rec(retrieved=True, shown=True), "shown_misread"),
     (rec(retrieved=False, shown=True), "shown_misread"),         # shown wins: the reader had it
@@ -57,7 +59,8 @@ def test_stage_counts_cover_every_stage_and_sum():
             {"qid": "old", "em": 0.0}]
     c = stage_counts(recs)
     assert list(c) == list(STAGES)
-    assert c == {"not_retrieved": 3, "retrieved_not_shown": 1, "shown_misread": 1, "correct": 2, "unknown": 1}
+    assert c == {"not_retrieved": 3, "retrieved_not_shown": 1, "shown_misread": 1, "contains_gold": 0, "correct": 2,
+                 "unknown": 1}
     assert sum(c.values()) == len(recs)
     assert stage_counts([]) == {s: 0 for s in STAGES}
     assert set(STAGE_LABELS) == set(STAGES)

@@ -97,7 +97,9 @@ def test_right_wrong_filters_are_one_click_css():
 def test_failure_stage_chart_counts(run, page):
     assert "<svg class=\"stages\"" in page
     assert re.search(r"<title>none: not retrieved: 3 of 3 \(100%\)</title>", page)
-    assert re.search(r"<title>dense: correct: 3 of 3 \(100%\)</title>", page)
+    # correct is EM; the stand-in's reply "Elden Fair <script>..." contains the gold, its own stage
+    assert re.search(r"<title>dense: correct \(EM\): 2 of 3 \(67%\)</title>", page)
+    assert re.search(r"<title>dense: answer contains the gold \(not EM\): 1 of 3 \(33%\)</title>", page)
 
 
 def test_old_records_are_shown_as_unknown():

@@ -92,7 +92,9 @@ def cmd_train(args) -> int:
     tr = train_aligner(pairs, model=args.model, epochs=args.epochs, batch_size=args.train_batch,
                        lr=args.lr, temperature=args.temperature, max_negatives=args.max_negatives,
                        max_steps=args.max_steps, seed=args.seed, progress=args.progress)
-    path = save_aligner(tr, args.out)
+    qids = list(dict.fromkeys(c.qid for c in chains))
+    path = save_aligner(tr, args.out, trained_on={"dataset": ds.name, "questions": args.questions or "all",
+                                                  "qids": qids})
     print(f"trained {len(tr.losses)} steps in {tr.seconds:.1f} s: loss {tr.losses[0]:.4f} -> "
           f"{tr.losses[-1]:.4f}; saved to {path}")
     return 0

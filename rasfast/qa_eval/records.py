@@ -30,9 +30,13 @@ record, which then reads as *unknown*, never as false):
   "note"}`` (``scope``: the theme scope size, ``chains``: graph-expansion beams, ``note``: the
   step's decision, e.g. a plan or an answerability verdict);
 - ``shown``: what the final reader was shown: ``{"passages": [pids], "triples": [[s, p, o],
-  ...], "n_passages", "n_triples", "chars", "cut"}``;
+  ...], "n_passages", "n_triples", "chars", "cut"}`` (``triples``: the unique triples the
+  prompt shows; records written before this held repeats, :func:`remeasure` counts them once);
 - ``answer_retrieved``: a gold answer occurs (whole words, SQuAD-normalised) in a passage the
-  system retrieved at any step; ``answer_shown``: in the text the reader was shown;
+  system retrieved at any step; ``answer_shown``: in the passages' and triples' own texts the
+  reader was shown, never in the prompt's labels ("Document 4:" does not show gold "4");
+  records written before this searched the whole context text, and :func:`remeasure`
+  recomputes it from their ``shown`` passages and triples;
 - ``calls``: the LLM calls in order, ``[{"role", "prompt", "reply"}]`` (texts cut at
   :data:`CALL_TEXT_CHARS`).
 """
@@ -43,13 +47,16 @@ import os
 import pathlib
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from ..metrics import answer_in_text, normalized_golds  # noqa: F401 - their home is rasfast.metrics
+
 SCHEMA = 2
 CALL_TEXT_CHARS = 8000
 
 # the failure stages, in pipeline order (what the report's chart stacks)
-STAGES = ("not_retrieved", "retrieved_not_shown", "shown_misread", "correct", "unknown")
+STAGES = ("not_retrieved", "retrieved_not_shown", "shown_misread", "contains_gold", "correct", "unknown")
 STAGE_LABELS = {"not_retrieved": "not retrieved", "retrieved_not_shown": "retrieved but not shown",
-                "shown_misread": "shown but misread", "correct": "correct", "unknown": "unknown"}
+                "shown_misread": "shown but misread", "contains_gold": "answer contains the gold (not EM)",
+                "correct": "correct (EM)", "unknown": "unknown"}
 
 
 class RecordFile:
@@ -160,33 +167,29 @@ def _jsonable(x):
 
 
 # -- answers in text ----------------------------------------------------------------------------
-def normalized_golds(golds: Iterable[str]) -> List[str]:
-    from ..systems.ras.metrics import normalize_answer
-    return [f" {g} " for g in (normalize_answer(x) for x in golds) if g]
-
-
-def answer_in_text(golds: Sequence[str], text: str) -> bool:
-    """A gold answer (or alias) occurs in ``text`` as whole words after SQuAD normalisation
-    ("1" is not in "1999")."""
-    from ..systems.ras.metrics import normalize_answer
-    t = f" {normalize_answer(text)} "
-    return any(g in t for g in normalized_golds(golds))
-
-
 def is_correct(rec: dict) -> bool:
-    """Counted as answered: an exact match, or a gold answer contained (whole words) in the
-    short answer the reader contract lets through."""
-    return bool(rec.get("em")) or bool(rec.get("acc"))
+    """Counted as answered: an exact match (EM). A reply that merely contains the gold
+    ("Both E. B. White and Dan Masterson were American writers" for "American") is
+    :func:`contains_gold`, its own stage, not correct."""
+    return bool(rec.get("em"))
+
+
+def contains_gold(rec: dict) -> bool:
+    """The answer contains a gold answer as whole words (the record's ``acc``), EM or not."""
+    return bool(rec.get("acc")) or bool(rec.get("em"))
 
 
 def failure_stage(rec: dict) -> str:
-    """Where a question was lost: ``correct``; ``shown_misread`` (the reader saw the answer);
+    """Where a question was lost: ``correct`` (EM); ``contains_gold`` (not EM, but the answer
+    contains a gold answer); ``shown_misread`` (the reader saw the answer);
     ``retrieved_not_shown`` (a retrieved passage held it, the reader's input did not);
     ``not_retrieved``; or ``unknown`` for a record that does not say what was retrieved or
     shown (schema 1). A system without retrieval (closed book) is ``not_retrieved`` unless
-    correct."""
+    its answer is correct or contains the gold."""
     if is_correct(rec):
         return "correct"
+    if contains_gold(rec):
+        return "contains_gold"
     shown, retrieved = rec.get("answer_shown"), rec.get("answer_retrieved")
     if shown:
         return "shown_misread"
@@ -215,16 +218,76 @@ def upgrade(rec: dict) -> dict:
     return r
 
 
+def unique_triples(triples: Iterable[Sequence]) -> List[list]:
+    """``triples`` without repeats, first occurrence kept: what the reader's facts layout
+    (:func:`rasfast.llm.reader.facts_text`) shows, which never repeats a fact."""
+    seen, out = set(), []
+    for t in triples:
+        key = tuple(str(x).strip().lower() for x in list(t)[:3])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(list(t))
+    return out
+
+
+def _passage_texts(title: str, text: str) -> List[str]:
+    from ..llm.reader import PASSAGE_CHARS
+    return [str(title or ""), str(text or "")[:PASSAGE_CHARS]]
+
+
+def shown_texts(reader_input) -> List[str]:
+    """The texts a reader input shows, each on its own, without the prompt's scaffolding
+    ("Document N:" labels, "Search N:" heads, "Facts:"): the knowledge text, each triple's
+    words, each passage's title and (cut) text."""
+    out = [reader_input.knowledge] if reader_input.knowledge.strip() else []
+    out += [" ".join(str(x) for x in t[:3]) for t in unique_triples(reader_input.triples)]
+    for p in reader_input.passages:
+        out += _passage_texts(getattr(p, "title", ""), getattr(p, "text", ""))
+    return out
+
+
 def shown_record(reader_input, golds: Sequence[str]) -> Dict[str, Any]:
-    """``shown`` and ``answer_shown`` of a record from a :class:`rasfast.llm.reader.ReaderInput`."""
+    """``shown`` and ``answer_shown`` of a record from a :class:`rasfast.llm.reader.ReaderInput`.
+    ``triples`` / ``n_triples``: the unique triples the prompt shows; ``answer_shown``: a gold
+    answer occurs in the shown texts themselves (:func:`shown_texts`), never through a label."""
+    from ..metrics import answer_in_texts
     if reader_input is None:
         return {"shown": None, "answer_shown": None}
     text = reader_input.context_text()
-    trip = [list(t) for _, ts in reader_input.fact_blocks for t in ts]
+    trip = unique_triples(reader_input.triples)
     shown = {"passages": [int(p.pid) for p in reader_input.passages], "triples": trip,
              "n_passages": len(reader_input.passages), "n_triples": len(trip), "chars": len(text),
              "cut": int(getattr(reader_input, "cut", 0))}
-    return {"shown": shown, "answer_shown": answer_in_text(golds, text) if text.strip() else False}
+    return {"shown": shown, "answer_shown": answer_in_texts(golds, shown_texts(reader_input))}
+
+
+def remeasure(rec: dict, golds: Sequence[str], passage_of) -> dict:
+    """A stored record's measures recomputed from what it holds (no model): ``shown.n_triples``
+    as the unique triples; ``answer_shown`` from the shown passages' and triples' own texts
+    (``passage_of(pid)``: the corpus passage), so records written when "answer shown" searched
+    the whole prompt text ("Document 4:" matched gold "4") read as they should. A record whose
+    reader was shown neither passages nor triples (closed book; StructRAG's free-text
+    knowledge, which holds no labels) keeps its stored ``answer_shown``; so does one naming a
+    passage the corpus lacks."""
+    from ..metrics import answer_in_texts
+    r = dict(rec)
+    sh = r.get("shown")
+    if not isinstance(sh, dict):
+        return r
+    trip = unique_triples(sh.get("triples") or [])
+    pids = list(sh.get("passages") or [])
+    r["shown"] = dict(sh, n_triples=len(trip))
+    if not trip and not pids:
+        return r
+    ps = [passage_of(int(p)) for p in pids]
+    if any(p is None for p in ps):
+        return r
+    texts = [" ".join(str(x) for x in t[:3]) for t in trip]
+    for p in ps:
+        texts += _passage_texts(p.title, p.text)
+    r["answer_shown"] = answer_in_texts(golds, texts)
+    return r
 
 
 def cut_text(s: Optional[str], n: int = CALL_TEXT_CHARS) -> Optional[str]:
@@ -234,4 +297,5 @@ def cut_text(s: Optional[str], n: int = CALL_TEXT_CHARS) -> Optional[str]:
 
 
 __all__ = ["RecordFile", "RecordWriter", "SCHEMA", "STAGES", "STAGE_LABELS", "answer_in_text",
-           "failure_stage", "stage_counts", "is_correct", "upgrade", "shown_record", "cut_text"]
+           "failure_stage", "stage_counts", "is_correct", "contains_gold", "upgrade", "shown_record",
+           "shown_texts", "unique_triples", "remeasure", "cut_text"]

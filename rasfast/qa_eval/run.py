@@ -10,9 +10,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .records import SCHEMA, RecordFile, answer_in_text, cut_text, shown_record, upgrade
+from .records import SCHEMA, RecordFile, cut_text, remeasure, shown_record, upgrade
 from .systems import FAMILY, PREP, SYSTEMS, Prepared, make_preparer, reader_input
-from .tables import RECALL_KS, paired_against, summarise
+from .tables import ANSWER_DEPTHS, RECALL_KS, paired_against, summarise
 
 DATASETS = {"musique": "musique", "2wiki": "2wikimultihopqa", "2wikimultihopqa": "2wikimultihopqa",
             "hotpotqa": "hotpotqa"}
@@ -189,10 +189,15 @@ def _check_common(dataset, systems, prompt_style, reader, retriever):
         raise ValueError(f"retriever: expected one of {', '.join(RETRIEVERS)}, got {retriever!r}")
 
 
-def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS) -> List[dict]:
+def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS, passage_of=None) -> List[dict]:
     """The cached records of ``qs`` (in their order) that ``done`` holds, as schema 2, with
-    recall@K for every K and ``recall_all`` recomputed from the ranked passages and the gold."""
-    from ..systems.ras.metrics import recall_at_k
+    recall@K for every K and ``recall_all`` recomputed from the ranked passages and the gold.
+    With ``passage_of`` (pid -> corpus passage) the answer measures are recomputed from what
+    the record holds too (:func:`records.remeasure`: answer shown in the shown texts
+    themselves, unique triples), and ``answer@N`` for N in :data:`tables.ANSWER_DEPTHS` says
+    whether a gold answer occurs in the first N distinct passages the system ranked (None
+    for a record without its ranking)."""
+    from ..metrics import answer_in_texts, distinct_prefix, recall_at_k
     recs = []
     for q in qs:
         if q.qid in done:
@@ -201,6 +206,17 @@ def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS) -> List[d
             for kk in ks:
                 r[f"recall@{kk}"] = recall_at_k(got, q.gold_pids, kk) if got else None
             r["recall_all"] = recall_at_k(got, q.gold_pids, len(got)) if got else None
+            if passage_of is not None:
+                r = remeasure(r, q.answers, passage_of)
+                ranked = r.get("passages")
+                r["n_ranked"] = None if ranked is None else len(distinct_prefix(ranked, len(ranked)))
+                for n in ANSWER_DEPTHS:
+                    if ranked is None:
+                        r[f"answer@{n}"] = None
+                        continue
+                    ps = [passage_of(int(p)) for p in distinct_prefix(ranked, n)]
+                    r[f"answer@{n}"] = None if any(p is None for p in ps) else \
+                        answer_in_texts(q.answers, [p.content for p in ps])
             recs.append(r)
     return recs
 
@@ -297,7 +313,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
                         bar.set_postfix(f1=f"{sum(f1s) / len(f1s):.2f}")
         if bar is not None:
             bar.close()
-        recs = _records(qs, done)
+        recs = _records(qs, done, passage_of=by_pid.get)
         recs_by[name] = recs
         dups[name] = rf.duplicates
         rows.append(summarise(name, recs, k))
@@ -395,7 +411,7 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
     model-free run: ``offline_answer``, the system's own baseline, and the input a reader
     would have been shown)."""
     from ..llm.reader import read
-    from ..systems.ras.metrics import answer_scores, recall_at_k
+    from ..metrics import answer_in_texts, answer_scores, recall_at_k
     u = _Usage(ctx)
     answer, reply, shown, err = None, None, None, prep.error
     if ctx.llm is None:
@@ -413,7 +429,7 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
     timings["read (model)"] = round(1000 * (usage["seconds"] - (prep.usage or {}).get("seconds", 0.0)), 3)
     m = answer_scores(answer or "", q.answers, yes_no=ctx.yes_no)
     pids = [int(p) for p, _ in prep.ranked]
-    text = "\n".join(ctx.by_pid[p].content for p in prep.retrieved if p in ctx.by_pid)
+    texts = [ctx.by_pid[p].content for p in prep.retrieved if p in ctx.by_pid]
     return {"qid": q.qid, "schema": SCHEMA, "question": q.question, "answer": answer, "gold": q.answers,
             "reply": cut_text(reply, 2000), "em": m["em"], "f1": m["f1"], "acc": m["acc"],
             f"recall@{ctx.k}": (recall_at_k(pids, q.gold_pids, ctx.k) if pids else None),
@@ -421,7 +437,7 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
             "prompt_style": ctx.style if FAMILY[name] == "ras" else None, "reader": ctx.reader,
             "retriever": None if name == "none" else (name if FAMILY[name] == "reader" else ctx.retriever),
             **prep.trail, "steps": prep.steps,
-            "answer_retrieved": answer_in_text(q.answers, text) if name != "none" else False,
+            "answer_retrieved": answer_in_texts(q.answers, texts) if name != "none" else False,
             **shown_record(shown, q.answers), **usage, "timings": timings}
 
 
@@ -482,13 +498,14 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
     giters = gear_iters or MAX_ITERS.get(ds.name, 4)
+    by_pid = {p.pid: p for p in ds.passages}
     rows, missing, recs_by, dups = [], {}, {}, {}
     for name in systems:
         st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
                           retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router,
                           n_ctx=n_ctx, knowledge=knowledge_id(ds, model_free))
         rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
-        recs = _records(qs, rf.load())
+        recs = _records(qs, rf.load(), passage_of=by_pid.get)
         missing[name] = len(qs) - len(recs)
         dups[name] = rf.duplicates
         if recs:

@@ -6,9 +6,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .records import STAGES, failure_stage
+from .records import STAGE_LABELS, STAGES, failure_stage
 
 RECALL_KS = (5, 10, 15)
+# answer in the first N distinct passages each system ranked: retrieval at equal depth
+ANSWER_DEPTHS = (5, 10, 20)
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, seed: int = 0) -> Dict[str, Any]:
@@ -35,7 +37,10 @@ def summarise(name: str, recs: List[dict], k: int, ks: Sequence[int] = RECALL_KS
     """One row: means over ``recs``. ``recall@K`` is over the first K passages each system
     returned (questions whose record has passages); ``recall_all`` over all it returned;
     ``answer_retrieved`` / ``answer_shown``: shares of the questions whose records say so
-    (None where no record knows)."""
+    (None where no record knows); ``answer@N``: share whose answer is in the first N distinct
+    passages the system ranked (retrieval at equal depth: ``answer_retrieved`` counts every
+    passage a system retrieved, 20 for dense, about 6 for RAS); ``ranked_per_q``: the distinct
+    passages each system ranked, its depth."""
     n = len(recs)
     mean = lambda key: (sum(float(r.get(key) or 0) for r in recs) / n) if n else 0.0  # noqa: E731
     row: Dict[str, Any] = {"system": name, "n": n, "em": mean("em"), "f1": mean("f1"), "acc": mean("acc")}
@@ -55,6 +60,9 @@ def summarise(name: str, recs: List[dict], k: int, ks: Sequence[int] = RECALL_KS
         "answer_retrieved": _mean([None if r.get("answer_retrieved") is None else float(r["answer_retrieved"])
                                    for r in recs]),
         "answer_shown": _mean([None if r.get("answer_shown") is None else float(r["answer_shown"]) for r in recs]),
+        **{f"answer@{d}": _mean([None if r.get(f"answer@{d}") is None else float(r[f"answer@{d}"]) for r in recs])
+           for d in ANSWER_DEPTHS},
+        "ranked_per_q": _mean([r.get("n_ranked") for r in recs]),
         "shown_passages_per_q": _mean([s.get("n_passages") for s in shown]),
         "shown_triples_per_q": _mean([s.get("n_triples") for s in shown]),
         "llm_calls_per_q": mean("llm_calls"), "prompt_tokens_per_q": mean("prompt_tokens"),
@@ -91,13 +99,16 @@ def _f(x, spec=".3f", none="-"):
 
 def format_rows(out: Dict[str, Any]) -> str:
     k = out["k"]
-    head = (f"{'system':<16}{'n':>4}{'EM':>7}{'F1':>7}{'R@' + str(k):>7}{'R@all':>7}{'ans.ret':>8}{'ans.shown':>10}"
+    head = (f"{'system':<16}{'n':>4}{'EM':>7}{'F1':>7}{'R@' + str(k):>7}{'R@all':>7}{'ans.ret':>8}"
+            + "".join(f"{'ans@' + str(d):>7}" for d in ANSWER_DEPTHS) + f"{'ans.shown':>10}"
             f"{'calls/q':>8}{'tok/q':>8}{'s/q':>7}{'err':>5}")
     lines = [head]
     for r in out["rows"]:
         lines.append(f"{r['system']:<16}{r['n']:>4}{r['em']:>7.3f}{r['f1']:>7.3f}"
                      f"{_f(r.get(f'recall@{k}')):>7}{_f(r.get('recall_all')):>7}"
-                     f"{_f(r.get('answer_retrieved'), '.2f'):>8}{_f(r.get('answer_shown'), '.2f'):>10}"
+                     f"{_f(r.get('answer_retrieved'), '.2f'):>8}"
+                     + "".join(f"{_f(r.get(f'answer@{d}'), '.2f'):>7}" for d in ANSWER_DEPTHS)
+                     + f"{_f(r.get('answer_shown'), '.2f'):>10}"
                      f"{r['llm_calls_per_q']:>8.1f}"
                      f"{r['prompt_tokens_per_q'] + r['completion_tokens_per_q']:>8.0f}{r['seconds_per_q']:>7.1f}"
                      f"{r['errors']:>5}")
@@ -107,7 +118,9 @@ def format_rows(out: Dict[str, Any]) -> str:
             if p["n"]:
                 lines.append(f"  {name:<16}{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]  "
                              f"(n={p['n']}, higher {p['higher']}, lower {p['lower']}, same {p['same']})")
-    lines.append("where questions were lost (not retrieved / retrieved, not shown / shown, misread / correct / unknown):")
+    lines.append("ans.ret: answer in any passage retrieved; ans@N: in the first N distinct passages ranked; "
+                 "ans.shown: in the passages' / triples' own text the reader was shown")
+    lines.append("where questions were lost (" + " / ".join(STAGE_LABELS[s] for s in STAGES) + "):")
     for r in out["rows"]:
         st = r["stages"]
         lines.append(f"  {r['system']:<16}" + " / ".join(str(st[s]) for s in STAGES))
@@ -127,4 +140,4 @@ def format_rows(out: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["summarise", "format_rows", "paired_bootstrap", "paired_against", "RECALL_KS"]
+__all__ = ["summarise", "format_rows", "paired_bootstrap", "paired_against", "RECALL_KS", "ANSWER_DEPTHS"]

@@ -8,6 +8,7 @@ from .html import esc, fmt
 
 # failure stage -> colour (pipeline order: lost early is darker red, correct is green)
 STAGE_COLOURS = {"not_retrieved": "#cf222e", "retrieved_not_shown": "#fb8f44", "shown_misread": "#d4a72c",
+                 "contains_gold": "#8fc96b",
                  "correct": "#2da44e", "unknown": "#afb8c1"}
 
 

@@ -138,12 +138,18 @@ def train_aligner(pairs: Sequence[AlignerPair], model=None,
     return TrainedAligner(st, losses, settings, time.perf_counter() - t0)
 
 
-def save_aligner(trained: TrainedAligner, path) -> str:
+def save_aligner(trained: TrainedAligner, path, trained_on: Optional[dict] = None) -> str:
+    """Saves the model and its training record (:data:`META`: settings, losses, seconds and,
+    given ``trained_on``, what it was trained on: ``{"dataset", "questions", "qids"}``, the
+    ids of the questions whose chains gave the training pairs, so an evaluation can check
+    that it holds them out)."""
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
     trained.model.save(str(path))
-    (path / META).write_text(json.dumps({"settings": trained.settings, "losses": trained.losses,
-                                         "seconds": trained.seconds}, indent=1))
+    meta = {"settings": trained.settings, "losses": trained.losses, "seconds": trained.seconds}
+    if trained_on is not None:
+        meta["trained_on"] = trained_on
+    (path / META).write_text(json.dumps(meta, indent=1))
     return str(path)
 
 
