@@ -103,8 +103,12 @@ int main() {
   std::vector<float> x(rows * n);
   for (auto& v : x) v = d(rng);
   std::vector<int64_t> out(rows * k);
+  std::vector<float> vals(rows * k);
+  const size_t ws_bytes = rasfast::select_k_cuda_workspace(0, rows, n, k, true);
+  std::vector<unsigned long long> ws(ws_bytes / 8 + 1);  // 8-byte aligned, like a device block
   try {
-    rasfast::select_k_cuda_launch(x.data(), 0, rows, n, k, false, true, out.data(), nullptr);
+    rasfast::select_k_cuda_launch(x.data(), 0, rows, n, k, false, true, out.data(), vals.data(),
+                                  ws.data(), ws_bytes, nullptr);
   } catch (const std::exception& e) {
     std::printf("FAULT %s\n", e.what());
     return 0;
@@ -127,7 +131,7 @@ def _select_source(remove_barrier: bool) -> str:
     src = (REPO / "csrc" / "select" / "select_kernels.cu").read_text()
     if remove_barrier:
         # the barrier between zeroing the block's histogram and counting into it
-        start = src.index("__global__ void digit_histogram")
+        start = src.index("radix_pass(const")
         at = src.index("__syncthreads();", start)
         src = src[:at] + "/* removed */   " + src[at + len("__syncthreads();"):]
     return src
