@@ -29,26 +29,16 @@ import torch
 import rasfast
 from rasfast.device_work import count_device_work
 
-from conftest import EMULATED
+from device_work_util import EMULATED_ONLY, emulated, fresh_seed  # noqa: F401 (autouse fixture)
 from test_beam import assert_same, random_graph, random_seeds
 
-pytestmark = [pytest.mark.cuda_emu,
-              pytest.mark.skipif(not EMULATED, reason="counts the CUDA emulator's work "
-                                 "(RASFAST_CUDA_EMU=1)")]
+pytestmark = EMULATED_ONLY
 
 KW = dict(beam_width=5, max_len=3, max_neighbors=8)
 HOST_SEEDS_LAUNCHES = 16    # measured 14: 1 kernel + 13 torch ops, whatever B
 DEVICE_SEEDS_LAUNCHES = 40  # measured 36-38: + the on-device de-duplication of the seeds
 
 
-@pytest.fixture(autouse=True)
-def emulated():
-    info = rasfast.backends()["cuda"]
-    assert info["available"] and info["emulated"], info
-
-
-def fresh_seed() -> int:
-    return int(np.random.SeedSequence().entropy % (2 ** 31))
 
 
 def problem(seed, n=400, D=32, B=16):

@@ -42,21 +42,11 @@ import rasfast
 from rasfast.device_work import count_device_work
 from rasfast.reference import segment as seg_ref
 
-from conftest import EMULATED
+from device_work_util import EMULATED_ONLY, emulated, fresh_seed  # noqa: F401 (autouse fixture)
 
-pytestmark = [pytest.mark.cuda_emu,
-              pytest.mark.skipif(not EMULATED, reason="counts the CUDA emulator's work "
-                                 "(RASFAST_CUDA_EMU=1)")]
+pytestmark = EMULATED_ONLY
 
 
-@pytest.fixture(autouse=True)
-def emulated():
-    info = rasfast.backends()["cuda"]
-    assert info["available"] and info["emulated"], info
-
-
-def fresh_seed() -> int:
-    return int(np.random.SeedSequence().entropy % (2 ** 31))
 
 
 def conv(din, c, heads, edge_dim=None, seed=0, beta=False):

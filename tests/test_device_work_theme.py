@@ -38,26 +38,16 @@ from rasfast import ThemeIndex
 from rasfast.device_work import count_device_work
 from rasfast.reference.theme_check import check_scoped_search
 
-from conftest import EMULATED
+from device_work_util import EMULATED_ONLY, emulated, fresh_seed  # noqa: F401 (autouse fixture)
 from test_theme_ops import float_data, int_data
 
-pytestmark = [pytest.mark.cuda_emu,
-              pytest.mark.skipif(not EMULATED, reason="counts the CUDA emulator's work "
-                                 "(RASFAST_CUDA_EMU=1)")]
+pytestmark = EMULATED_ONLY
 
 B, N, T, D, K, k = 3, 500, 298, 64, 50, 5
 # Launcher scratch allocations per kernel call as measured (csrc; not the Python layer's).
 ALLOCS = {"theme_scoped_search": 9, "theme_scope": 14, "scoped_dense_search": 2}
 
 
-@pytest.fixture(autouse=True)
-def emulated():
-    info = rasfast.backends()["cuda"]
-    assert info["available"] and info["emulated"], info
-
-
-def fresh_seed() -> int:
-    return int(np.random.SeedSequence().entropy % (2 ** 31))
 
 
 def data(seed=0, dtype=torch.float32):
