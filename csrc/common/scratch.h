@@ -15,18 +15,25 @@
 
 namespace rasfast {
 
-// Allocates `bytes` (0: nullptr) usable on `stream`; *from_torch says which allocator.
-void* scratch_alloc(size_t bytes, cudaStream_t stream, bool* from_torch);
+// Where a scratch block came from (how scratch_free returns it).
+enum ScratchKind : int { kScratchPool = 0, kScratchTorch = 1, kScratchArena = 2 };
+
+// Allocates `bytes` (0: nullptr) usable on `stream`; *kind says where from. Small blocks come
+// from a per-(device, stream) arena that is itself one block of the allocator above, kept
+// between calls: a launcher's scratch then costs no allocation and no Python round trip once
+// the arena has grown to the launcher's need (at most kScratchArenaMax bytes; larger needs
+// take the allocator, where one call's work dwarfs the round trip).
+void* scratch_alloc(size_t bytes, cudaStream_t stream, int* kind);
 // Frees (stream-ordered) what scratch_alloc returned; never throws.
-void scratch_free(void* p, cudaStream_t stream, bool from_torch) noexcept;
+void scratch_free(void* p, cudaStream_t stream, int kind) noexcept;
 
 // Scratch memory on a stream, freed when the owner goes out of scope.
 struct Scratch {
   void* p = nullptr;
   cudaStream_t s;
-  bool from_torch = false;
-  Scratch(size_t bytes, cudaStream_t st) : s(st) { p = scratch_alloc(bytes, s, &from_torch); }
-  ~Scratch() { scratch_free(p, s, from_torch); }
+  int kind = kScratchPool;
+  Scratch(size_t bytes, cudaStream_t st) : s(st) { p = scratch_alloc(bytes, s, &kind); }
+  ~Scratch() { scratch_free(p, s, kind); }
   template <class T> T* as() const { return static_cast<T*>(p); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

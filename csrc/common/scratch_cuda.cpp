@@ -2,9 +2,12 @@
 // through Python callbacks that rasfast registers, else a rasfast-owned memory pool.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common/cuda_check.h"
 #include "common/registry.h"
@@ -37,13 +40,10 @@ cudaMemPool_t fallback_pool(int device) {
   return pool;
 }
 
-}  // namespace
-
-void* scratch_alloc(size_t bytes, cudaStream_t stream, bool* from_torch) {
+// The allocator behind scratch: torch's caching allocator through the registered callback,
+// else the rasfast-owned pool.
+void* raw_alloc(size_t bytes, int device, cudaStream_t stream, bool* from_torch) {
   *from_torch = false;
-  if (bytes == 0) return nullptr;
-  int device = 0;
-  RASFAST_CUDA_CHECK(cudaGetDevice(&device));
   {
     py::gil_scoped_acquire gil;  // launchers run with the GIL released
     if (g_alloc != nullptr) {
@@ -57,7 +57,7 @@ void* scratch_alloc(size_t bytes, cudaStream_t stream, bool* from_torch) {
   return p;
 }
 
-void scratch_free(void* p, cudaStream_t stream, bool from_torch) noexcept {
+void raw_free(void* p, cudaStream_t stream, bool from_torch) noexcept {
   if (p == nullptr) return;
   if (from_torch) {
     py::gil_scoped_acquire gil;
@@ -69,6 +69,91 @@ void scratch_free(void* p, cudaStream_t stream, bool from_torch) noexcept {
     return;
   }
   cudaFreeAsync(p, stream);
+}
+
+// A per-(device, stream) bump arena: blocks are taken from the top and given back in any
+// order (a block is reclaimed once every block above it is free; RAII scratch frees in
+// reverse order anyway). Reuse across calls is safe because every user of one arena
+// enqueues on the same stream. It grows only while nothing lives in it, to the largest need
+// seen (a call that did not fit records it), up to kScratchArenaMax.
+constexpr size_t kArenaAlign = 256;
+constexpr size_t kScratchArenaMax = size_t(64) << 20;
+struct ArenaBlock {
+  size_t off, size;
+  bool freed;
+};
+struct Arena {
+  void* base = nullptr;
+  size_t cap = 0, top = 0, want = 0;
+  bool from_torch = false;
+  std::vector<ArenaBlock> live;
+};
+std::mutex g_arena_mutex;
+std::map<std::pair<int, uintptr_t>, Arena>& arenas() {
+  static auto* m = new std::map<std::pair<int, uintptr_t>, Arena>();  // leaked, like the callbacks
+  return *m;
+}
+
+}  // namespace
+
+void* scratch_alloc(size_t bytes, cudaStream_t stream, int* kind) {
+  *kind = kScratchPool;
+  if (bytes == 0) return nullptr;
+  int device = 0;
+  RASFAST_CUDA_CHECK(cudaGetDevice(&device));
+  const size_t need = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  if (need <= kScratchArenaMax) {
+    // The GIL is never held while waiting for this mutex (launchers release it), so taking
+    // the GIL inside raw_alloc below cannot deadlock.
+    std::lock_guard<std::mutex> lock(g_arena_mutex);
+    Arena& a = arenas()[{device, reinterpret_cast<uintptr_t>(stream)}];
+    const size_t target = std::min(kScratchArenaMax, std::max(a.want, need));
+    if (a.live.empty() && a.cap < target) {
+      if (a.base != nullptr) raw_free(a.base, stream, a.from_torch);
+      a.base = nullptr;
+      a.cap = a.top = 0;
+      const size_t cap = std::min(kScratchArenaMax, std::max(target, size_t(1) << 20));
+      a.base = raw_alloc(cap, device, stream, &a.from_torch);
+      a.cap = cap;
+    }
+    if (a.top + need <= a.cap) {
+      void* p = static_cast<char*>(a.base) + a.top;
+      a.live.push_back(ArenaBlock{a.top, need, false});
+      a.top += need;
+      *kind = kScratchArena;
+      return p;
+    }
+    a.want = std::max(a.want, a.top + need);  // the next call grows the arena to fit
+  }
+  bool from_torch = false;
+  void* p = raw_alloc(bytes, device, stream, &from_torch);
+  *kind = from_torch ? kScratchTorch : kScratchPool;
+  return p;
+}
+
+void scratch_free(void* p, cudaStream_t stream, int kind) noexcept {
+  if (p == nullptr) return;
+  if (kind != kScratchArena) {
+    raw_free(p, stream, kind == kScratchTorch);
+    return;
+  }
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;
+  std::lock_guard<std::mutex> lock(g_arena_mutex);
+  auto it = arenas().find({device, reinterpret_cast<uintptr_t>(stream)});
+  if (it == arenas().end()) return;
+  Arena& a = it->second;
+  const size_t off = static_cast<size_t>(static_cast<char*>(p) - static_cast<char*>(a.base));
+  for (auto b = a.live.rbegin(); b != a.live.rend(); ++b) {
+    if (b->off == off && !b->freed) {
+      b->freed = true;
+      break;
+    }
+  }
+  while (!a.live.empty() && a.live.back().freed) {
+    a.top = a.live.back().off;
+    a.live.pop_back();
+  }
 }
 
 namespace {
@@ -87,6 +172,20 @@ void bind(py::module_& m) {
         "caching allocator); None, None: a rasfast-owned stream-ordered pool.");
   m.def("scratch_allocator", []() { return g_alloc != nullptr ? "callback" : "pool"; },
         "Where scratch memory comes from: 'callback' (registered allocator) or 'pool'.");
+  m.def("release_scratch", []() {
+          py::gil_scoped_release nogil;
+          std::lock_guard<std::mutex> lock(g_arena_mutex);
+          size_t freed = 0;
+          for (auto& kv : arenas()) {
+            Arena& a = kv.second;
+            if (a.base == nullptr || !a.live.empty()) continue;
+            raw_free(a.base, reinterpret_cast<cudaStream_t>(kv.first.second), a.from_torch);
+            freed += a.cap;
+            a = Arena();
+          }
+          return freed;
+        },
+        "Returns the scratch arenas' memory that no call is using to its allocator; the bytes freed.");
 }
 
 }  // namespace
