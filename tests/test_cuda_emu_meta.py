@@ -31,13 +31,13 @@ INCLUDES = [f"-I{EMU / 'include'}", f"-I{EMU}", f"-I{REPO / 'csrc'}"]
 SCRATCH_STUB = """
 #include "common/scratch.h"
 namespace rasfast {
-void* scratch_alloc(size_t bytes, cudaStream_t, bool* from_torch) {
-  *from_torch = false;
+void* scratch_alloc(size_t bytes, cudaStream_t, int* kind) {
+  *kind = kScratchPool;
   void* p = nullptr;
   if (bytes) cudaMalloc(&p, bytes);
   return p;
 }
-void scratch_free(void* p, cudaStream_t, bool) noexcept { cudaFree(p); }
+void scratch_free(void* p, cudaStream_t, int) noexcept { cudaFree(p); }
 }  // namespace rasfast
 """
 
