@@ -68,6 +68,7 @@ class DeviceWork:
     allocs: int = 0          # allocations outside torch's caching allocator (emulator)
     watched_reads: int = 0   # torch ops that read a watched tensor (e.g. a validation pass)
     sync_sites: List[str] = field(default_factory=list)   # what synchronised, in order
+    watched_ops: Dict[str, int] = field(default_factory=dict)  # the ops of watched_reads
     op_names: Dict[str, int] = field(default_factory=dict)
 
     @property
@@ -109,6 +110,7 @@ class _Dispatch(TorchDispatchMode):
                     items = a if isinstance(a, (list, tuple)) else (a,)
                     if any(isinstance(t, torch.Tensor) and _storage_key(t) in self.watched for t in items):
                         w.watched_reads += 1
+                        w.watched_ops[name] = w.watched_ops.get(name, 0) + 1
                         break
         return func(*args, **kwargs)
 

@@ -52,6 +52,13 @@ ALLOCS = {"theme_scoped_search": 1, "theme_scope": 1, "scoped_dense_search": 1}
 
 
 
+@pytest.fixture(autouse=True)
+def _kernel_path(monkeypatch):
+    """The budgets above are the fused kernel's (B = 3 picks it anyway); the GEMM path's
+    tests below set their own path."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "kernel")
+
+
 def data(seed=0, dtype=torch.float32):
     return float_data(B, N, T, D, dtype=dtype, seed=seed)
 
@@ -300,3 +307,36 @@ def test_index_nan_queries_raise_in_one_read():
 if __name__ == "__main__":  # pragma: no cover
     os.environ.setdefault("RASFAST_CUDA_EMU", "1")
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------------------------------------- the GEMM path
+# The corpus is read by the products themselves (mm; on the emulator's CPU tensors a float32
+# copy first) and, once per corpus tensor, by the |c|^2 of the L2 expansion (cached, so not in
+# a second call): never by a reduction that validates it.
+GEMM_READS = {"mm", "_to_copy"}
+
+
+@pytest.mark.parametrize("op", ["theme_scoped_search", "theme_scope", "scoped_dense_search"])
+def test_gemm_path_reads_corpus_only_to_compute(op, monkeypatch):
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    q, qe, c, e = data()
+    scope = rasfast.theme_scope(q, c, K, backend="torch")
+    calls = {
+        "theme_scoped_search": (lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.1, backend="cuda"), [c, e]),
+        "theme_scope": (lambda: rasfast.theme_scope(q, c, K, backend="cuda"), [c]),
+        "scoped_dense_search": (lambda: rasfast.scoped_dense_search(qe, e, scope, k, backend="cuda"), [e]),
+    }
+    fn, watch = calls[op]
+    work, _ = count(fn, watch)
+    assert set(work.watched_ops) <= GEMM_READS, (work.watched_ops, work.summary())
+    assert work.syncs <= 1, work.summary()
+    assert work.allocs == 0, work.summary()  # torch's allocator and select_k's workspace only
+    fn2, _ = calls[op]
+    with count_device_work() as none_work:
+        if op == "scoped_dense_search":
+            rasfast.scoped_dense_search(qe, e, scope, k, backend="cuda", validate="none")
+        elif op == "theme_scope":
+            rasfast.theme_scope(q, c, K, backend="cuda", validate="none")
+        else:
+            rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.1, backend="cuda", validate="none")
+    assert none_work.syncs == 0, none_work.summary()

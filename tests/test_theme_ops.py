@@ -280,9 +280,13 @@ def test_triton_tiny(backend):
 
 # --------------------------------------------------------------------------- GPU
 @cuda_kernels
+@pytest.mark.parametrize("path", ["kernel", "gemm"])
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_parity(backend, dtype):
+def test_gpu_parity(backend, dtype, path, monkeypatch):
+    """Both cuda paths (the fused kernel, and the GEMM path of rasfast/ops/theme_gemm.py that
+    use_gemm picks for many queries) against the reference; triton ignores the path."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", path)
     for case in EXACT_CASES:
         B, N, T, D, K, k = case
         q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(B, N, T, D, dtype, seed=N))
@@ -408,3 +412,59 @@ def test_backend_unavailable_is_clear():
         pytest.skip("a GPU is present")
     with pytest.raises((ValueError, rasfast.BackendUnavailable), match="cuda|CUDA"):
         rasfast.theme_scope(q, c, 3, backend="cuda")
+
+
+# --------------------------------------------------------------------------- GEMM path
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_gemm_path_float_tolerance_and_padding(dtype, metric, monkeypatch):
+    """The GEMM path on random float data: within the tolerance contract (the norm expansion
+    and the split queries round differently from the direct sum), k > K pads, w = 0 and 1,
+    a chunked product (N above one chunk), and scopes with -1 padding."""
+    from rasfast.ops import theme_gemm
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    monkeypatch.setattr(theme_gemm, "_MIN_CHUNK_ROWS", 64)
+    monkeypatch.setattr(theme_gemm, "_CHUNK_BYTES", 4096)
+    B, N, T, D = 7, 301, 29, 48
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in float_data(B, N, T, D, dtype, seed=3))
+    for K, k, w in ((40, 7, 0.3), (5, 9, 0.0), (N, 4, 1.0), (1, 1, 0.5)):
+        gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, w, metric, backend="cuda")
+        check_scoped_search(gi.cpu(), gs.cpu(), q.cpu(), qe.cpu(), c.cpu(), e.cpu(), K, k, w, metric)
+        if k > K:
+            assert (gi[:, K:] == -1).all() and torch.isinf(gs[:, K:]).all()
+        check_theme_scope(rasfast.theme_scope(q, c, K, metric, backend="cuda").cpu(),
+                          q.cpu(), c.cpu(), K, metric)
+    scope = rasfast.theme_scope(q, c, 20, metric, backend="torch")
+    scope[1, 3:] = -1
+    scope[4] = scope[4].flip(0)
+    gi, gs = rasfast.scoped_dense_search(qe, e, scope, 6, backend="cuda")
+    wi, ws = rasfast.scoped_dense_search(qe, e, scope, 6, backend="torch")
+    assert torch.allclose(gs, ws, atol=1e-5, rtol=1e-5)
+    assert (gi[1, 3:] == -1).all() and torch.isinf(gs[1, 3:]).all()
+    assert torch.equal(gi[gs > gs.new_tensor(-1e30)].sort().values,
+                       wi[ws > ws.new_tensor(-1e30)].sort().values)
+
+
+@cuda_kernels
+def test_gemm_path_corpus_norms_follow_in_place_changes(monkeypatch):
+    """The cached |c|^2 of the L2 expansion must not outlive a change of the corpus: the
+    tensor's version counter (shared by its views) invalidates it."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(3, 50, 6, 5, seed=2, dup=False))
+    before = rasfast.theme_scope(q, c, 10, backend="cuda")
+    assert torch.equal(before, ref_scope(q, c, 10, "l2"))
+    c[before[0, :5]] += 2  # through a view: the nearest rows of query 0 move away
+    after = rasfast.theme_scope(q, c, 10, backend="cuda")
+    assert torch.equal(after, ref_scope(q, c, 10, "l2"))
+    assert not torch.equal(after, before)
+
+
+def test_use_gemm_rule():
+    """The model's choices at the issue's shape and at small ones (env override aside)."""
+    from rasfast.ops.theme_gemm import use_gemm
+    assert use_gemm(64, 5_000_000, 768, 250_000, 2)          # B*K*D: 24.6 GB gather vs 9 GB
+    assert not use_gemm(1, 5_000_000, 768, 250_000, 2)       # one query: gather its scope
+    assert not use_gemm(64, 5_000_000, 768, 1_000, 2)        # tiny scopes: gather
+    assert use_gemm(64, 5_000_000, 0, 250_000, 2, scan_only=True)
+    assert not use_gemm(4, 5_000_000, 0, 250_000, 2, scan_only=True)

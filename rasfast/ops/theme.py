@@ -32,6 +32,7 @@ from .._validate import (check_choice, check_dim, check_finite_together, check_f
 from ..reference import theme as _ref
 from .._threads import follows_width_rule
 from ._library import define, traced
+from . import theme_gemm
 
 METRICS = ("l2", "ip")
 # What a call checks of the data itself (shapes, dtypes and arguments are always checked):
@@ -380,6 +381,8 @@ def _cuda_top_k_limit(k):
 
 
 def _scope_cuda(q, c, K, metric):
+    if theme_gemm.use_gemm(q.shape[0], c.shape[0], 0, K, c.element_size(), scan_only=True):
+        return theme_gemm.scope(q, c, K, metric, sorted=True)[0]
     out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scope(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype],
@@ -389,6 +392,8 @@ def _scope_cuda(q, c, K, metric):
 
 
 def _dense_cuda(q, e, s, k):
+    if theme_gemm.use_gemm(q.shape[0], e.shape[0], e.shape[1], s.shape[1], e.element_size()):
+        return theme_gemm.scoped_dense_search(q, e, s, k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
@@ -399,6 +404,8 @@ def _dense_cuda(q, e, s, k):
 
 
 def _fused_cuda(q, qe, c, e, K, k, w, metric):
+    if theme_gemm.use_gemm(q.shape[0], e.shape[0], e.shape[1], K, e.element_size()):
+        return theme_gemm.theme_scoped_search(q, qe, c, e, K, k, w, metric)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_search(

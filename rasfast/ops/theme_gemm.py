@@ -1,0 +1,178 @@
+"""The GEMM path of the theme ops on CUDA: distances and dense scores as matrix products on
+tensor cores (cuBLAS through torch), the K-th-distance cut and the final top k by select_k.
+
+Why (docs/gpu.md, "Theme ops"): the fused kernel's PPD scan is compute-bound on CUDA cores
+(2*B*T FLOPs per corpus row: at B = 64 it reaches 28% of fp32 and no tensor core), and its
+scoring gathers one corpus row per (query, scope row): B*K*D*s bytes, 24.6 GB at the issue's
+shape (N = 5M, B = 64, K = 250k, D = 768, fp16) where one streaming pass over the corpus
+embeddings reads 7.7 GB. Here:
+
+1. theme values [B, N] float32 = one GEMM of the queries with the corpus PPD (L2 by the norm
+   expansion |q|^2 + |c|^2 - 2 q.c). The float32 queries are split into parts of the corpus's
+   16-bit dtype whose sum is the query to ~float32 precision (float16: hi + lo; bfloat16:
+   hi + mid + lo), so the products are near-float32 while the corpus stays in its storage
+   dtype and the GEMM runs on tensor cores with float32 accumulation. The corpus is processed
+   in row chunks so the parts' products stay small (in L2) before they are summed.
+2. scope = select_k(theme, K, unsorted): exactly min(K, N) rows, ties at the K-th value by
+   lower id (select_k's contract), no host synchronisation.
+3. dense scores: the same split GEMM with the corpus embeddings, gathered at the scope ids
+   (sorted ascending, so select_k's tie order by position is the contract's order by id).
+4. the top k of (1 - w) * dense + w * theme by select_k(largest, sorted).
+
+The distances differ from the direct (q - c)^2 sum of the reference by float32 rounding
+only, which the ops' tolerance contract allows (rasfast.reference.theme_check). Whether a
+call takes this path or the fused kernel is :func:`use_gemm`: a traffic model, checked by
+the GPU roofline run.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import List, Optional, Tuple
+
+import torch
+
+_HALF = (torch.float16, torch.bfloat16)
+# bytes of one part-product chunk [P * B, rows] float32 kept for the sum: about L2-sized
+_CHUNK_BYTES = 32 << 20
+_MIN_CHUNK_ROWS = 1 << 15
+# the corpus's |c|^2 per row, kept for the last few corpus tensors (by identity and version)
+_NORMS: "dict[int, tuple]" = {}
+_NORMS_MAX = 4
+
+
+def forced_path() -> Optional[str]:
+    """RASFAST_THEME_PATH=gemm|kernel forces a path (tests, the roofline run's comparison)."""
+    v = os.environ.get("RASFAST_THEME_PATH", "")
+    return v if v in ("gemm", "kernel") else None
+
+
+def use_gemm(B: int, N: int, D: int, K: int, elem_bytes: int, scan_only: bool = False) -> bool:
+    """The path of a cuda theme call, by a traffic/FLOP model (confirmed on the H100 by
+    benchmarks/gpu_roofline.py's theme section, which times both paths):
+
+    - the PPD scan: the fused kernel does 2*B*T FLOPs per corpus row on CUDA cores, the GEMM
+      on tensor cores; with B >= 16 queries the kernel's scan is compute-bound (B FLOPs per
+      byte of a 16-bit corpus, above the ~22 of fp32 cores per byte of HBM), so the GEMM.
+    - the dense scores: the kernel gathers B*K rows of D (B*K*D*s bytes); the GEMM streams
+      the N rows once and writes/reads a [B, N] float32 score matrix (N*D*s + 2*B*N*4).
+    """
+    forced = forced_path()
+    if forced is not None:
+        return forced == "gemm"
+    if scan_only:
+        return B >= 16
+    gather = B * min(K, N) * D * elem_bytes
+    stream = N * D * elem_bytes + 2 * B * N * 4
+    return B >= 16 and stream < gather
+
+
+def _parts(q: torch.Tensor, dtype: torch.dtype) -> List[torch.Tensor]:
+    """float32 q as parts in ``dtype`` whose sum is q to ~float32 precision (float16 keeps 11
+    significant bits a part, bfloat16 8); float32: q itself."""
+    if dtype not in _HALF:
+        return [q]
+    parts, rest = [], q
+    for _ in range(2 if dtype == torch.float16 else 3):
+        p = rest.to(dtype)
+        parts.append(p)
+        rest = rest - p.float()
+    return parts
+
+
+def _mm_f32(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """a @ c.T in float32: a 16-bit GEMM with float32 output on CUDA (tensor cores), else in
+    float32 (a float32 corpus, or the CUDA emulator's CPU tensors)."""
+    if c.is_cuda and c.dtype in _HALF:
+        return torch.mm(a, c.t(), out_dtype=torch.float32)
+    return torch.mm(a.float(), c.t().float())
+
+
+def split_products(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """[B, N] float32 q . c for float32 q[B, X] and a corpus c[N, X] in its storage dtype."""
+    parts = _parts(q, c.dtype)
+    B, N, P = q.shape[0], c.shape[0], len(parts)
+    if P == 1:
+        return _mm_f32(q, c)
+    a = torch.cat(parts)  # [P * B, X]
+    out = torch.empty((B, N), dtype=torch.float32, device=q.device)
+    step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (P * B * 4))
+    for s in range(0, N, step):
+        prod = _mm_f32(a, c[s:s + step]).view(P, B, -1)
+        torch.sum(prod, dim=0, out=out[:, s:s + step])
+    return out
+
+
+def corpus_norms(c: torch.Tensor) -> torch.Tensor:
+    """|c_i|^2 in float32, kept for the same tensor object while it is unmodified (its
+    version counter is shared with every view of its storage)."""
+    key = id(c)
+    hit = _NORMS.get(key)
+    if hit is not None and hit[0]() is c and hit[1] == c._version:
+        return hit[2]
+    n = torch.empty(c.shape[0], dtype=torch.float32, device=c.device)
+    step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (4 * max(1, c.shape[1])))
+    for s in range(0, c.shape[0], step):
+        n[s:s + step] = c[s:s + step].float().square().sum(1)
+    if len(_NORMS) >= _NORMS_MAX:
+        _NORMS.pop(next(iter(_NORMS)))
+    _NORMS[key] = (weakref.ref(c), c._version, n)
+    return n
+
+
+def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
+    """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger)."""
+    dots = split_products(q, c)
+    if metric == "ip":
+        return dots
+    qn = q.square().sum(1, keepdim=True)
+    return dots.mul_(-2.0).add_(corpus_norms(c)[None, :]).add_(qn)
+
+
+def _select(x: torch.Tensor, k: int, largest: bool, sorted: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    from .select import _IMPLS  # the cuda select_k: no sync, ties by lower index
+    idx, vals = _IMPLS["cuda"](x.contiguous(), k, largest, sorted)
+    if vals is None:
+        vals = torch.gather(x, 1, idx)
+    return idx, vals
+
+
+def scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(ids[B, K], theme values[B, K]) of each query's K nearest rows."""
+    return _select(theme_values(q, c, metric), K, metric == "ip", sorted)
+
+
+def _top_k_of(scores: torch.Tensor, ids: torch.Tensor, k: int):
+    """Top k of each row of scores[B, M] by (score desc, position asc), mapped through
+    ids[B, M]; padded with -1 / -inf past M. Positions ascend with id, so ties go by id."""
+    B, M = scores.shape
+    m = min(k, M)
+    pos, vals = _select(scores, m, True, True)
+    out_ids = torch.gather(ids, 1, pos)
+    if m == k:
+        return out_ids, vals
+    pad_i = torch.full((B, k - m), -1, dtype=torch.int64, device=scores.device)
+    pad_s = torch.full((B, k - m), float("-inf"), dtype=torch.float32, device=scores.device)
+    return torch.cat([out_ids, pad_i], 1), torch.cat([vals, pad_s], 1)
+
+
+def theme_scoped_search(q, qe, c, e, K: int, k: int, w: float, metric: str):
+    """The fused op on the GEMM path (module docstring). q, qe float32; K <= N."""
+    ids, theme = scope(q, c, K, metric, sorted=False)
+    ids, order = torch.sort(ids, dim=1)  # by id: select_k's positional ties become id ties
+    dense = torch.gather(split_products(qe, e), 1, ids)
+    if w != 0.0:
+        th = torch.gather(theme, 1, order)
+        th = th if metric == "ip" else th.neg()
+        dense = dense.mul_(1.0 - w).add_(th, alpha=w)
+    return _top_k_of(dense, ids, k)
+
+
+def scoped_dense_search(qe, e, s, k: int):
+    """Top k by inner product inside given scopes (-1 = padding) on the GEMM path."""
+    ids = torch.sort(s, dim=1).values
+    valid = ids >= 0
+    dense = torch.gather(split_products(qe, e), 1, ids.clamp(min=0))
+    dense = dense.masked_fill_(~valid, float("-inf"))
+    out_ids, out_sc = _top_k_of(dense, ids, k)
+    return out_ids.masked_fill_(out_sc == float("-inf"), -1), out_sc
