@@ -162,6 +162,20 @@ def op_calls(dev, emulate: bool):
         lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, validate="none", backend=be), [cppd, cemb])
     calls["theme_scope"] = (lambda: rasfast.theme_scope(qppd, cppd, K, backend=be), [cppd])
 
+    def gemm_path(fn):  # the GEMM path of rasfast/ops/theme_gemm.py, forced
+        def call():
+            os.environ["RASFAST_THEME_PATH"] = "gemm"
+            try:
+                return fn()
+            finally:
+                os.environ.pop("RASFAST_THEME_PATH", None)
+        return call
+    calls["theme_scoped_search (gemm path)"] = (
+        gemm_path(lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, backend=be)), [cppd, cemb])
+    calls["theme_scoped_search (gemm path) validate='none'"] = (
+        gemm_path(lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, validate="none", backend=be)),
+        [cppd, cemb])
+
     from beam_graph import make_problem
     prob = make_problem(n=20_000 if not emulate else 500, dim=64 if not emulate else 16,
                         queries=64 if not emulate else 4, seeds_per_query=20 if not emulate else 5)

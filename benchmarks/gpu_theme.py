@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -25,6 +26,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import rasfast  # noqa: E402
+from rasfast.ops import theme_gemm  # noqa: E402
 from machine import header_markdown, machine_info  # noqa: E402
 
 
@@ -70,6 +72,49 @@ def torch_peer(q, qe, c, e, K, k, cn, chunk=8):
         ids.append(torch.gather(scope[s:s + chunk], 1, top.indices))
         vals.append(top.values)
     return torch.cat(ids), torch.cat(vals)
+
+
+def paths(q, qe, c, e, K, k, run, tm):
+    """Both cuda paths (RASFAST_THEME_PATH forces one) at the issue's shape and with fewer
+    queries, the GEMM path's steps, and what use_gemm picks: the measured check of its rule."""
+    from rasfast.ops.theme_gemm import use_gemm
+    out = {"rows": []}
+    qf, qef = q.float().contiguous(), qe.float().contiguous()
+    step = {}
+    for name, fn in (("theme values (split GEMM + L2 terms)", lambda: theme_gemm.theme_values(qf, c, "l2")),
+                     ("dense products (split GEMM)", lambda: theme_gemm.split_products(qef, e)),
+                     ("torch fp16 mm [B, N] (fp16 out, the floor of one GEMM)", lambda: q.to(c.dtype) @ c.T)):
+        run("gemm step: " + name, fn)
+        step[name] = tm["gemm step: " + name]
+    tv = theme_gemm.theme_values(qf, c, "l2")
+    run("gemm step: select K (unsorted)", lambda: theme_gemm._select(tv, K, False, False))
+    del tv
+    out["steps_s"] = step
+    ids = {}
+    for B in (q.shape[0], 16, 4, 1):
+        if B > q.shape[0]:
+            continue
+        row = {"B": B, "rule_picks": "gemm" if use_gemm(B, c.shape[0], e.shape[1], K, e.element_size()) else "kernel"}
+        for path in ("kernel", "gemm"):
+            os.environ["RASFAST_THEME_PATH"] = path
+            try:
+                name = f"cuda theme_scoped_search B={B} [{path}]"
+                r = run(name, lambda: rasfast.theme_scoped_search(q[:B], qe[:B], c, e, K, k, backend="cuda"))
+                row[path + "_s"] = tm[name]
+                ids[path] = r[0]
+                name = f"cuda theme_scope B={B} [{path}]"
+                run(name, lambda: rasfast.theme_scope(q[:B], c, K, backend="cuda"))
+                row[path + "_scope_s"] = tm[name]
+            except Exception as ex:  # e.g. out of memory: the row says so
+                row[path + "_error"] = f"{type(ex).__name__}: {str(ex)[:160]}"
+            finally:
+                os.environ.pop("RASFAST_THEME_PATH", None)
+        if "kernel" in ids and "gemm" in ids:
+            row["ids_agree"] = float((ids["kernel"] == ids["gemm"]).float().mean())
+        ids.clear()
+        out["rows"].append(row)
+        print(row, flush=True)
+    return out
 
 
 def main(argv=None):
@@ -123,6 +168,8 @@ def main(argv=None):
     ours = run("rasfast cuda theme_scoped_search",
                lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
     run("rasfast cuda theme_scope (sorted K)", lambda: rasfast.theme_scope(q, c, K, backend="cuda"))
+    res["paths"] = paths(q, qe, c, e, K, k, run, tm)
+    res["gemm_mm_mode"] = theme_gemm.MM_MODE
     if not a.no_triton:
         kt = rasfast.dispatch.triton_kernels().theme  # pass 1: tl.dot (B > 8) or small-B kernel
         run("triton PPD scan (pass 1)", lambda: kt._keys(qf, c, "l2"))
@@ -147,6 +194,17 @@ def main(argv=None):
               f"- theme_scoped_search cuda vs torch peer: {res['speedup_vs_torch']:.2f}x",
               f"- ids identical to the torch peer: {res['ids_identical_to_torch_peer'] * 100:.2f}% "
               "(differences only expected at the K-th-distance boundary / f16 matmul rounding)", ""]
+    lines += ["", "## The two cuda paths (RASFAST_THEME_PATH) and use_gemm's choice", "",
+              f"16-bit products reach float32 by: {res['gemm_mm_mode']}.", "",
+              "| B | kernel ms | gemm ms | rule picks | faster | scope: kernel ms | scope: gemm ms | ids agree |",
+              "|---|---:|---:|---|---|---:|---:|---:|"]
+    for r in res["paths"]["rows"]:
+        ks, gs = r.get("kernel_s"), r.get("gemm_s")
+        fast = "-" if ks is None or gs is None else ("gemm" if gs < ks else "kernel")
+        f = lambda v: "-" if v is None else f"{v * 1e3:.2f}"
+        lines.append(f"| {r['B']} | {f(ks)} | {f(gs)} | {r['rule_picks']} | {fast} | "
+                     f"{f(r.get('kernel_scope_s'))} | {f(r.get('gemm_scope_s'))} | "
+                     f"{r.get('ids_agree', float('nan')) * 100:.2f}% |")
     out.with_suffix(".md").write_text("\n".join(lines))
     print("\n".join(lines))
 

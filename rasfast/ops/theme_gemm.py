@@ -80,11 +80,23 @@ def _parts(q: torch.Tensor, dtype: torch.dtype) -> List[torch.Tensor]:
     return parts
 
 
+# How 16-bit products reach float32 on CUDA: "out_dtype" (torch.mm(..., out_dtype=float32),
+# one tensor-core GEMM with a float32 result) where this torch has it, else "upcast" (the
+# operands converted to float32 first: correct, slower). Set by the first call.
+MM_MODE: Optional[str] = None
+
+
 def _mm_f32(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """a @ c.T in float32: a 16-bit GEMM with float32 output on CUDA (tensor cores), else in
     float32 (a float32 corpus, or the CUDA emulator's CPU tensors)."""
-    if c.is_cuda and c.dtype in _HALF:
-        return torch.mm(a, c.t(), out_dtype=torch.float32)
+    global MM_MODE
+    if c.is_cuda and c.dtype in _HALF and MM_MODE != "upcast":
+        try:
+            out = torch.mm(a, c.t(), out_dtype=torch.float32)
+            MM_MODE = "out_dtype"
+            return out
+        except (RuntimeError, TypeError, NotImplementedError):
+            MM_MODE = "upcast"
     return torch.mm(a.float(), c.t().float())
 
 
