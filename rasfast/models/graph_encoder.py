@@ -8,7 +8,14 @@ Linear(hidden, 2048) -> Sigmoid -> Linear(2048, llm_hidden) giving one soft toke
 - eval mode / no grad: :func:`rasfast.graph_transformer_pool` (fused kernels, any backend),
   and each subgraph's pooled vector is cached under the subgraph's content hash, so a RAS
   iteration that adds the i-th subgraph encodes one subgraph, not i.
-- training with grad: the plain torch reference of the same layers (autograd, dropout).
+- training with grad: the same fused layers, differentiable (rasfast.ops.graph_conv's
+  autograd: each layer's fused forward keeps its projections and attention output, the
+  backward is composed of GEMMs and per-edge torch ops). With dropout > 0 the layers run
+  one autograd node each with F.dropout between them (after LayerNorm -> ReLU, as RAS);
+  with dropout 0 that is the same computation as the pooled op. No cache in training.
+  Under torch.compile / torch.export the registered operators carry the gradient
+  (torch.library.register_autograd). backend="torch" trains through the plain torch
+  reference layers instead.
 The layer submodules use PyG's parameter names (lin_query, lin_key, lin_value, lin_edge,
 lin_skip, lin_beta), so PyG state dicts load directly.
 """
@@ -22,7 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops._library import traced
-from ..ops.graph_conv import flat_layers, graph_transformer_pool, pool_operator
+from ..ops.graph_conv import (flat_layers, graph_transformer_pool, pool_operator, train_pool,
+                              transformer_conv)
 from ..ops.graph_conv_params import ConvWeights, NormWeights
 from ..reference import graph_conv as _ref
 from .question_graph import QuestionGraph, batch_graphs
@@ -174,14 +182,17 @@ class GraphEncoder(nn.Module):
     def encode_batch(self, x, edge_index, edge_attr, graph_ptr, backend: str = "auto") -> torch.Tensor:
         """Per-graph node means after all layers: [num_graphs, hidden] (before the projector).
 
-        In training mode with grad enabled this runs the autograd-friendly torch layers
-        (with dropout); otherwise the fused kernels of ``backend``.
+        In training mode with grad enabled the fused kernels of ``backend`` run with their
+        backward (gradients reach every parameter; dropout after each inner ReLU);
+        otherwise they run without autograd.
         """
         p = self._param()
         if self.convs[0].lin_edge is None:
             edge_attr = None
         if self.training and torch.is_grad_enabled():
-            return self._encode_autograd(x, edge_index, edge_attr, graph_ptr)
+            return self._encode_train(x.to(p.device, p.dtype), edge_index.to(p.device),
+                                      None if edge_attr is None else edge_attr.to(p.device, p.dtype),
+                                      graph_ptr.to(p.device), backend)
         with torch.no_grad():
             if traced(x):  # torch.compile / torch.export: one operator, layers from the modules
                 return pool_operator(x.to(p.device, p.dtype), edge_index.to(p.device),
@@ -191,29 +202,38 @@ class GraphEncoder(nn.Module):
                                           None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                           graph_ptr.to(p.device), self.layer_specs(), backend=backend)
 
-    def _layer_args(self):
-        """The operator's flat layer arguments, read from the modules as they are (no
-        cache keyed on data pointers, which tracing cannot read)."""
+    def _live_specs(self, detach: bool = True):
+        """[(ConvWeights, NormWeights | None, relu)] read from the modules as they are (no
+        cache keyed on data pointers, which tracing cannot read); ``detach=False`` keeps
+        the parameters themselves, for training."""
+        d = (lambda t: None if t is None else t.detach()) if detach else (lambda t: t)
         specs = []
         for i, conv in enumerate(self.convs):
             norm = None
             if i < len(self.norms):
                 n = self.norms[i]
-                norm = NormWeights(None if n.weight is None else n.weight.detach(),
-                                   None if n.bias is None else n.bias.detach(), float(n.eps))
-            specs.append((conv.weights(), norm, norm is not None))
-        return flat_layers(specs)
+                norm = NormWeights(d(n.weight), d(n.bias), float(n.eps))
+            specs.append((conv.weights(detach=detach), norm, norm is not None))
+        return specs
 
-    def _encode_autograd(self, x, edge_index, edge_attr, graph_ptr):
-        p = self._param()
-        h = x.to(p.device, p.dtype)
-        ei = edge_index.to(p.device)
-        ea = None if edge_attr is None else edge_attr.to(p.device, p.dtype)
-        for i, conv in enumerate(self.convs):
-            h = _ref.transformer_conv(h, ei, ea, conv.weights(detach=False))
-            if i < len(self.norms):
-                h = F.dropout(torch.relu(self.norms[i](h)), self.dropout, self.training)
-        return _ref.graph_mean(h, graph_ptr.to(p.device))
+    def _layer_args(self, detach: bool = True):
+        """The operator's flat layer arguments (see :meth:`_live_specs`)."""
+        return flat_layers(self._live_specs(detach))
+
+    def _encode_train(self, x, edge_index, edge_attr, graph_ptr, backend):
+        """Training: the fused layers with their backward, dropout after each inner ReLU."""
+        specs = self._live_specs(detach=False)
+        if not traced(x):
+            return train_pool(x, edge_index, edge_attr, graph_ptr, specs, dropout=self.dropout,
+                              backend=backend)
+        if not self.dropout:  # one differentiable operator
+            return pool_operator(x, edge_index, edge_attr, graph_ptr, flat_layers(specs), backend)
+        h = x
+        for i, (w, nw, relu) in enumerate(specs):
+            h = transformer_conv(h, edge_index, edge_attr, w, norm=nw, relu=relu, backend=backend)
+            if i < len(specs) - 1:
+                h = F.dropout(h, self.dropout, True)
+        return _ref.graph_mean(h, graph_ptr)
 
     def encode_graphs(self, graphs: Sequence[QuestionGraph], backend: str = "auto") -> torch.Tensor:
         """[len(graphs), hidden] pooled vectors; in eval mode cached per subgraph content."""

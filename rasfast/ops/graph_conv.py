@@ -9,19 +9,22 @@ kernel over destination nodes, so no edges x heads x channels tensor is material
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .. import dispatch as _bk
-from .._arrays import as_tensor, kind_of, to_kind
+from .._arrays import DTYPE_CODES, FLOAT_DTYPES, as_tensor, kind_of, to_kind
 from .._validate import (check_bool_arg, check_float, check_int, check_rank, check_same_device,
                          check_same_dtype)
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule
 from ._deferred import Deferred, check_ids, check_ptr
+from . import _library
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
 
@@ -127,9 +130,14 @@ def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device,
     return gp.contiguous()
 
 
+# float64 is accepted for gradcheck: the compiled backends run it in torch (the kernels
+# take float32/float16/bfloat16), through the same autograd layers
+_DTYPES = FLOAT_DTYPES + (torch.float64,)
+
+
 def _check_x(x, in_channels: int) -> torch.Tensor:
     xt = as_tensor(x, "x")
-    check_float(xt, "x")
+    check_float(xt, "x", _DTYPES)
     check_rank(xt, "x", 2, "[N, in_channels]")
     if xt.shape[1] != in_channels:
         raise ValueError(f"x: dim 1 must equal the weights' in_channels ({in_channels}), got "
@@ -145,7 +153,7 @@ def _check_edge_attr(edge_attr, w, csr: Csr, xt: torch.Tensor) -> Optional[torch
     if edge_attr is None:
         raise ValueError(f"edge_attr: required [E, {w.edge_dim}] (the weights have edge_dim={w.edge_dim})")
     ea = as_tensor(edge_attr, "edge_attr")
-    check_float(ea, "edge_attr")
+    check_float(ea, "edge_attr", _DTYPES)
     check_rank(ea, "edge_attr", 2, "[E, edge_dim]")
     if tuple(ea.shape) != (csr.num_edges, w.edge_dim):
         raise ValueError(f"edge_attr: expected shape ({csr.num_edges}, {w.edge_dim}) = (E, edge_dim), "
@@ -191,9 +199,11 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
             (``heads``/``concat`` describe a state dict).
         norm: optional LayerNorm (torch.nn.LayerNorm or NormWeights) applied to the output,
             then ReLU when ``relu`` -- the epilogue RAS uses between layers.
-        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". The compiled backends are
-            inference kernels (no autograd); "torch" is differentiable in x and edge_attr.
-            To train the weights, use :class:`rasfast.GraphEncoder` in training mode.
+        backend: "auto" | "cpu" | "cuda" | "triton" | "torch". Every backend is
+            differentiable in x, edge_attr and the weights' tensors (when they require
+            grad: ``ConvWeights`` built from live parameters; PyG modules and state dicts
+            give detached weights): the compiled ones through a composed backward (see
+            "autograd" below), "torch" through the reference's torch ops.
 
     Returns:
         [N, heads*C] (concat) or [N, C], in x's dtype and kind. Nodes without incoming
@@ -214,6 +224,10 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     nw = _check_norm(norm, w.out_channels, "norm")
     relu = check_bool_arg(relu, "relu")
     be = _bk.resolve(backend, xt.device, "transformer_conv")
+    if be != "torch" and (xt.dtype == torch.float64 or
+                          _wants_grad(xt, ea, *_layer_tensors(w, nw))):
+        deferred.raise_now()
+        return to_kind(_layers_autograd(xt, csr, ea, None, [(w, nw, relu)], be), kind)
     w = w.to(xt.device, xt.dtype)
     nw = None if nw is None else nw.to(xt.device, torch.float32)
     xt = xt.contiguous()
@@ -260,6 +274,10 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
                              f"{specs[i - 1][0].out_channels}")
     ea = None if edge_attr is None else as_tensor(edge_attr, "edge_attr").contiguous()
     be = _bk.resolve(backend, xt.device, "graph_transformer_pool")
+    if be != "torch" and (xt.dtype == torch.float64 or _wants_grad(xt, ea, *_specs_tensors(specs))):
+        # training (or float64): the layers as autograd nodes over the fused kernels
+        deferred.raise_now()
+        return to_kind(_layers_autograd(xt, csr, ea, gp, specs, be), kind)
     specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, torch.float32), r)
              for w, n, r in specs]
     if be != "cuda":
@@ -320,8 +338,8 @@ class _Lazy:
         mod = importlib.import_module(f"rasfast.ops.{self.module}")
         return getattr(mod, self.attr) if self.attr else mod
 
-    def conv_layer(self, *a):
-        return self._impl().conv_layer(*a)
+    def conv_layer(self, *a, **kw):
+        return self._impl().conv_layer(*a, **kw)
 
     def pool(self, *a):
         return self._impl().pool(*a)
@@ -333,13 +351,14 @@ _IMPLS = {"torch": _Torch, "cpu": _Lazy("graph_conv_cpu"), "cuda": _Lazy("graph_
 
 # ----------------------------------------------------------------------------- operators
 # torch.ops.rasfast.transformer_conv / graph_transformer_pool (rasfast/ops/_library.py):
-# inference operators (no autograd) over flat arguments. Each layer is 12 optional tensors
-# (_FIELDS: ConvWeights' tensors, then the LayerNorm's weight and bias) and one entry in
-# each of heads, channels, concat, has_norm, eps, relu. The edges are an edge_index [2, E]
+# operators over flat arguments, differentiable (register_autograd at the end of this file).
+# Each layer is 12 tensors (_FIELDS: ConvWeights' tensors, then the LayerNorm's weight and
+# bias; an absent one is an empty 1-d tensor, see _absent: a list of optional tensors would
+# get no gradients) and one entry in each of heads, channels, concat, has_norm, eps, relu. The edges are an edge_index [2, E]
 # (csr_src None) or a CSR (indptr [N+1] in ``edges``, csr_src [E]).
 _FIELDS = ("w_query", "b_query", "w_key", "b_key", "w_value", "b_value", "w_edge", "w_skip",
            "b_skip", "w_beta")
-_LAYER_ARGS = ("Tensor?[] weights, int[] heads, int[] channels, bool[] concat, "
+_LAYER_ARGS = ("Tensor[] weights, int[] heads, int[] channels, bool[] concat, "
                "bool[] has_norm, float[] eps, bool[] relu, str backend")
 
 
@@ -348,8 +367,8 @@ def flat_layers(specs):
     (weights, heads, channels, concat, has_norm, eps, relu)."""
     weights, heads, channels, concat, has_norm, eps, relu = [], [], [], [], [], [], []
     for w, nw, r in specs:
-        weights += [getattr(w, f) for f in _FIELDS]
-        weights += [None, None] if nw is None else [nw.weight, nw.bias]
+        none = w.w_query.new_empty(0)
+        weights += [none if t is None else t for t in _layer_tensors(w, nw)]
         heads.append(w.heads)
         channels.append(w.channels)
         concat.append(w.concat)
@@ -383,7 +402,7 @@ def _specs_of(weights, heads, channels, concat, has_norm, eps, relu):
         return hit
     specs = []
     for i in range(n):
-        t = weights[12 * i:12 * i + 12]
+        t = [None if _absent(v) else v for v in weights[12 * i:12 * i + 12]]
         for f, v in zip(_FIELDS[:6:2], t[:6:2]):
             if v is None:
                 raise ValueError(f"weights: layer {i}'s {f} is required")
@@ -397,6 +416,12 @@ def _specs_of(weights, heads, channels, concat, has_norm, eps, relu):
     return specs
 
 
+def _absent(t) -> bool:
+    """An absent layer tensor in the operators' weights: None or 1-d empty (every tensor a
+    layer has is a 2-d weight or a non-empty bias)."""
+    return t is None or (t.dim() == 1 and t.shape[0] == 0)
+
+
 def _edges_arg(edges, csr_src):
     return edges if csr_src is None else (edges, csr_src)
 
@@ -404,15 +429,17 @@ def _edges_arg(edges, csr_src):
 def _conv_op(x, edges, csr_src, edge_attr, weights, heads, channels, concat, has_norm, eps,
              relu, backend):
     (w, nw, r), = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
-    return transformer_conv.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr, w, norm=nw,
-                                        relu=r, backend=backend)  # (the width rule: define())
+    with torch.no_grad():  # the operator's autograd is registered (register_autograd below)
+        return transformer_conv.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr, w,
+                                            norm=nw, relu=r, backend=backend)
 
 
 def _pool_op(x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels, concat,
              has_norm, eps, relu, backend):
     specs = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
-    return graph_transformer_pool.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr,
-                                              graph_ptr, specs, backend=backend)
+    with torch.no_grad():
+        return graph_transformer_pool.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr,
+                                                  graph_ptr, specs, backend=backend)
 
 
 def _out_width(heads, channels, concat):
@@ -449,7 +476,7 @@ def _traced_call(op, xt, edges, edge_attr, graph_ptr, specs, backend):
     ea = None
     if edge_attr is not None:
         ea = as_tensor(edge_attr, "edge_attr")
-        check_float(ea, "edge_attr")
+        check_float(ea, "edge_attr", _DTYPES)
         check_rank(ea, "edge_attr", 2, "[E, edge_dim]")
         if ea.shape[0] != num_edges:
             raise ValueError(f"edge_attr: expected {num_edges} rows (E), got {tuple(ea.shape)}")
@@ -474,3 +501,370 @@ def pool_operator(x, edge_index, edge_attr, graph_ptr, layer_args, backend: str 
     arguments (:func:`flat_layers`' tuple): for callers that hold the layers as modules
     under tracing (``GraphEncoder`` under torch.compile / torch.export)."""
     return _POOL_OP(x, edge_index, None, edge_attr, graph_ptr, *layer_args, backend)
+
+
+# ----------------------------------------------------------------------------- autograd
+# Training through the fused layers. Each layer is one autograd node (_ConvFn): its forward
+# runs the backend's fused kernels and keeps two intermediates they compute anyway, the
+# q/k/v/skip projections ("nodes", [N, 3HC (+ skip)]) and the attention output before the
+# epilogue ("agg", [N, H, C]); its backward is composed of torch ops (GEMMs plus per-edge
+# work, no kernel of its own):
+#   1. epilogue (concat/mean, skip or beta gate, LayerNorm, ReLU): recomputed from agg and
+#      the skip projection and differentiated by autograd (N x HC elementwise work);
+#   2. attention: the softmax weights alpha are recomputed per edge (one dot per edge and
+#      head) and, with s_i = sum_j alpha_ij dalpha_ij = dagg_i . agg_i,
+#        dlogit_ij = alpha_ij (dagg_i . (v_j + e_ij) - s_i) / sqrt(C),
+#        dq_i = sum_j dlogit_ij (k_j + e_ij),  dk_j / dv_j: sums over j's out-edges of
+#        dlogit_ij q_i / alpha_ij dagg_i,  de_ij = both terms;
+#      edge features are projected (and their gradient reduced) once per DISTINCT row
+#      (RowGroups: RAS's edge features are predicate embeddings, few distinct);
+#   3. projections: one GEMM for the packed q/k/v/skip weights' gradient, one for dx (only
+#      when x needs it), as the forward's one GEMM.
+# graph_transformer_pool is then the layers' chain and a differentiable node mean. float64
+# inputs (gradcheck) run the same forward in torch, since the kernels take 32/16-bit floats.
+_LAYER_FIELDS = _FIELDS + ("ln_weight", "ln_bias")
+
+
+def _layer_tensors(w: ConvWeights, nw: Optional[NormWeights]):
+    return [getattr(w, f) for f in _FIELDS] + ([None, None] if nw is None else [nw.weight, nw.bias])
+
+
+def _wants_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in tensors)
+
+
+def _specs_tensors(specs):
+    return [t for w, nw, _ in specs for t in _layer_tensors(w, nw)]
+
+
+class _EdgeGraph:
+    """Per-batch structure shared by the layers: CSR, per-edge source/destination, and the
+    rows of edge_attr each edge reads (its distinct rows when they repeat)."""
+
+    def __init__(self, csr: Csr, ea: Optional[torch.Tensor], n: int):
+        self.csr, self.n = csr, n
+        e = csr.num_edges
+        self.src = csr.src.long()
+        self.dst = torch.repeat_interleave(torch.arange(n, device=csr.src.device),
+                                           csr.indptr.diff(), output_size=e)
+        self.groups = None
+        self.rows = self.row_of_edge = self.inverse = None
+        if ea is None:
+            return
+        if ea.device.type == "cpu" and ea.dtype in DTYPE_CODES:
+            from .graph_conv_cpu import RowGroups
+            self.groups = RowGroups(ea.detach(), csr)
+        if self.groups is not None and self.groups.distinct is not None:
+            self.inverse = self.groups.inverse                      # original row -> distinct
+            self.row_of_edge = self.inverse[csr.eid]
+            distinct = self.groups.distinct
+            self.rows = lambda ea: distinct
+        else:
+            self.groups = None
+            self.row_of_edge = csr.eid
+            self.rows = lambda ea: ea
+
+
+def _packed(w: ConvWeights, ct: torch.dtype):
+    """(W [3HC (+ skip), Din], b) in ``ct``: the forward's packed projection."""
+    mats = [w.w_query, w.w_key, w.w_value] + ([w.w_skip] if w.w_skip is not None else [])
+    hc = w.heads * w.channels
+    sizes = [hc, hc, hc] + ([w.out_channels] if w.w_skip is not None else [])
+    bs = [w.b_query, w.b_key, w.b_value] + ([w.b_skip] if w.w_skip is not None else [])
+    b = torch.cat([x.to(ct) if x is not None else torch.zeros(s, dtype=ct, device=w.w_query.device)
+                   for x, s in zip(bs, sizes)])
+    return torch.cat([m.to(ct) for m in mats]), b
+
+
+def _epilogue_t(agg, skip, w_beta, ln_w, ln_b, concat, has_norm, eps, relu):
+    """The layer's epilogue in torch (differentiable): agg [N, H, C] -> [N, out]."""
+    n = agg.shape[0]
+    out = agg.reshape(n, -1) if concat else agg.mean(1)
+    if skip is not None:
+        if w_beta is not None:
+            b = torch.sigmoid(torch.cat([out, skip, out - skip], -1) @ w_beta.t())
+            out = b * skip + (1 - b) * out
+        else:
+            out = out + skip
+    if has_norm:
+        out = F.layer_norm(out, (out.shape[1],), ln_w, ln_b, eps)
+    return torch.relu(out) if relu else out
+
+
+def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct):
+    """Per CSR edge: (q_dst [E,H,C], k_src + e, v_src + e, alpha [E,H], e_rows or None)."""
+    hc, n = h * c, nodes.shape[0]
+    q, k, v = (nodes[:, i * hc:(i + 1) * hc].view(n, h, c) for i in range(3))
+    kj, vj = k[graph.src], v[graph.src]
+    e_rows = None
+    if ea is not None:
+        e_rows = graph.rows(ea).to(ct) @ w_edge.to(ct).t()              # [U or E, HC]
+        e = e_rows[graph.row_of_edge].view(-1, h, c)
+        kj += e
+        vj += e
+    qd = q[graph.dst]
+    logits = torch.einsum("ehc,ehc->eh", qd, kj) / math.sqrt(c)
+    alpha = _ref.edge_softmax(logits, graph.dst, n)
+    return qd, kj, vj, alpha, e_rows
+
+
+def _torch_forward(x, graph, ea, w, nw, relu, ct):
+    """The layer in torch, with the intermediates the backward keeps (float64 inputs)."""
+    h, c, n = w.heads, w.channels, x.shape[0]
+    wp, bp = _packed(w, ct)
+    nodes = torch.addmm(bp, x.to(ct), wp.t())
+    _, _, vj, alpha, _ = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct)
+    agg = torch.zeros((n, h, c), dtype=ct, device=x.device).index_add_(0, graph.dst, vj * alpha[..., None])
+    return nodes, agg
+
+
+def _layer_flags(w, nw, relu):
+    return (w.heads, w.channels, w.concat, nw is not None,
+            float(nw.eps) if nw is not None else 1e-5, bool(relu))
+
+
+def _rebuild(flags, ts, detach: bool = True):
+    heads, channels, concat, has_norm, eps, _ = flags
+    d = (lambda t: None if t is None else t.detach()) if detach else (lambda t: t)
+    w = ConvWeights(heads, channels, concat, *[d(t) for t in ts[:10]])
+    nw = NormWeights(d(ts[10]), d(ts[11]), eps) if has_norm else None
+    return w, nw
+
+
+class _ConvFn(torch.autograd.Function):
+    """One fused layer with the composed backward described above."""
+
+    @staticmethod
+    def forward(ctx, graph, be, flags, x, ea, *ts):
+        w, nw = _rebuild(flags, ts)
+        relu = flags[5]
+        ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+        saved: dict = {}
+        if x.dtype == torch.float64 or be == "torch":
+            nodes, agg = _torch_forward(x, graph, ea, w, nw, relu, ct)
+            skip = nodes[:, 3 * w.heads * w.channels:] if w.root_weight else None
+            tt = lambda t: None if t is None else t.to(ct)  # noqa: E731
+            out = _epilogue_t(agg, skip, tt(w.w_beta), tt(None if nw is None else nw.weight),
+                              tt(None if nw is None else nw.bias), w.concat, nw is not None,
+                              flags[4], relu).to(x.dtype)
+        else:
+            wd = w.to(x.device, x.dtype)
+            nwd = None if nw is None else nw.to(x.device, torch.float32)
+            xd = x.detach().contiguous()
+            ead = None if ea is None else ea.detach().contiguous()
+            if be == "cpu":
+                out = _IMPLS[be].conv_layer(xd, graph.csr, ead, wd, nwd, relu, None, graph.groups,
+                                            saved=saved)
+            else:
+                out = _IMPLS[be].conv_layer(xd, graph.csr, ead, wd, nwd, relu, saved=saved)
+            nodes, agg = saved["nodes"], saved["agg"]
+        ctx.graph, ctx.flags = graph, flags
+        ctx.save_for_backward(x, ea, nodes, agg, *ts)
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        x, ea, nodes, agg, *ts = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grads = _conv_backward(gout, x, ea, nodes, agg, ts, ctx.flags, ctx.graph,
+                               need[3], need[4])
+        return (None, None, None) + grads
+
+
+def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x: bool,
+                   need_ea: bool):
+    w, nw = _rebuild(flags, ts)
+    relu = flags[5]
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    n, h, c = x.shape[0], w.heads, w.channels
+    hc, f = h * c, w.out_channels
+    nodes, agg = nodes.to(ct), agg.to(ct)
+    tt = lambda t: None if t is None else t.detach().to(ct).requires_grad_()  # noqa: E731
+    # 1. the epilogue, recomputed and differentiated by autograd
+    with torch.enable_grad():
+        a = agg.detach().requires_grad_()
+        skip = nodes[:, 3 * hc:3 * hc + f].detach().requires_grad_() if w.root_weight else None
+        wb = tt(w.w_beta)
+        lw, lb = (tt(nw.weight), tt(nw.bias)) if nw is not None else (None, None)
+        y = _epilogue_t(a, skip, wb, lw, lb, w.concat, nw is not None, flags[4], relu)
+        ins = [t for t in (a, skip, wb, lw, lb) if t is not None]
+        gs = iter(torch.autograd.grad(y, ins, gout.to(ct)))
+    d_agg = next(gs)
+    d_skip = next(gs) if skip is not None else None
+    g_beta = next(gs) if wb is not None else None
+    g_lw = next(gs) if lw is not None else None
+    g_lb = next(gs) if lb is not None else None
+    # 2. attention
+    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct)
+    dA = d_agg[graph.dst]                                                  # [E, H, C]
+    d_alpha = torch.einsum("ehc,ehc->eh", dA, vj)
+    del vj
+    s = torch.zeros((n, h), dtype=ct, device=x.device).index_add_(0, graph.dst, alpha * d_alpha)
+    dl = alpha * (d_alpha - s[graph.dst]) / math.sqrt(c)                   # [E, H]
+    d_nodes = torch.zeros((n, nodes.shape[1]), dtype=ct, device=x.device)
+    dq = d_nodes[:, :hc].view(n, h, c)
+    dq.index_add_(0, graph.dst, kj.mul_(dl[..., None]))
+    del kj
+    dkj = qd.mul_(dl[..., None])
+    d_nodes[:, hc:2 * hc].view(n, h, c).index_add_(0, graph.src, dkj)
+    dvj = dA.mul_(alpha[..., None])
+    d_nodes[:, 2 * hc:3 * hc].view(n, h, c).index_add_(0, graph.src, dvj)
+    g_edge = g_ea = None
+    if ea is not None:
+        de = dkj.add_(dvj).view(-1, hc)                                     # [E, HC]
+        rows = graph.rows(ea).to(ct)
+        if need_ea:  # each edge_attr row is read by one edge (csr.eid is a permutation)
+            g_ea = torch.empty((de.shape[0], rows.shape[1]), dtype=ea.dtype, device=x.device)
+            g_ea.index_copy_(0, graph.csr.eid, (de @ w.w_edge.to(ct)).to(ea.dtype))
+        de_rows = torch.zeros((rows.shape[0], hc), dtype=ct, device=x.device).index_add_(
+            0, graph.row_of_edge, de)
+        del de, dkj, dvj
+        g_edge = de_rows.t() @ rows
+    if d_skip is not None:
+        d_nodes[:, 3 * hc:] = d_skip
+    # 3. the packed projection
+    xc = x.to(ct)
+    g_wp = d_nodes.t() @ xc
+    g_bp = d_nodes.sum(0)
+    g_x = None
+    if need_x:
+        wp, _ = _packed(w, ct)
+        g_x = (d_nodes @ wp).to(x.dtype)
+    sl = [slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, 3 * hc), slice(3 * hc, 3 * hc + f)]
+    by_name = {"w_query": g_wp[sl[0]], "b_query": g_bp[sl[0]], "w_key": g_wp[sl[1]],
+               "b_key": g_bp[sl[1]], "w_value": g_wp[sl[2]], "b_value": g_bp[sl[2]],
+               "w_edge": g_edge, "w_skip": g_wp[sl[3]] if w.root_weight else None,
+               "b_skip": g_bp[sl[3]] if w.root_weight else None, "w_beta": g_beta,
+               "ln_weight": g_lw, "ln_bias": g_lb}
+    g_ts = tuple(None if t is None or by_name[name] is None else by_name[name].to(t.dtype)
+                 for name, t in zip(_LAYER_FIELDS, ts))
+    return (g_x, g_ea) + g_ts
+
+
+def _layers_autograd(xt, csr, ea, gp, specs, be, dropout: float = 0.0, graph=None):
+    """The layers through _ConvFn (dropout after every layer but the last when > 0), then
+    the node mean per graph when ``gp`` is given: differentiable in x, edge_attr and every
+    tensor of ``specs``."""
+    graph = graph if graph is not None else _EdgeGraph(csr, ea, xt.shape[0])
+    h = xt
+    for i, (w, nw, relu) in enumerate(specs):
+        if h.shape[0] == 0:  # nothing to compute; stays connected to x (zero gradient)
+            h = h.new_zeros((0, w.out_channels)) + h.sum() * 0
+        else:
+            h = _ConvFn.apply(graph, be, _layer_flags(w, nw, relu), h, ea, *_layer_tensors(w, nw))
+        if dropout > 0 and i < len(specs) - 1:
+            h = F.dropout(h, dropout, True)
+    if gp is None:
+        return h
+    return _ref.graph_mean(h, gp)
+
+
+def train_pool(x, edges, edge_attr, graph_ptr, layers: Sequence, dropout: float = 0.0,
+               backend: str = "auto"):
+    """:func:`graph_transformer_pool` for training: differentiable through the fused layers
+    (compiled backends) in x, edge_attr and the layers' tensors, with dropout of rate
+    ``dropout`` after every layer but the last (as RAS's encoder, after LayerNorm -> ReLU).
+
+    The layers' tensors are taken as given (not detached): build the ConvWeights /
+    NormWeights from the parameters to train (``TransformerConvLayer.weights(detach=False)``).
+    With ``dropout == 0`` this is what :func:`graph_transformer_pool` runs when a gradient
+    is wanted. Backend "torch" runs the reference layers (autograd through torch ops)."""
+    specs = normalise_layers(layers)
+    xt = as_tensor(x, "x")
+    if not dropout:
+        return graph_transformer_pool(x, edges, edge_attr, graph_ptr, specs, backend=backend)
+    xt = _check_x(xt, specs[0][0].in_channels)
+    csr = as_csr(edges, xt.shape[0], xt.device)
+    gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device)
+    ea = None
+    for w, _, _ in specs:
+        ea = _check_edge_attr(edge_attr, w, csr, xt)
+    be = _bk.resolve(backend, xt.device, "graph_transformer_pool")
+    if be == "torch":
+        ea_csr = None if ea is None else ea[csr.eid]
+        h = xt
+        for i, (w, nw, relu) in enumerate(specs):
+            h = _ref.transformer_conv(h, csr.edge_index(), ea_csr, w, nw, relu)
+            if i < len(specs) - 1:
+                h = F.dropout(h, dropout, True)
+        return _ref.graph_mean(h, gp)
+    return _layers_autograd(xt, csr, ea, gp, specs, be, dropout)
+
+
+# The registered operators' autograd (torch.library.register_autograd): the backward is
+# itself an operator, rasfast::graph_conv_backward, so a compiled training graph holds two
+# opaque operators and no data-dependent shape. Since the forward operator returns only
+# its output, the backward operator recomputes the forward (fused, keeping its
+# intermediates) before the composed backward: about one extra forward per step, for
+# traced training only (eager training keeps the intermediates, see _ConvFn).
+def _backward_op(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels,
+                 concat, has_norm, eps, relu, backend, needs):
+    specs = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
+    leaf = lambda t, need: (None if t is None else t.detach().requires_grad_(need))  # noqa: E731
+    xg = leaf(x, needs[0])
+    eag = leaf(edge_attr, needs[1])
+    ts = [None if _absent(t) else leaf(t, nd) for t, nd in zip(weights, needs[2:])]
+    live = [(*_rebuild(_layer_flags(w, nw, r), ts[12 * i:12 * i + 12], detach=False), r)
+            for i, (w, nw, r) in enumerate(specs)]
+    ins = [t for t in [xg, eag] + ts if t is not None and t.requires_grad]
+    with torch.enable_grad():
+        if graph_ptr is None:
+            (w, nw, r), = live
+            out = transformer_conv.__wrapped__(xg, _edges_arg(edges, csr_src), eag, w, norm=nw,
+                                               relu=r, backend=backend)
+        else:
+            out = graph_transformer_pool.__wrapped__(xg, _edges_arg(edges, csr_src), eag,
+                                                     graph_ptr, live, backend=backend)
+        gs = iter(torch.autograd.grad(out, ins, grad, allow_unused=True) if ins else ())
+    res = []
+    for t in [xg, eag] + ts:
+        g = next(gs) if t is not None and t.requires_grad else None
+        res.append(x.new_empty(0) if g is None else g)
+    return res
+
+
+def _backward_fake(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels,
+                   concat, has_norm, eps, relu, backend, needs):
+    return [t.new_empty(t.shape) if t is not None and nd and not (i >= 2 and _absent(t))
+            else x.new_empty(0) for i, (t, nd) in enumerate(zip([x, edge_attr] + list(weights), needs))]
+
+
+_BACKWARD_OP = define(
+    "graph_conv_backward(Tensor grad, Tensor x, Tensor edges, Tensor? csr_src, "
+    "Tensor? edge_attr, Tensor? graph_ptr, " + _LAYER_ARGS + ", bool[] needs) -> Tensor[]",
+    _backward_op, _backward_fake)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.inputs = inputs
+
+
+def _op_backward(ctx, grad, pool: bool):
+    a = ctx.inputs
+    if pool:
+        x, edges, csr_src, ea, gp, weights, *rest = a
+    else:
+        (x, edges, csr_src, ea, weights, *rest), gp = a, None
+    need = ctx.needs_input_grad
+    wneed = need[5 if pool else 4]
+    wneed = list(wneed) if isinstance(wneed, (list, tuple)) else [bool(wneed)] * len(weights)
+    needs = [bool(need[0]), bool(need[3])] + [bool(v) and not _absent(t)
+                                              for v, t in zip(wneed, weights)]
+    gs = _BACKWARD_OP(grad.contiguous(), x, edges, csr_src, ea, gp, weights, *rest, needs)
+    none = lambda g, nd: g if nd else None  # noqa: E731
+    gx, gea = none(gs[0], needs[0]), none(gs[1], needs[1])
+    gw = [none(g, nd) for g, nd in zip(gs[2:], needs[2:])]
+    if pool:
+        return (gx, None, None, gea, None, gw) + (None,) * len(rest)
+    return (gx, None, None, gea, gw) + (None,) * len(rest)
+
+
+if not getattr(_library, "_graph_conv_autograd", False):  # once (a module reload keeps it)
+    _library._graph_conv_autograd = True
+    torch.library.register_autograd("rasfast::graph_transformer_pool",
+                                    lambda ctx, grad: _op_backward(ctx, grad, True),
+                                    setup_context=_setup_context, lib=_library._LIB)
+    torch.library.register_autograd("rasfast::transformer_conv",
+                                    lambda ctx, grad: _op_backward(ctx, grad, False),
+                                    setup_context=_setup_context, lib=_library._LIB)

@@ -169,18 +169,23 @@ def _layer_work(n: int, w) -> int:
 
 
 def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
-               ea_groups: Optional[RowGroups] = None):
+               ea_groups: Optional[RowGroups] = None, saved: Optional[dict] = None):
     """One layer on CPU tensors: [N, out_channels] in x's dtype. ``x_groups``/``ea_groups``:
-    repeated input rows, projected once (see :class:`RowGroups`)."""
+    repeated input rows, projected once (see :class:`RowGroups`). ``saved``: a dict that
+    receives the intermediates the backward needs (fresh tensors, not scratch): "nodes"
+    [N, 3HC (+ skip)] (the q/k/v/skip projections) and "agg" [N, H, C] float32 (the
+    attention output before the epilogue)."""
     with torch_width(_layer_work(x.shape[0], w)):
-        return _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups)
+        return _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved)
 
 
-def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups):
+def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved=None):
     n, h, c = x.shape[0], w.heads, w.channels
     wn, bn = packed_node_weights(w)
     if x_groups is not None and x_groups.distinct is not None:
         nodes = x_groups.linear(x, wn, bn).contiguous()
+    elif saved is not None:
+        nodes = cpu_gemm.linear(x, wn, bn).contiguous()
     else:
         nodes = cpu_gemm.linear(x, wn, bn, out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
     qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
@@ -192,6 +197,8 @@ def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups):
         agg = out1.add_(out2)
     else:
         agg = torch.baddbmm(out1, out2, _per_head_t(w, "w_edge"), out=_scratch("agg", out1.shape))
+    if saved is not None:
+        saved["nodes"], saved["agg"] = nodes, agg.transpose(0, 1).contiguous()
     return _epilogue(agg, nodes, w, norm, relu)
 
 

@@ -36,7 +36,8 @@ def _f32(t):
 
 class Cuda:
     @staticmethod
-    def conv_layer(x, csr, ea, w, norm, relu):
+    def conv_layer(x, csr, ea, w, norm, relu, saved=None):
+        """``saved``: a dict that receives "nodes" and "agg" [N, H, C] float32 for the backward."""
         n, h, c = x.shape[0], w.heads, w.channels
         mod, stream = _bk.cuda_module(), cuda_stream(x.device)
         nodes, e = _project(x, ea, w)
@@ -56,6 +57,8 @@ class Cuda:
                                     3 * h * c, w.root_weight, _ptr(wb), _ptr(lw), _ptr(lb),
                                     float(norm.eps) if norm is not None else 0.0, relu, _ptr(out),
                                     stream)
+        if saved is not None:
+            saved["nodes"], saved["agg"] = nodes, agg
         return out
 
     @staticmethod
@@ -91,10 +94,12 @@ def epilogue_torch(agg, nodes, w, norm, relu, dtype):
 
 class Triton:
     @staticmethod
-    def conv_layer(x, csr, ea, w, norm, relu):
+    def conv_layer(x, csr, ea, w, norm, relu, saved=None):
         nodes, e = _project(x, ea, w)
         agg = _bk.triton_kernels().graph_conv.attend(csr.indptr, csr.src, csr.eid, nodes, e,
                                                      w.heads, w.channels)
+        if saved is not None:
+            saved["nodes"], saved["agg"] = nodes, agg.float().reshape(x.shape[0], w.heads, w.channels)
         return epilogue_torch(agg, nodes, w, norm, relu, x.dtype)
 
     @staticmethod

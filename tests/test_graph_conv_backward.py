@@ -1,0 +1,308 @@
+"""Autograd of the fused graph-transformer layers (issue 39 item 4).
+
+- gradcheck in float64 (the compiled backends run float64 in torch, through the same
+  autograd node and composed backward as float32) of graph_transformer_pool and
+  transformer_conv, over x, edge_attr and every layer tensor, on small odd graphs: nodes
+  without in-edges, empty graphs, heads > 1, concat on/off, beta gate on/off, with/without
+  edge features and LayerNorm + ReLU; and the same gradients equal the reference's autograd;
+- float32: the fused forward (cpu kernels, intermediates kept) + composed backward against
+  the reference's autograd gradients on fresh random inputs, including repeated edge rows
+  (the grouped edge projection) and CSR input;
+- torch.library.opcheck of both registered operators with inputs that require grad
+  (test_autograd_registration and the AOT backward included), and gradients through them;
+- GraphEncoder training goes through the fused layers (the reference layers are made to
+  raise), with and without dropout, and its loss falls.
+"""
+import numpy as np
+import pytest
+import torch
+from torch.library import opcheck
+
+import rasfast
+import rasfast.ops  # noqa: F401
+from rasfast.models.graph_encoder import GraphEncoder
+from rasfast.ops import graph_conv as gc
+from rasfast.ops.graph_conv import flat_layers
+from rasfast.ops.graph_conv_params import ConvWeights, NormWeights
+from rasfast.reference import graph_conv as ref
+
+FIELDS = gc._LAYER_FIELDS
+
+
+def _layer(g, din, heads, c, concat=True, beta=False, edge_dim=None, root=True, bias=True,
+           norm=False, dtype=torch.float64):
+    r = lambda *s: (torch.randn(*s, generator=g) * 0.5).to(dtype)  # noqa: E731
+    hc = heads * c
+    out = hc if concat else c
+    w = ConvWeights(heads, c, concat, r(hc, din), r(hc) if bias else None, r(hc, din),
+                    r(hc) if bias else None, r(hc, din), r(hc) if bias else None,
+                    r(hc, edge_dim) if edge_dim else None, r(out, din) if root else None,
+                    r(out) if root and bias else None, r(1, 3 * out) if beta else None)
+    nw = NormWeights(1 + r(out), r(out)) if norm else None
+    return w, nw
+
+
+def _graph(g, sizes, deg, din, edge_dim, dtype=torch.float64, repeat_rows=0):
+    """A batch of graphs with ~deg in-edges per node; some nodes get none."""
+    gp = torch.tensor([0] + np.cumsum(sizes).tolist())
+    src, dst = [], []
+    for a, b in zip(gp[:-1].tolist(), gp[1:].tolist()):
+        if b - a > 1:
+            m = deg * (b - a)
+            d = torch.randint(a, b - 1, (m,), generator=g)  # node b-1: no in-edges
+            src.append(torch.randint(a, b, (m,), generator=g))
+            dst.append(d)
+    ei = (torch.stack([torch.cat(src), torch.cat(dst)]) if src
+          else torch.zeros((2, 0), dtype=torch.int64))
+    x = torch.randn(int(gp[-1]), din, generator=g).to(dtype)
+    e = ei.shape[1]
+    if repeat_rows and edge_dim:   # few distinct edge rows (RAS: predicate embeddings)
+        table = torch.randn(repeat_rows, edge_dim, generator=g).to(dtype)
+        ea = table[torch.randint(0, repeat_rows, (e,), generator=g)]
+    else:
+        ea = torch.randn(e, edge_dim, generator=g).to(dtype) if edge_dim else None
+    return x, ei, ea if edge_dim else None, gp
+
+
+def _specs(layers, ts):
+    """Specs whose tensors are ``ts`` (12 per layer, None where absent)."""
+    specs = []
+    for i, (w, nw, relu) in enumerate(layers):
+        t = ts[12 * i:12 * i + 12]
+        specs.append((ConvWeights(w.heads, w.channels, w.concat, *t[:10]),
+                      NormWeights(t[10], t[11], nw.eps) if nw is not None else None, relu))
+    return specs
+
+
+def _flat(layers):
+    return [t for w, nw, _ in layers for t in gc._layer_tensors(w, nw)]
+
+
+CONFIGS = [
+    # heads, C, concat, beta, edge_dim, norm/relu between layers, layers
+    dict(heads=2, c=3, concat=True, beta=False, edge_dim=3, norm=True, layers=2),
+    dict(heads=3, c=2, concat=False, beta=True, edge_dim=None, norm=True, layers=2),
+    dict(heads=1, c=4, concat=True, beta=True, edge_dim=2, norm=False, layers=1),
+    dict(heads=2, c=2, concat=False, beta=False, edge_dim=5, norm=True, layers=3),
+]
+
+
+def _build(cfg, seed, din=5, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    layers, d = [], din
+    for i in range(cfg["layers"]):
+        inner = i < cfg["layers"] - 1
+        w, nw = _layer(g, d, cfg["heads"], cfg["c"], cfg["concat"], cfg["beta"], cfg["edge_dim"],
+                       norm=cfg["norm"] and inner, dtype=dtype)
+        layers.append((w, nw, inner and cfg["norm"]))
+        d = w.out_channels
+    return g, layers
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("deg", [1, 3])   # E <= 2N and E > 2N (the cpu plan's two edge forms)
+def test_gradcheck_pool_float64(cfg, deg):
+    g, layers = _build(cfg, seed=deg + 10 * cfg["heads"])
+    x, ei, ea, gp = _graph(g, [4, 0, 3, 1], deg, 5, cfg["edge_dim"])
+    ts = _flat(layers)
+    inputs = [t.clone().requires_grad_() if t is not None else None for t in [x, ea] + ts]
+    idx = [i for i, t in enumerate(inputs) if t is not None]
+
+    def fn(*vals):
+        full = list(inputs)
+        for i, v in zip(idx, vals):
+            full[i] = v
+        return rasfast.graph_transformer_pool(full[0], ei, full[1], gp,
+                                              _specs(layers, full[2:]), backend="cpu")
+
+    vals = [inputs[i] for i in idx]
+    assert torch.autograd.gradcheck(fn, vals, eps=1e-6, atol=1e-6, rtol=1e-4)
+    # and the gradients equal the reference's autograd (plain torch layers)
+    out = fn(*vals)
+    assert out.grad_fn is not None and "ConvFn" not in type(out.grad_fn).__name__  # graph mean
+    want = ref.graph_transformer_pool(vals[0], ei, inputs[1], gp, _specs(layers, inputs[2:]))
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-12)
+    gy = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    got = torch.autograd.grad(out, vals, gy, allow_unused=True)
+    exp = torch.autograd.grad(want, vals, gy, allow_unused=True)
+    for a, b in zip(got, exp):
+        a = torch.zeros_like(b) if a is None and b is not None else a
+        if b is None:
+            assert a is None or not a.abs().max() > 0
+            continue
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:3])
+def test_gradcheck_conv_float64(cfg):
+    g, layers = _build(dict(cfg, layers=1), seed=7)
+    w, _, _ = layers[0]
+    nw = _layer(g, 5, 1, w.out_channels, norm=True)[1] if cfg["norm"] else None
+    x, ei, ea, _ = _graph(g, [7], 2, 5, cfg["edge_dim"])
+    ts = gc._layer_tensors(w, nw)
+    inputs = [t.clone().requires_grad_() if t is not None else None for t in [x, ea] + ts]
+    idx = [i for i, t in enumerate(inputs) if t is not None]
+
+    def fn(*vals):
+        full = list(inputs)
+        for i, v in zip(idx, vals):
+            full[i] = v
+        (sw, snw, _), = _specs([(w, nw, False)], full[2:])
+        return rasfast.transformer_conv(full[0], ei, full[1], sw, norm=snw, relu=nw is not None,
+                                        backend="cpu")
+
+    vals = [inputs[i] for i in idx]
+    assert "ConvFn" in type(fn(*vals).grad_fn).__name__   # our backward, not the reference's
+    assert torch.autograd.gradcheck(fn, vals, eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def _grads_f32(layers, x, ei, ea, gp, backend, seed):
+    ts = [t.detach().clone().requires_grad_() if t is not None else None for t in _flat(layers)]
+    xg = x.clone().requires_grad_()
+    eag = None if ea is None else ea.clone().requires_grad_()
+    specs = _specs(layers, ts)
+    if backend == "ref":
+        out = ref.graph_transformer_pool(xg, ei, eag, gp, specs)
+    else:
+        out = rasfast.graph_transformer_pool(xg, ei, eag, gp, specs, backend=backend)
+    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    leaves = [t for t in [xg, eag] + ts if t is not None]
+    return out, torch.autograd.grad(out, leaves, gy, allow_unused=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_float32_grads_match_reference(seed):
+    cfg = CONFIGS[seed % len(CONFIGS)]
+    g, layers = _build(cfg, seed=100 + seed, din=12, dtype=torch.float32)
+    sizes = [int(v) for v in torch.randint(0, 30, (5,), generator=g)]
+    x, ei, ea, gp = _graph(g, sizes, 1 + seed % 4, 12, cfg["edge_dim"], torch.float32,
+                           repeat_rows=6 if seed % 2 else 0)
+    out, got = _grads_f32(layers, x, ei, ea, gp, "cpu", seed)
+    want, exp = _grads_f32(layers, x, ei, ea, gp, "ref", seed)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    scale = max(float(b.abs().max()) for b in exp if b is not None)
+    for a, b in zip(got, exp):
+        if b is None:
+            continue
+        a = torch.zeros_like(b) if a is None else a
+        # key biases have a zero true gradient (softmax shift invariance): rounding only
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-4 * max(scale, 1.0))
+
+
+def test_grouped_edge_rows_are_used_and_exact():
+    """Repeated edge rows (RAS's predicates): the edge projection and its gradient run on the
+    distinct rows, and the gradients still match the reference."""
+    g, layers = _build(CONFIGS[0], seed=3, din=8, dtype=torch.float32)
+    x, ei, ea, gp = _graph(g, [40, 33], 3, 8, 3, torch.float32, repeat_rows=5)
+    graph = gc._EdgeGraph(gc.as_csr(ei, x.shape[0], x.device), ea, x.shape[0])
+    assert graph.groups is not None and graph.groups.distinct.shape[0] == 5
+    _, got = _grads_f32(layers, x, ei, ea, gp, "cpu", 0)
+    _, exp = _grads_f32(layers, x, ei, ea, gp, "ref", 0)
+    for a, b in zip(got, exp):
+        if b is not None and a is not None:
+            torch.testing.assert_close(a, b, rtol=2e-3, atol=1e-4)
+
+
+def test_csr_input_and_weights_only_grad():
+    g, layers = _build(CONFIGS[1], seed=5, din=6, dtype=torch.float32)
+    x, ei, _, gp = _graph(g, [9, 5], 2, 6, None, torch.float32)
+    order = torch.sort(ei[1], stable=True).indices
+    indptr = torch.searchsorted(ei[1][order], torch.arange(x.shape[0] + 1))
+    ts = [t.clone().requires_grad_() if t is not None else None for t in _flat(layers)]
+    specs = _specs(layers, ts)
+    out = rasfast.graph_transformer_pool(x, (indptr, ei[0][order]), None, gp, specs, backend="cpu")
+    got = torch.autograd.grad(out.sum(), [t for t in ts if t is not None])
+    want = ref.graph_transformer_pool(x, ei, None, gp, specs)
+    exp = torch.autograd.grad(want.sum(), [t for t in ts if t is not None])
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=1e-4)
+
+
+def _encoder(din=6, hidden=8, heads=2, layers=2, edge_dim=3, seed=0, dropout=0.0):
+    torch.manual_seed(seed)
+    return GraphEncoder(in_channels=din, hidden=hidden, heads=heads, num_layers=layers,
+                        edge_dim=edge_dim, llm_hidden=None, dropout=dropout)
+
+
+@pytest.mark.parametrize("sizes", [[3], [4, 0, 5], [1, 2, 7, 1]])
+def test_opcheck_with_autograd(sizes):
+    g = torch.Generator().manual_seed(len(sizes))
+    enc = _encoder(seed=len(sizes))
+    x, ei, ea, gp = _graph(g, sizes, 2, 6, 3, torch.float32)
+    x.requires_grad_()
+    args = enc._layer_args(detach=False)
+    opcheck(torch.ops.rasfast.graph_transformer_pool.default, (x, ei, None, ea, gp, *args, "cpu"))
+    conv_args = flat_layers(enc._live_specs(detach=False)[:1])
+    opcheck(torch.ops.rasfast.transformer_conv.default, (x, ei, None, ea, *conv_args, "cpu"))
+
+
+def test_registered_operator_gradients_match_eager():
+    g = torch.Generator().manual_seed(0)
+    enc = _encoder(layers=3)
+    x, ei, ea, gp = _graph(g, [6, 5], 3, 6, 3, torch.float32)
+    x.requires_grad_()
+    params = [x] + list(enc.parameters())
+    out = torch.ops.rasfast.graph_transformer_pool(x, ei, None, ea, gp,
+                                                   *enc._layer_args(detach=False), "cpu")
+    got = torch.autograd.grad(out.square().sum(), params)
+    enc.train()
+    want = enc.encode_batch(x, ei, ea, gp)
+    exp = torch.autograd.grad(want.square().sum(), params)
+    torch.testing.assert_close(out, want)
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _train(enc, batch, steps, lr=0.05):
+    x, ei, ea, gp = batch
+    target = torch.randn(gp.numel() - 1, enc.hidden, generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.Adam(enc.parameters(), lr=lr)
+    losses = []
+    enc.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (enc.encode_batch(x, ei, ea, gp) - target).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_graph_encoder_trains_through_fused_layers(monkeypatch, dropout):
+    g = torch.Generator().manual_seed(2)
+    batch = _graph(g, [7, 5, 9], 3, 6, 3, torch.float32)
+    enc = _encoder(layers=3, dropout=dropout)
+    calls = []
+    real = gc._ConvFn.forward
+
+    def counting(ctx, *a):
+        calls.append(a[1])
+        return real(ctx, *a)
+
+    def no_reference(*a, **k):
+        raise AssertionError("training ran the reference layers")
+
+    monkeypatch.setattr(gc._ConvFn, "forward", staticmethod(counting))
+    monkeypatch.setattr(ref, "transformer_conv", no_reference)
+    losses = _train(enc, batch, 15)
+    assert calls and set(calls) == {"cpu"} and len(calls) == 3 * 15
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for n, p in enc.named_parameters() if not n.endswith("lin_key.bias"))
+    if dropout == 0:
+        assert losses[-1] < 0.7 * losses[0], losses
+    else:
+        assert min(losses[-3:]) < losses[0], losses
+
+
+def test_graph_encoder_training_matches_reference_step():
+    """One optimizer step through the fused layers equals one through the torch reference."""
+    g = torch.Generator().manual_seed(4)
+    batch = _graph(g, [8, 6], 3, 6, 3, torch.float32)
+    a, b = _encoder(layers=3, seed=9), _encoder(layers=3, seed=9)
+    x, ei, ea, gp = batch
+    for enc, backend in ((a, "cpu"), (b, "torch")):
+        enc.train()
+        enc.encode_batch(x, ei, ea, gp, backend=backend).square().sum().backward()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=n)
