@@ -76,8 +76,8 @@ def torch_peer(q, qe, c, e, K, k, cn, chunk=8):
 
 def paths(q, qe, c, e, K, k, run, tm):
     """Both cuda paths (RASFAST_THEME_PATH forces one) at the issue's shape and with fewer
-    queries, the GEMM path's steps, and what use_gemm picks: the measured check of its rule."""
-    from rasfast.ops.theme_gemm import use_gemm
+    queries, the GEMM path's steps, and what plan() picks: the measured check of its rule."""
+    from rasfast.ops.theme_gemm import PATHS, plan
     out = {"rows": []}
     qf, qef = q.float().contiguous(), qe.float().contiguous()
     step = {}
@@ -94,8 +94,8 @@ def paths(q, qe, c, e, K, k, run, tm):
     for B in (q.shape[0], 16, 4, 1):
         if B > q.shape[0]:
             continue
-        row = {"B": B, "rule_picks": "gemm" if use_gemm(B, c.shape[0], e.shape[1], K, e.element_size()) else "kernel"}
-        for path in ("kernel", "gemm"):
+        row = {"B": B, "rule_picks": plan(B, c.shape[0], K)}
+        for path in PATHS:
             os.environ["RASFAST_THEME_PATH"] = path
             try:
                 name = f"cuda theme_scoped_search B={B} [{path}]"
@@ -111,6 +111,8 @@ def paths(q, qe, c, e, K, k, run, tm):
                 os.environ.pop("RASFAST_THEME_PATH", None)
         if "kernel" in ids and "gemm" in ids:
             row["ids_agree"] = float((ids["kernel"] == ids["gemm"]).float().mean())
+        if "kernel" in ids and "gemm+gather" in ids:
+            row["ids_agree_hybrid"] = float((ids["kernel"] == ids["gemm+gather"]).float().mean())
         ids.clear()
         out["rows"].append(row)
         print(row, flush=True)
@@ -194,17 +196,19 @@ def main(argv=None):
               f"- theme_scoped_search cuda vs torch peer: {res['speedup_vs_torch']:.2f}x",
               f"- ids identical to the torch peer: {res['ids_identical_to_torch_peer'] * 100:.2f}% "
               "(differences only expected at the K-th-distance boundary / f16 matmul rounding)", ""]
-    lines += ["", "## The two cuda paths (RASFAST_THEME_PATH) and use_gemm's choice", "",
+    lines += ["", "## The cuda paths (RASFAST_THEME_PATH) and plan()'s choice", "",
               f"16-bit products reach float32 by: {res['gemm_mm_mode']}.", "",
-              "| B | kernel ms | gemm ms | rule picks | faster | scope: kernel ms | scope: gemm ms | ids agree |",
-              "|---|---:|---:|---|---|---:|---:|---:|"]
+              "| B | kernel ms | gemm ms | gemm+gather ms | plan picks | fastest | scope: kernel ms | "
+              "scope: gemm ms | ids agree (gemm, gemm+gather vs kernel) |",
+              "|---|---:|---:|---:|---|---|---:|---:|---|"]
     for r in res["paths"]["rows"]:
-        ks, gs = r.get("kernel_s"), r.get("gemm_s")
-        fast = "-" if ks is None or gs is None else ("gemm" if gs < ks else "kernel")
+        times = {p: r.get(p + "_s") for p in ("kernel", "gemm", "gemm+gather")}
+        have = {p: t for p, t in times.items() if t is not None}
+        fast = min(have, key=have.get) if have else "-"
         f = lambda v: "-" if v is None else f"{v * 1e3:.2f}"
-        lines.append(f"| {r['B']} | {f(ks)} | {f(gs)} | {r['rule_picks']} | {fast} | "
-                     f"{f(r.get('kernel_scope_s'))} | {f(r.get('gemm_scope_s'))} | "
-                     f"{r.get('ids_agree', float('nan')) * 100:.2f}% |")
+        lines.append(f"| {r['B']} | {f(times['kernel'])} | {f(times['gemm'])} | {f(times['gemm+gather'])} | "
+                     f"{r['rule_picks']} | {fast} | {f(r.get('kernel_scope_s'))} | {f(r.get('gemm_scope_s'))} | "
+                     f"{r.get('ids_agree', float('nan')) * 100:.2f}%, {r.get('ids_agree_hybrid', float('nan')) * 100:.2f}% |")
     out.with_suffix(".md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -255,6 +255,74 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
     tl.store(out_ptr + b * Ks + j, tl.where(valid, acc, float("-inf")), mask=jm)
 
 
+# ----------------------------------------------------------------------------- GEMM path
+@triton.jit
+def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X,
+                      P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_X: tl.constexpr):
+    # out[b, n] = sum_p a[p, b] . c[n] in float32 on tensor cores. float16 corpora: a holds the
+    # float32 queries split into P float16 parts (rasfast/ops/theme_gemm.py) and c stays
+    # float16. bfloat16 corpora (TF32): c is widened in registers (exact in tf32, 8 significant
+    # bits) and a holds float32 parts exact in tf32 (hi = q truncated to tf32, lo = the rest),
+    # so every product is exact and the sums float32. L2: out = qn[b] + cn[n] - 2 * dot,
+    # fused, so [B, N] is written once.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    qs = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    rmask = rows < N
+    qmask = qs < B
+    acc = tl.zeros([BLOCK_N, BLOCK_Q], dtype=tl.float32)
+    for x0 in range(0, X, BLOCK_X):
+        xs = x0 + tl.arange(0, BLOCK_X)
+        xmask = xs < X
+        c = tl.load(c_ptr + rows[:, None] * X + xs[None, :],
+                    mask=rmask[:, None] & xmask[None, :], other=0.0)
+        if TF32:
+            c = c.to(tl.float32)
+        for p in tl.static_range(P):
+            a = tl.load(a_ptr + (p * B + qs[None, :]).to(tl.int64) * X + xs[:, None],
+                        mask=xmask[:, None] & qmask[None, :], other=0.0)
+            if TF32:
+                acc = tl.dot(c, a, acc, input_precision="tf32")
+            else:
+                acc = tl.dot(c, a, acc)
+    if L2:
+        cn = tl.load(cn_ptr + rows, mask=rmask, other=0.0)
+        qn = tl.load(qn_ptr + qs, mask=qmask, other=0.0)
+        acc = (qn[None, :] + cn[:, None]) - 2.0 * acc
+    tl.store(out_ptr + qs[None, :].to(tl.int64) * N + rows[:, None], acc,
+             mask=rmask[:, None] & qmask[None, :])
+
+
+_SPLIT_BLOCK_N = 128
+_SPLIT_BLOCK_X = 64
+
+
+def split_parts(q, dtype):
+    """[P, B, X] parts of float32 q whose products with a ``dtype`` corpus the kernel sums to
+    ~float32: float16 parts for a float16 corpus, tf32-exact float32 parts for bfloat16."""
+    if dtype == torch.float16:
+        hi = q.to(torch.float16)
+        return torch.stack([hi, (q - hi.float()).to(torch.float16)])
+    hi = (q.view(torch.int32) & -8192).view(torch.float32)
+    return torch.stack([hi, q - hi])
+
+
+def split_dot(parts, c, cn=None, qn=None):
+    """[B, N] float32: sum of parts[p] @ c.T (parts from :func:`split_parts`), or with cn [N]
+    and qn [B] the squared L2 distance qn + cn - 2 * that. c float16/bfloat16, contiguous."""
+    P, B, X = parts.shape
+    N = c.shape[0]
+    out = torch.empty((B, N), dtype=torch.float32, device=c.device)
+    bq = min(64, max(16, triton.next_power_of_2(B)))
+    l2 = cn is not None
+    grid = (triton.cdiv(N, _SPLIT_BLOCK_N), triton.cdiv(B, bq))
+    _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out, B, N, X,
+                            P=P, L2=l2, TF32=c.dtype == torch.bfloat16,
+                            BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
+                            BLOCK_X=_SPLIT_BLOCK_X, num_warps=4, num_stages=3)
+    return out
+
+
 # ----------------------------------------------------------------------------- host side
 def _keys(q, c, metric):
     """[B, N] int64 keys: the small-B kernel for B <= SMALL_B, else the tensor-core one."""
@@ -377,6 +445,17 @@ def aot_variants():
             _gather_score_kernel, dict(qe_ptr="*fp32", e_ptr=cptr, ids_ptr="*i64",
                                        out_ptr="*fp32", Ks="i32", D="i32"),
             BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D))
+    for dt, cptr in FLOAT_PTRS.items():
+        if dt == "float32":
+            continue
+        for l2 in (False, True):
+            for bq in (16, 32, 64):
+                out.append(variant(
+                    _split_dot_kernel, dict(a_ptr=cptr if dt == "float16" else "*fp32",
+                                            c_ptr=cptr, out_ptr="*fp32", cn_ptr="*fp32",
+                                            qn_ptr="*fp32", B="i32", N="i32", X="i32"),
+                    P=2, L2=l2, TF32=dt == "bfloat16", BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
+                    BLOCK_X=_SPLIT_BLOCK_X))
     cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",
                      last_eq_ptr="*i64")
     out.append(variant(_cut_kernel, dict(cut_types, K="i32"), BLOCK=_SEL_BLOCK))

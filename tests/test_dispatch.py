@@ -199,11 +199,17 @@ def test_cuda_scratch_comes_from_torchs_caching_allocator():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_scratch_is_counted_by_torch(monkeypatch):
+    """The launchers' scratch arena (csrc/common/scratch_cuda.cpp) grows from torch's caching
+    allocator when the callback is registered, so torch counts it; released before each
+    measured call so that the call grows it again (a grown arena allocates nothing)."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "kernel")  # the fused kernel uses the scratch
     q, c = torch.rand(4, 16, device="cuda"), torch.rand(5000, 16, device="cuda")
     qe, e = torch.rand(4, 8, device="cuda"), torch.rand(5000, 8, device="cuda")
     x = torch.rand(3, 10000, device="cuda")
 
     def allocations():
+        torch.cuda.synchronize()
+        mod.release_scratch()
         before = torch.cuda.memory_stats()["allocation.all.allocated"]
         rasfast.theme_scoped_search(q, qe, c, e, 700, 10, backend="cuda")
         rasfast.select_k(x, 500, backend="cuda")
@@ -211,6 +217,7 @@ def test_cuda_scratch_is_counted_by_torch(monkeypatch):
         return torch.cuda.memory_stats()["allocation.all.allocated"] - before
 
     mod = dispatch.cuda_module()
+    _use_torch_scratch = dispatch.use_torch_scratch
     allocations()  # warm up
     with_torch = allocations()
     monkeypatch.setattr(dispatch, "use_torch_scratch", lambda mod: None)
@@ -218,7 +225,7 @@ def test_cuda_scratch_is_counted_by_torch(monkeypatch):
     try:
         with_pool = allocations()
     finally:
-        monkeypatch.undo()
+        monkeypatch.setattr(dispatch, "use_torch_scratch", _use_torch_scratch)
         dispatch.use_torch_scratch(mod)
     # the same calls allocate more from torch when the kernels' scratch comes from torch
     assert with_torch > with_pool, (with_torch, with_pool)

@@ -280,12 +280,12 @@ def test_triton_tiny(backend):
 
 # --------------------------------------------------------------------------- GPU
 @cuda_kernels
-@pytest.mark.parametrize("path", ["kernel", "gemm"])
+@pytest.mark.parametrize("path", ["kernel", "gemm", "gemm+gather"])
 @pytest.mark.parametrize("backend", gpu_backends())
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_parity(backend, dtype, path, monkeypatch):
-    """Both cuda paths (the fused kernel, and the GEMM path of rasfast/ops/theme_gemm.py that
-    use_gemm picks for many queries) against the reference; triton ignores the path."""
+    """Every cuda path (the fused kernel, the GEMM path of rasfast/ops/theme_gemm.py, and the
+    GEMM scope with the gather kernel's scores) against the reference; triton ignores it."""
     monkeypatch.setenv("RASFAST_THEME_PATH", path)
     for case in EXACT_CASES:
         B, N, T, D, K, k = case
@@ -460,11 +460,11 @@ def test_gemm_path_corpus_norms_follow_in_place_changes(monkeypatch):
     assert not torch.equal(after, before)
 
 
-def test_use_gemm_rule():
-    """The model's choices at the issue's shape and at small ones (env override aside)."""
-    from rasfast.ops.theme_gemm import use_gemm
-    assert use_gemm(64, 5_000_000, 768, 250_000, 2)          # B*K*D: 24.6 GB gather vs 9 GB
-    assert not use_gemm(1, 5_000_000, 768, 250_000, 2)       # one query: gather its scope
-    assert not use_gemm(64, 5_000_000, 768, 1_000, 2)        # tiny scopes: gather
-    assert use_gemm(64, 5_000_000, 0, 250_000, 2, scan_only=True)
-    assert not use_gemm(4, 5_000_000, 0, 250_000, 2, scan_only=True)
+def test_plan_rule():
+    """The measured/modelled choices (env override aside): the scope always from the GEMM,
+    the dense scores gathered while B*K < N and w = 0."""
+    from rasfast.ops.theme_gemm import plan
+    assert plan(64, 5_000_000, 250_000) == "gemm"              # B*K = 16M rows > N
+    assert plan(1, 5_000_000, 250_000) == "gemm+gather"        # one query: gather its scope
+    assert plan(16, 5_000_000, 250_000, w=0.1) == "gemm"       # the theme term: GEMM path
+    assert plan(4, 5_000_000, 250_000, op="theme_scope") == "gemm"

@@ -86,3 +86,26 @@ def test_float_data_dot_path_within_tolerance():
         check_theme_scope(rasfast.theme_scope(q, c, 40, metric, backend="triton"), q, c, 40, metric)
         gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 40, 6, 0.1, metric, backend="triton")
         check_scoped_search(gi, gs, q, qe, c, e, 40, 6, 0.1, metric)
+
+
+@pytest.mark.parametrize("dtype,B,N,X", [(torch.float16, 3, 130, 70), (torch.bfloat16, 17, 129, 64),
+                                         (torch.float16, 1, 5, 3)])
+def test_split_dot_kernel_matches_float32_products(dtype, B, N, X):
+    """The GEMM path's kernel (cuda theme ops on a GPU): the split queries' products and the
+    fused L2 terms are near-float32 (the 16-bit corpus exact, the parts ~24 bits), across the
+    row (128), query (16..64) and X (64) tiles."""
+    from rasfast.ops.theme_gemm import corpus_norms
+    g = torch.Generator().manual_seed(B * N)
+    q = torch.rand(B, X, generator=g)
+    c = torch.rand(N, X, generator=g).to(dtype)
+    parts = kt().split_parts(q, dtype)
+    want = q.double() @ c.double().T
+    got = kt().split_dot(parts, c)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-6)
+    cn, qn = corpus_norms(c), q.square().sum(1)
+    got = kt().split_dot(parts, c, cn, qn)
+    want_l2 = ((q.double()[:, None, :] - c.double()[None]) ** 2).sum(-1)
+    torch.testing.assert_close(got.double(), want_l2, atol=1e-5, rtol=1e-5)
+    # the split matters: the hi part alone is off by far more than the tolerance
+    hi_only = kt().split_dot(parts[:1].contiguous(), c)
+    assert (hi_only.double() - want).abs().max() > 1e-4

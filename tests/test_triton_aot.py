@@ -188,6 +188,14 @@ def test_variant_lists_cover_what_the_ops_launch(monkeypatch):
         scope = rasfast.theme_scope(q[:1], c, 4, backend="triton")
         rasfast.scoped_dense_search(qe[:1], e, scope, 2, backend="triton")
     rasfast.theme_scope(q[:1], c, 1, backend="triton")  # K = 1, which Triton specialises
+    # the cuda theme ops' GEMM path launches split_dot on a GPU (16-bit corpora, both metrics)
+    kt = rasfast.dispatch.triton_kernels().theme
+    for dt in (torch.float16, torch.bfloat16):
+        for B in (1, 20, 40):
+            q, c = torch.rand(B, 6, generator=g), torch.rand(20, 6, generator=g).to(dt)
+            parts = kt.split_parts(q, dt)
+            kt.split_dot(parts, c)
+            kt.split_dot(parts, c, torch.rand(20, generator=g), torch.rand(B, generator=g))
     assert seen, "no launch was recorded"
     kernels = {m.__name__: m for m in
                (importlib.import_module(f"rasfast.kernels.{n}") for n in ("select", "theme"))}

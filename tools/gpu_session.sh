@@ -67,7 +67,9 @@ bench)
     echo "== gpu_$n"
     $PY benchmarks/gpu_$n.py 2>&1 | tee "$OUT/bench_$n.log"
   done
-  cp benchmarks/results/gpu_*.md benchmarks/results/gpu_*.json "$OUT"/ 2>/dev/null
+  # this stage's results only: a blanket gpu_*.md copy once put the committed gpu_roofline.md
+  # over the roofline file this run had just written in $OUT
+  for n in $names; do cp benchmarks/results/*"$n"*.md benchmarks/results/*"$n"*.json "$OUT"/ 2>/dev/null; done
   ;;
 all)
   # Benchmarks first, alone on the GPU (their timings see nothing else running); then the tests

@@ -381,7 +381,7 @@ def _cuda_top_k_limit(k):
 
 
 def _scope_cuda(q, c, K, metric):
-    if theme_gemm.use_gemm(q.shape[0], c.shape[0], 0, K, c.element_size(), scan_only=True):
+    if theme_gemm.plan(q.shape[0], c.shape[0], K, op="theme_scope") != "kernel":
         return theme_gemm.scope(q, c, K, metric, sorted=True)[0]
     out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
     with device_guard(q.device):
@@ -392,8 +392,12 @@ def _scope_cuda(q, c, K, metric):
 
 
 def _dense_cuda(q, e, s, k):
-    if theme_gemm.use_gemm(q.shape[0], e.shape[0], e.shape[1], s.shape[1], e.element_size()):
+    if theme_gemm.plan(q.shape[0], e.shape[0], s.shape[1], op="scoped_dense_search") == "gemm":
         return theme_gemm.scoped_dense_search(q, e, s, k)
+    return _dense_cuda_kernel(q, e, s, k)
+
+
+def _dense_cuda_kernel(q, e, s, k):
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
@@ -404,8 +408,11 @@ def _dense_cuda(q, e, s, k):
 
 
 def _fused_cuda(q, qe, c, e, K, k, w, metric):
-    if theme_gemm.use_gemm(q.shape[0], e.shape[0], e.shape[1], K, e.element_size()):
+    path = theme_gemm.plan(q.shape[0], e.shape[0], K, w)
+    if path == "gemm" or (path == "gemm+gather" and w != 0.0):
         return theme_gemm.theme_scoped_search(q, qe, c, e, K, k, w, metric)
+    if path == "gemm+gather":  # the GEMM's scope, the gather kernel's dense scores
+        return _dense_cuda_kernel(qe, e, theme_gemm.scope(q, c, K, metric, sorted=False)[0], k)
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_search(

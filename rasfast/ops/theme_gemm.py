@@ -21,7 +21,7 @@ embeddings reads 7.7 GB. Here:
 
 The distances differ from the direct (q - c)^2 sum of the reference by float32 rounding
 only, which the ops' tolerance contract allows (rasfast.reference.theme_check). Whether a
-call takes this path or the fused kernel is :func:`use_gemm`: a traffic model, checked by
+call takes this path or the fused kernel is :func:`plan`: measured on the H100, checked by
 the GPU roofline run.
 """
 from __future__ import annotations
@@ -41,30 +41,36 @@ _NORMS: "dict[int, tuple]" = {}
 _NORMS_MAX = 4
 
 
+PATHS = ("kernel", "gemm", "gemm+gather")
+
+
 def forced_path() -> Optional[str]:
-    """RASFAST_THEME_PATH=gemm|kernel forces a path (tests, the roofline run's comparison)."""
+    """RASFAST_THEME_PATH=kernel|gemm|gemm+gather forces a path (tests, the roofline run)."""
     v = os.environ.get("RASFAST_THEME_PATH", "")
-    return v if v in ("gemm", "kernel") else None
+    return v if v in PATHS else None
 
 
-def use_gemm(B: int, N: int, D: int, K: int, elem_bytes: int, scan_only: bool = False) -> bool:
-    """The path of a cuda theme call, by a traffic/FLOP model (confirmed on the H100 by
-    benchmarks/gpu_roofline.py's theme section, which times both paths):
+def plan(B: int, N: int, K: int, w: float = 0.0, op: str = "theme_scoped_search") -> str:
+    """The path of a cuda theme call:
 
-    - the PPD scan: the fused kernel does 2*B*T FLOPs per corpus row on CUDA cores, the GEMM
-      on tensor cores; with B >= 16 queries the kernel's scan is compute-bound (B FLOPs per
-      byte of a 16-bit corpus, above the ~22 of fp32 cores per byte of HBM), so the GEMM.
-    - the dense scores: the kernel gathers B*K rows of D (B*K*D*s bytes); the GEMM streams
-      the N rows once and writes/reads a [B, N] float32 score matrix (N*D*s + 2*B*N*4).
+    - "kernel": the fused CUDA kernel (csrc/theme): scan, cut and gathered scoring;
+    - "gemm": the scope from the GEMM path, dense scores as one streaming GEMM over the
+      corpus embeddings, gathered at the scope;
+    - "gemm+gather": the scope from the GEMM path, dense scores of the scope rows only, by
+      the CUDA gather kernel (it cannot add the theme term: w = 0 only).
+
+    Measured on the H100 at N = 5M, T = 298, D = 768, K = 250k, fp16 (gpu_roofline run 5):
+    the GEMM scope beat the kernel's scan at every B tried (1.82 against 11.98 ms at B = 1,
+    17.6 against 24.8 at B = 64), so the scope always comes from the GEMM. Dense scores: the
+    gather reads B*K rows, the GEMM all N once, so gather while B*K < N (a byte model; the
+    hybrid's own timing is in the next run's table).
     """
     forced = forced_path()
     if forced is not None:
-        return forced == "gemm"
-    if scan_only:
-        return B >= 16
-    gather = B * min(K, N) * D * elem_bytes
-    stream = N * D * elem_bytes + 2 * B * N * 4
-    return B >= 16 and stream < gather
+        return forced
+    if op == "theme_scope":
+        return "gemm"
+    return "gemm+gather" if (w == 0.0 and B * min(K, N) < N) else "gemm"
 
 
 def _parts(q: torch.Tensor, dtype: torch.dtype) -> List[torch.Tensor]:
@@ -100,8 +106,38 @@ def _mm_f32(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return torch.mm(a.float(), c.t().float())
 
 
+def _triton_split_dot():
+    """rasfast.kernels.theme.split_dot (one tensor-core kernel: the parts' products summed
+    and the L2 terms added in registers, [B, N] written once) where Triton runs on the
+    device, else None (the torch composition below). RASFAST_THEME_GEMM=torch|triton forces."""
+    want = os.environ.get("RASFAST_THEME_GEMM", "")
+    if want == "torch":
+        return None
+    try:
+        from .. import dispatch
+        return dispatch.triton_kernels().theme.split_dot
+    except Exception:
+        if want == "triton":
+            raise
+        return None
+
+
+def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None):
+    """The Triton kernel's result for a 16-bit corpus on a GPU, or None."""
+    if not (c.is_cuda and c.dtype in _HALF):
+        return None
+    split_dot = _triton_split_dot()
+    if split_dot is None:
+        return None
+    from .. import dispatch
+    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn)
+
+
 def split_products(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """[B, N] float32 q . c for float32 q[B, X] and a corpus c[N, X] in its storage dtype."""
+    fused = _fused_split(q, c)
+    if fused is not None:
+        return fused
     parts = _parts(q, c.dtype)
     B, N, P = q.shape[0], c.shape[0], len(parts)
     if P == 1:
@@ -134,6 +170,10 @@ def corpus_norms(c: torch.Tensor) -> torch.Tensor:
 
 def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
     """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger)."""
+    if metric == "l2":
+        fused = _fused_split(q, c, corpus_norms(c), q.square().sum(1))
+        if fused is not None:
+            return fused
     dots = split_products(q, c)
     if metric == "ip":
         return dots
