@@ -86,6 +86,14 @@ def paths(q, qe, c, e, K, k, run, tm):
                      ("torch fp16 mm [B, N] (fp16 out, the floor of one GEMM)", lambda: q.to(c.dtype) @ c.T)):
         run("gemm step: " + name, fn)
         step[name] = tm["gemm step: " + name]
+    os.environ["RASFAST_THEME_GEMM"] = "torch"  # the torch composition, for comparison
+    try:
+        for name, fn in (("theme values, torch composition", lambda: theme_gemm.theme_values(qf, c, "l2")),
+                         ("dense products, torch composition", lambda: theme_gemm.split_products(qef, e))):
+            run("gemm step: " + name, fn)
+            step[name] = tm["gemm step: " + name]
+    finally:
+        os.environ.pop("RASFAST_THEME_GEMM", None)
     tv = theme_gemm.theme_values(qf, c, "l2")
     run("gemm step: select K (unsorted)", lambda: theme_gemm._select(tv, K, False, False))
     del tv
