@@ -105,7 +105,7 @@ def test_eval_qa_keeps_the_two_extractors_apart(tmp_path):
     go(None)
     go("sentence-patterns-2")
     assert model.engine.calls == n                               # each from its own records
-    rep = report_qa(ds, ["ras"], "stand-in", cache_dir=tmp_path / "cache", encoder="hashing",
+    rep = report_qa(ds, ["ras"], "stand-in", cache_dir=tmp_path / "cache", encoder="hashing", prompt_style="compact",
                     model_free="sentence-patterns-2", n_ctx=getattr(model, "n_ctx", None))
     assert rep["missing"]["ras"] == 0 and rep["triples"] == "model-free sentence-patterns-2"
 

@@ -247,7 +247,7 @@ def test_plan_reply_parser(reply, tagged, ok):
 
 def test_report_aggregates_the_cache_without_running_anything(tmp_path):
     ran = run(tmp_path, llm(), systems=("none", "dense"), limit=2)
-    rep = dict(cache_dir=tmp_path / "cache", encoder="hashing")
+    rep = dict(cache_dir=tmp_path / "cache", encoder="hashing", prompt_style="compact")
     out = report_qa(dataset(), ["none", "dense", "ras"], "stand-in", limit=2, **rep)
     assert out["rows"] == ran["rows"] and out["missing"] == {"none": 0, "dense": 0, "ras": 2}
     more = report_qa(dataset(), ["dense"], "stand-in", **rep)   # all 3 asked, 2 cached
@@ -376,7 +376,8 @@ def test_sigkill_at_random_points_never_changes_the_final_table(tmp_path):
     full = time.perf_counter() - t0
     from qa_util import dataset as ds_of
     ds = ds_of(n)
-    want = {s: report_qa(ds, [s], "stand-in", cache_dir=tmp_path / "whole", encoder="hashing")
+    # the stand-in is a LocalLLM (compact prompts) under a label that does not say so
+    want = {s: report_qa(ds, [s], "stand-in", cache_dir=tmp_path / "whole", encoder="hashing", prompt_style="compact")
             for s in KILLED_SYSTEMS}
     keys = ("qid", "answer", "em", "f1", "acc", "passages", "answer_shown", "answer_retrieved", "shown")
     rng = random.Random(7)
@@ -399,7 +400,7 @@ def test_sigkill_at_random_points_never_changes_the_final_table(tmp_path):
             if p.returncode == 0:
                 break
         for system in KILLED_SYSTEMS:
-            got = report_qa(ds, [system], "stand-in", cache_dir=killed, encoder="hashing")
+            got = report_qa(ds, [system], "stand-in", cache_dir=killed, encoder="hashing", prompt_style="compact")
             assert got["missing"] == {system: 0} and got["duplicates"] == {system: 0}
             assert [{k: r[k] for k in keys} for r in got["records"][system]] == \
                 [{k: r[k] for k in keys} for r in want[system]["records"][system]], system

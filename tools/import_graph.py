@@ -5,6 +5,9 @@ top-level part, imports that run back up a layer, and circles.
     python tools/import_graph.py            # a summary
     python tools/import_graph.py --json     # the graph as JSON
 
+It also reports circles between the modules of one part (a part-level graph cannot show
+them).
+
 Only ``rasfast.*`` imports written in the source count (module level and inside functions),
 resolved to the top-level part they name: ``rasfast/systems/kirag/loop.py`` importing
 ``...types`` is an edge systems.kirag -> types. Layers are listed in LAYERS (top first); a
@@ -106,6 +109,24 @@ def graph():
     return edges
 
 
+def module_graph():
+    """Module -> the modules of its own part it imports (a package's ``__init__`` importing
+    its own modules, and a module importing the package above it, do not count): the
+    circles a part-level graph cannot show, e.g. two modules of qa_eval importing each other."""
+    mods = dict(modules())
+    edges = defaultdict(set)
+    for mod, path in mods.items():
+        for target in imports(mod, path):
+            while target and target not in mods:     # 'rasfast.x.y.name' -> the module 'rasfast.x.y'
+                target = target.rsplit(".", 1)[0] if "." in target else ""
+            if not target or target == mod or part_of(target) != part_of(mod):
+                continue
+            if mod.startswith(target + ".") or target.startswith(mod + "."):
+                continue
+            edges[mod].add(target)
+    return edges
+
+
 def cycles(edges):
     out, seen = [], set()
 
@@ -148,6 +169,10 @@ def main(argv):
     cyc = cycles(edges)
     print(f"circles: {len(cyc)}")
     for c in cyc:
+        print("  " + " -> ".join(c))
+    mcyc = cycles(module_graph())
+    print(f"circles between modules of one part: {len(mcyc)}")
+    for c in mcyc:
         print("  " + " -> ".join(c))
     up, unplaced = upward(edges)
     print(f"imports running back up a layer: {len(up)}")

@@ -19,6 +19,12 @@ post-processing; ``--reader one-shot`` is GEAR's App. J.3 prompt). Systems
 - rasfast's own variants, labelled as such in every table: ``ras+passages``,
   ``ras-passages``, ``structrag-chunk``.
 
+Each system is one :class:`~.spec.SystemSpec` (:mod:`.spec`; the built-in ones in
+:mod:`.systems`): a new system is one module that registers its spec (and its system in
+:mod:`rasfast.systems.registry`); ``eval qa``, ``--report``, the HTML report, the role table,
+the cache keys and the command line's choices all follow the registered specs. One frozen
+:class:`~.config.EvalConfig` holds the settings and names every cache file.
+
 Per system: EM and F1 (SQuAD normalisation, best over the gold answer and its aliases;
 HotpotQA and 2Wiki with their official yes/no rule), recall@5/10/15 of the passages it
 returned, whether a gold answer was in what it retrieved and in what its reader was shown,
@@ -37,12 +43,16 @@ A rerun skips the questions already there.
 from .cli import add_args, cmd_eval_qa
 from .records import RecordFile, answer_in_text, failure_stage, stage_counts
 from .roles import RoleRecorder
+from .config import EvalConfig
 from .run import (DATASETS, PROMPT_STYLES, cache_file, encoder_name, evaluate_qa, llm_label, parse_questions,
                   prep_settings, report_qa, settings_for)
-from .systems import FAMILY, LABELS, PREP, SYSTEMS, Prepared, knowledge_index, make_preparer, reader_input
+from .spec import PrepareContext, SystemSpec, register_spec, unregister_spec
+from .systems import (FAMILY, LABELS, PREP, SYSTEMS, Prepared, get_spec, knowledge_index, make_preparer, reader_input,
+                      specs)
 from .tables import format_rows, paired_against, paired_bootstrap, summarise
 
 __all__ = ["evaluate_qa", "report_qa", "llm_label", "encoder_name", "summarise", "format_rows", "RoleRecorder",
            "SYSTEMS", "DATASETS", "FAMILY", "LABELS", "RecordFile", "failure_stage", "stage_counts",
            "answer_in_text", "paired_bootstrap", "paired_against", "cache_file", "settings_for",
-           "parse_questions", "make_preparer", "reader_input", "Prepared", "PREP", "prep_settings", "knowledge_index", "add_args", "cmd_eval_qa", "PROMPT_STYLES"]
+           "parse_questions", "make_preparer", "reader_input", "Prepared", "PREP", "prep_settings", "knowledge_index", "add_args", "cmd_eval_qa", "PROMPT_STYLES",
+           "EvalConfig", "SystemSpec", "PrepareContext", "register_spec", "unregister_spec", "get_spec", "specs"]

@@ -34,12 +34,6 @@ def add_args(e) -> None:
                    help="qa: also write an offline HTML report here (table, failure stages, every question's pages)")
 
 
-def _style(args):
-    if getattr(args, "prompt_style", None):
-        return args.prompt_style
-    return "compact" if str(args.llm).startswith("local") else "paper"
-
-
 def cmd_eval_qa(args) -> int:
     from ..llm.adapters import local_options, make_llm
     systems = [s.strip() for s in (args.systems or "").split(",") if s.strip()]
@@ -68,14 +62,15 @@ def cmd_eval_qa(args) -> int:
         if problem:
             print(f"eval qa: cannot write {path}: {problem}", file=sys.stderr)
             return 1
-    common = dict(questions=args.questions, prompt_style=_style(args), reader=args.reader, retriever=retriever,
+    # the prompt style and the context size default in EvalConfig.make (one rule for both paths)
+    common = dict(questions=args.questions, prompt_style=getattr(args, "prompt_style", None), reader=args.reader, retriever=retriever,
                   gear_iters=args.gear_iters, kirag_aligner=args.kirag_aligner,
                   model_free=getattr(args, "model_free_triples", None))
     try:
         if getattr(args, "report", False):
             out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
                             max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root,
-                            encoder=args.encoder, n_ctx=args.llm_ctx or 4096, **common)
+                            encoder=args.encoder, n_ctx=args.llm_ctx, **common)
         else:
             llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
                            **local_options(args))

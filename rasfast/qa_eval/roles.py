@@ -9,39 +9,16 @@ from .records import cut_text
 
 
 def _role_table():
-    """(marker text, role, parse check) for every prompt rasfast sends; first match wins."""
-    from ..llm import compact_prompts as cp
-    from ..llm import prompts as rp
+    """(marker text, role, parse check) for every prompt rasfast sends; first match wins: the
+    reader contract's two prompts, then every registered system spec's roles
+    (:func:`.systems.role_rows`, in registration order)."""
     from ..llm import reader as rd
-    from ..parse import _TAG, parse_triples
-    from ..systems.gear import prompts as gp
-    from ..systems.kirag import prompts as kp
-    from ..systems.structrag import prompts as sp
-    from ..systems.structrag.parse import parse_route
+    from .systems import role_rows
 
     nonempty = lambda t: bool(rd.finalize_answer(t))  # noqa: E731
-    table = [
-        (rd.ONE_SHOT_RULE, "reader.one-shot", nonempty),
-        (rd.ANSWER_SHAPE, "reader", nonempty),
-        (cp.PLAN_TASK, "ras.planner", lambda t: cp.parse_plan_reply(t)[1]),
-        (rp.PLANNER_INSTRUCTION, "ras.planner(paper)", lambda t: _TAG.search(t or "") is not None),
-        (gp.READ_TASK, "gear.read", lambda t: bool(gp.parse_facts(t))),
-        (gp.REASON_TASK, "gear.reason", lambda t: gp.parse_reason(t).parsed),
-        (gp.REWRITE_TASK, "gear.rewrite", lambda t: gp.parse_rewrite(t) is not None),
-        (rp.TRIPLES_INSTRUCTION, "triples", lambda t: bool(parse_triples(t).triples)),
-        (kp.CONSTRUCTOR_INSTRUCTION, "kirag.constructor",
-         lambda t: bool(kp.parse_constructor(t, []).written) or kp.parse_constructor(t, []).answer is not None),
-        (sp.ROUTER_INSTRUCTION, "structrag.router", lambda t: parse_route(t)[1]),
-        (sp.DECOMPOSE_INSTRUCTION, "structrag.decompose", nonempty),
-    ]
-    for text in getattr(sp, "EXTRACT_INSTRUCTIONS", {}).values():
-        table.append((text, "structrag.utilizer.extract", nonempty))
-    for name in dir(sp):
-        v = getattr(sp, name)
-        if name.startswith("STRUCTURIZE") and isinstance(v, dict):
-            for text in v.values():
-                table.append((text if isinstance(text, str) else str(text), "structrag.structurizer", nonempty))
-    return table
+    return [(rd.ONE_SHOT_RULE, "reader.one-shot", nonempty),
+            (rd.ANSWER_SHAPE, "reader", nonempty),
+            *role_rows()]
 
 
 def _prompt_text(p) -> str:

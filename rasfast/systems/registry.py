@@ -22,6 +22,9 @@ Registered here:
   strongest single type; a rasfast variant).
 
 Every system's final answer goes through the reader contract (rasfast.llm.reader).
+``read=False`` builds a system's preparation alone, for a caller that reads itself
+(``rasfast eval qa``'s read phase): RAS's loop without its answering step, KiRAG without its
+reader, StructRAG's utilizer returning the reader input unread.
 
 Options shared by all: ``k`` (passages per retrieval and passages the reader reads, 5; passed
 to kirag as ``top_k`` and ``reader_docs``), ``retriever`` (the base retriever: ``"dense"``,
@@ -127,8 +130,16 @@ class LoopSystem:
         return self.run_batch([question])[0]
 
 
+class DeferredAnswerer:
+    """The answerer of a RAS loop built with ``read=False``: it answers nothing, so the loop
+    is its preparation alone (plan, retrieve, triples) and the caller's reader answers."""
+
+    def answer(self, states):
+        return [None for _ in states]
+
+
 def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder, name: str,
-          context: str = "facts", reader: str = "contract"):
+          context: str = "facts", reader: str = "contract", read: bool = True):
     from .ras.extractors import CachedTripleExtractor, SentenceTripleExtractor
     from .ras.heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
     from .ras.loop import RAS
@@ -141,6 +152,8 @@ def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder
     else:
         reasoner = GraphPathReasoner(retriever.encoder)
         planner, answerer = HeuristicPlanner(reasoner=reasoner), HeuristicAnswerer(reasoner=reasoner)
+    if not read:
+        answerer = DeferredAnswerer()
     return LoopSystem(RAS(retriever, ext, planner, answerer, graph_encoder=graph_encoder,
                           max_iters=max_iters, k=k), name)
 
@@ -149,11 +162,11 @@ def _ras_factory(name: str, context: str):
     def factory(kindex, *, encoder, llm=None, k: int = 5, max_iters: int = 5, scope_k=None,
                 graph_encoder=None, backend: str = "auto", expand: bool = False, base_k: int = 10,
                 expand_kwargs: Optional[Dict[str, Any]] = None, retriever: str = "dense",
-                reader: str = "contract"):
+                reader: str = "contract", read: bool = True):
         ret = base_retriever(kindex, encoder, retriever, scope_k, backend)
         if expand:   # RAS with GEAR's expansion as its retriever (the demo's configuration)
             ret = _gear_retriever(kindex, ret, base_k, expand_kwargs)
-        return _loop(kindex, encoder, llm, ret, k, max_iters, graph_encoder, name, context, reader)
+        return _loop(kindex, encoder, llm, ret, k, max_iters, graph_encoder, name, context, reader, read)
     return factory
 
 

@@ -271,17 +271,20 @@ def from_components(retriever, triples_by_pid, encoder, llm=None, **opts) -> KiR
             Without it the model-free :class:`HeuristicConstructor` runs and answers stay None
             (or the constructor's).
         **opts: ``aligner`` (an encoder, e.g. :func:`load_aligner`), ``K0``, ``N``, ``L``,
-            ``top_k``, ``backend``; ``triple_table`` = (embeddings [n, D], passage ids [n],
+            ``top_k``, ``backend``; ``read=False``: the preparation alone (the LLM constructs
+            the chain, nobody reads: the caller's reader answers, as ``rasfast eval qa`` does); ``triple_table`` = (embeddings [n, D], passage ids [n],
             triple texts [n]) of the corpus triples by ``encoder`` (a knowledge index's
             ``triple_emb`` and graph), reused instead of re-encoding every triple when the
             aligner is ``encoder`` itself (the zero-shot aligner).
     """
     given_aligner = opts.pop("aligner", None)
+    read = opts.pop("read", True)
     aligner = given_aligner or encoder
     table = opts.pop("triple_table", None)
     store = triples_by_pid if isinstance(triples_by_pid, TripleStore) else TripleStore(triples_by_pid)
     constructor = LLMConstructor(llm) if llm is not None else HeuristicConstructor()
-    system = KiRAG(retriever, store, aligner, constructor=constructor, reader=llm, **opts)
+    system = KiRAG(retriever, store, aligner, constructor=constructor,
+                   reader=llm if read else None, **opts)
     if table is not None and given_aligner is None:
         system.triple_emb.reuse(*table)
     return system

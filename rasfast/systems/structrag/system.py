@@ -211,11 +211,17 @@ def from_components(retriever, triples_by_pid: Optional[Mapping[int, Sequence[Tr
     -> (s, p, o) triples (model-free graph/table structures), ``encoder`` embeds sub-questions
     and structure items for extraction. ``opts`` go to :class:`StructRAG` (k, router,
     structurizer, utilizer, default_type, kg_hops, extract_k); ``router`` may also be the
-    directory of a saved :class:`~.router.EmbeddingRouter` (loaded with ``encoder``)."""
+    directory of a saved :class:`~.router.EmbeddingRouter` (loaded with ``encoder``);
+    ``read=False``: the preparation alone (route, structurize, decompose, extract; the
+    utilizer returns the reader input unread, for the caller's reader)."""
+    read = opts.pop("read", True)
     if isinstance(opts.get("router"), (str, pathlib.Path)):
         from .router import load_router
         opts["router"] = load_router(opts["router"], encoder)
-    return StructRAG(llm, retriever, encoder=encoder, triples_by_pid=triples_by_pid, **opts)
+    system = StructRAG(llm, retriever, encoder=encoder, triples_by_pid=triples_by_pid, **opts)
+    if not read:
+        system.utilizer.defer_reading = True
+    return system
 
 
 __all__ = ["StructRAG", "from_components", "STAGES", "triples_by_pid"]
