@@ -96,9 +96,11 @@ def same_questions(ds, d, recs_by):
 
 
 def cached(ds, systems, questions, cache, label, retriever="hybrid"):
+    # the committed records were read with the round-3 reader prompts (before the yes/no rule)
     from rasfast.qa_eval import report_qa
+    from rasfast.qa_eval.config import READER_PROMPTS_ROUND3
     return report_qa(ds, systems, label, cache_dir=cache, questions=questions, reader="one-shot",
-                     retriever=retriever, n_ctx=8192)
+                     retriever=retriever, n_ctx=8192, reader_prompts=READER_PROMPTS_ROUND3)
 
 
 def usage(recs):

@@ -36,10 +36,17 @@ MAIN = [("none", "dense"), ("dense", "dense"), ("ras", "dense"), ("gear", "hybri
         ("structrag", "dense"), ("ras+passages", "dense"), ("ras-passages", "dense"), ("structrag-chunk", "dense")]
 
 
-def _report(ds, systems, cache, label, questions, retriever="dense", k=5, aligner=None):
+def _report(ds, systems, cache, label, questions, retriever="dense", k=5, aligner=None, reader_prompts=None):
     from rasfast.qa_eval import report_qa
     return report_qa(ds, systems, label, cache_dir=cache, questions=questions, retriever=retriever, k=k,
-                     kirag_aligner=aligner, n_ctx=8192)
+                     kirag_aligner=aligner, n_ctx=8192, reader_prompts=reader_prompts)
+
+
+def _reader_prompts(value):
+    """``--reader-prompts``: "round3" (the committed records' reader, before the yes/no rule),
+    "current" (the reader as the code has it now) or a signature."""
+    from rasfast.qa_eval.config import READER_PROMPTS_ROUND3
+    return {"round3": READER_PROMPTS_ROUND3, "current": None}.get(value, value)
 
 
 def _merge(parts):
@@ -93,16 +100,19 @@ BLOCK = "<!-- qa_local_report: {} -->"
 BLOCK_END = "<!-- /qa_local_report -->"
 
 
-def blocks_for(name, args_questions, cache, label, aligner):
-    """The generated tables of one dataset: [(block name, heading, [lines])], and its JSON."""
+def blocks_for(name, args_questions, cache, label, aligner, reader_prompts="round3"):
+    """The generated tables of one dataset: [(block name, heading, [lines])], and its JSON.
+    ``reader_prompts``: which reader the records were read with (:func:`_reader_prompts`)."""
     from rasfast.data.qa import load_dataset
     from rasfast.qa_eval import LABELS
     from rasfast.qa_eval.records import STAGE_LABELS, STAGES
     from rasfast.qa_eval.tables import ANSWER_DEPTHS, paired_against
     ds = load_dataset(name)
+    rp = _reader_prompts(reader_prompts)
     out = []
     # KiRAG's row uses the trained aligner when one is given (the frozen protocol), else MiniLM
-    parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args_questions, ret, aligner=aligner)
+    parts = [_report(ds, [s for s, r in MAIN if r == ret], cache, label, args_questions, ret, aligner=aligner,
+                     reader_prompts=rp)
              for ret in ("dense", "hybrid")]
     rows, recs, missing = _merge(parts)
     order = [s for s, _ in MAIN]
@@ -147,7 +157,8 @@ def blocks_for(name, args_questions, cache, label, aligner):
     d["kirag"] = []
     for k in (3, 5):
         for al in (None, aligner):
-            rep = _report(ds, ["dense", "kirag"], cache, label, args_questions, "dense", k=k, aligner=al)
+            rep = _report(ds, ["dense", "kirag"], cache, label, args_questions, "dense", k=k, aligner=al,
+                          reader_prompts=rp)
             got = {r["system"]: r for r in rep["rows"]}
             if "kirag" in got and "dense" in got:
                 p = rep["paired"]["kirag"]
@@ -234,6 +245,9 @@ def main(argv=None) -> int:
                     help="the KiRAG aligner trained on questions 1-50 (a directory or content id); "
                          "DATASET=... names the dataset it was trained on, a bare value applies to every dataset")
     ap.add_argument("--llm", default="local")
+    ap.add_argument("--reader-prompts", default="round3",
+                    help="the reader the records were read with: round3 (the committed records, before the "
+                         "yes/no answer-shape rule of issue 40 C), current, or a reader prompt signature")
     ap.add_argument("--out", default=str(RESULTS / "qa_local"))
     ap.add_argument("--update", metavar="MD",
                     help="rewrite the generated tables inside MD (between its <!-- qa_local_report: NAME --> "
@@ -245,7 +259,7 @@ def main(argv=None) -> int:
     out = {"machine": machine_info(), "llm": label, "questions": args.questions, "datasets": {}}
     md, blocks = [], []
     for name in args.datasets:
-        bl, d = blocks_for(name, args.questions, cache, label, aligners[name])
+        bl, d = blocks_for(name, args.questions, cache, label, aligners[name], args.reader_prompts)
         for bname, heading, lines in bl:
             md += [heading, "", BLOCK.format(bname), *lines, BLOCK_END, ""]
         blocks += bl

@@ -33,7 +33,9 @@ def test_qa_local_tables_rebuild_from_the_committed_records(dataset, aligner):
         pytest.skip(f"{dataset} data not available here: {e}")
     mod = _report_module()
     committed = mod.committed_blocks(RESULTS / "qa_local.md")
-    blocks, _ = mod.blocks_for(dataset, "51-100", RESULTS / "qa_records", llm_label("local"), aligner)
+    # the committed records were read before the yes/no answer-shape rule (issue 40 C): the
+    # report names that reader's prompt signature (the current reader's records need a new read)
+    blocks, _ = mod.blocks_for(dataset, "51-100", RESULTS / "qa_records", llm_label("local"), aligner, "round3")
     assert blocks
     for name, _, lines in blocks:
         assert name in committed, f"qa_local.md has no <!-- qa_local_report: {name} --> block"

@@ -6,11 +6,15 @@ StructRAG's, and the closed-book baseline's -- goes through :func:`read`:
 
 - **one instruction family**: "Answer the question using the <documents | facts |
   knowledge> above", the same best-guess clause, and one **answer-shape rule**
-  (:data:`ANSWER_SHAPE`: the entity or value the question asks for, in a few words);
+  (:data:`ANSWER_SHAPE`: yes or no for a question that asks whether something is so, such as
+  the comparison "Are X and Y both ...?", otherwise the entity or value the question asks
+  for, in a few words);
 - **one token budget**: :data:`MAX_NEW_TOKENS` generated tokens, greedy;
 - **one post-processing**: :func:`finalize_answer` (first line, no ``Answer:`` prefix, no
-  quotes or final period, "the answer is X" -> X, and a reply shaped like a triple,
-  ``s | r | o`` / ``(s, r, o)`` / ``<s; r; o>``, reduced to its answer element);
+  quotes or final period, "the answer is X" -> X, a reply shaped like a triple,
+  ``s | r | o`` / ``(s, r, o)`` / ``<s; r; o>``, reduced to its answer element, and to a
+  yes/no question (:func:`is_yes_no_question`) a reply that opens with "Yes," / "No." reduced
+  to "yes" / "no");
 - what differs between systems is only the **input** (:class:`ReaderInput`): passages, RAS's
   per-sub-query fact blocks (every triple of every step), StructRAG's structured
   knowledge, or nothing.
@@ -41,8 +45,10 @@ PASSAGE_CHARS = 1500          # a passage's text is cut here (a few MuSiQue/Hotp
 READERS = ("contract", "one-shot")
 
 READER_SYSTEM = "You answer questions using the context you are given."
-ANSWER_SHAPE = ("Reply with only the entity or value the question asks for, in a few words "
-                "(a name, a date, a number or a short phrase), with no explanation.")
+ANSWER_SHAPE = ("Reply with only the answer, in a few words, with no explanation: yes or no if the "
+                "question asks whether something is so (e.g. \"Are X and Y both ...?\", \"Is X ...?\"), "
+                "otherwise the entity or value the question asks for (a name, a date, a number or a "
+                "short phrase).")
 BEST_GUESS = "If the context does not contain the answer, give your best guess."
 _NOUN = {"passages": "documents", "facts": "facts", "both": "facts and documents",
          "knowledge": "knowledge"}
@@ -191,8 +197,36 @@ def triple_answer(text: str, question: str = "") -> Optional[str]:
     return None
 
 
+# a question that asks whether something is so opens with an auxiliary or copula verb
+# ("Are X and Y both ...?", "Is ...", "Did ...", "Were ... both ...?"); "Which is older, X or
+# Y?" asks for an entity
+_YES_NO_QUESTION = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|"
+                              r"shall|may|might|must)\b", re.IGNORECASE)
+# a reply that opens with yes/no followed by punctuation or its end ("Yes, both are ...", "No.")
+_YES_NO_REPLY = re.compile(r"^\s*(yes|no)\s*(?:[,.;:!\-\u2013\u2014]|$)", re.IGNORECASE)
+
+
+def is_yes_no_question(question: str) -> bool:
+    """Whether ``question`` asks whether something is so (its answer is yes or no): it opens
+    with an auxiliary or copula verb and holds no "or" between choices ("Is X or Y older?"
+    asks for one of them)."""
+    q = str(question or "")
+    if not _YES_NO_QUESTION.match(q):
+        return False
+    return re.search(r"\bor\b", q, re.IGNORECASE) is None
+
+
 def finalize_answer(reply: Optional[str], question: str = "") -> str:
     """The contract's post-processing of a reader reply (see the module docstring)."""
+    answer = _first_answer(reply, question)
+    if question and is_yes_no_question(question):
+        m = _YES_NO_REPLY.match(answer)
+        if m:
+            return m.group(1).lower()
+    return answer
+
+
+def _first_answer(reply: Optional[str], question: str) -> str:
     for line in (reply or "").strip().splitlines():
         line = _PREFIX.sub("", line.strip()).strip()
         line = line.strip("`").strip()
@@ -347,4 +381,4 @@ def settings() -> Dict[str, Any]:
 
 __all__ = ["ReaderInput", "ReadResult", "read", "messages", "finalize_answer", "triple_answer",
            "fit_to_context", "order_by_question_graph", "count_tokens", "facts_text", "passages_text",
-           "instruction", "MAX_NEW_TOKENS", "ANSWER_SHAPE", "READERS", "settings"]
+           "instruction", "MAX_NEW_TOKENS", "ANSWER_SHAPE", "READERS", "settings", "is_yes_no_question"]

@@ -30,6 +30,10 @@ def add_args(e) -> None:
                    help="qa: for a dataset that ships no triples (HotpotQA), the model-free extractor that "
                         "makes them: sentence-patterns (default) or sentence-patterns-2 (keeps whole dates, "
                         "full names and every list item); keyed apart in the cache")
+    e.add_argument("--reader-prompts", default=None, metavar="ID",
+                   help="qa --report: the reader prompt signature the records were read with (default: the "
+                        "current reader's; round3 = d1a975aed2077a05, the committed records' reader before the "
+                        "yes/no answer-shape rule)")
     e.add_argument("--html", default=None, metavar="FILE",
                    help="qa: also write an offline HTML report here (table, failure stages, every question's pages)")
 
@@ -70,7 +74,8 @@ def cmd_eval_qa(args) -> int:
         if getattr(args, "report", False):
             out = report_qa(args.dataset, systems, llm_label(args.llm, args.model), limit=limit, k=args.k,
                             max_iters=args.max_iters, cache_dir=args.cache_dir, data_root=args.data_root,
-                            encoder=args.encoder, n_ctx=args.llm_ctx, **common)
+                            encoder=args.encoder, n_ctx=args.llm_ctx, reader_prompts=_reader_prompts(args),
+                            **common)
         else:
             llm = make_llm(args.llm, args.model, args.base_url, args.api_key_env or "OPENAI_API_KEY",
                            **local_options(args))
@@ -102,6 +107,12 @@ def cmd_eval_qa(args) -> int:
         print(f"eval qa: cannot write {e.filename or 'the output'}: {e.strerror or e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _reader_prompts(args):
+    from .config import READER_PROMPTS_ROUND3
+    v = getattr(args, "reader_prompts", None)
+    return READER_PROMPTS_ROUND3 if v == "round3" else v
 
 
 def _output_problem(path) -> str:
