@@ -96,7 +96,25 @@ def paths(q, qe, c, e, K, k, run, tm):
         os.environ.pop("RASFAST_THEME_GEMM", None)
     tv = theme_gemm.theme_values(qf, c, "l2")
     run("gemm step: select K (unsorted)", lambda: theme_gemm._select(tv, K, False, False))
+    run("gemm step: torch.topk K (unsorted; no tie order)", lambda: torch.topk(tv, K, dim=1, largest=False, sorted=False))
     del tv
+    run("gemm step: quantile shift (8,192-row sample)", lambda: theme_gemm.quantile_shift(qf, c, K, "l2"))
+    m = theme_gemm.quantile_shift(qf, c, K, "l2")
+    tv = theme_gemm.theme_values(qf, c, "l2", shift=m)
+    run("gemm step: select K (unsorted) on shifted values", lambda: theme_gemm._select(tv, K, False, False))
+    del tv
+    cp = theme_gemm.pad_rows(c)
+    run("gemm step: theme values, rows padded in storage (pad_rows)", lambda: theme_gemm.theme_values(qf, cp, "l2"))
+    del cp
+    for name in ("select K (unsorted)", "torch.topk K (unsorted; no tie order)", "quantile shift (8,192-row sample)",
+                 "select K (unsorted) on shifted values", "theme values, rows padded in storage (pad_rows)"):
+        step[name] = tm["gemm step: " + name]
+    os.environ["RASFAST_THEME_SHIFT"] = "0"
+    try:
+        run("cuda theme_scoped_search [gemm, no shift]",
+            lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
+    finally:
+        os.environ.pop("RASFAST_THEME_SHIFT", None)
     out["steps_s"] = step
     ids = {}
     for B in (q.shape[0], 16, 4, 1):

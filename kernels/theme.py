@@ -257,7 +257,7 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
 
 # ----------------------------------------------------------------------------- GEMM path
 @triton.jit
-def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X,
+def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X, stride_c,
                       P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_X: tl.constexpr):
     # out[b, n] = sum_p a[p, b] . c[n] in float32 on tensor cores. float16 corpora: a holds the
@@ -274,7 +274,9 @@ def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X,
     for x0 in range(0, X, BLOCK_X):
         xs = x0 + tl.arange(0, BLOCK_X)
         xmask = xs < X
-        c = tl.load(c_ptr + rows[:, None] * X + xs[None, :],
+        # stride_c: c's row stride; a multiple of 8 elements (16 bytes, which Triton's
+        # divisibility specialisation sees) lets the loads vectorise: rasfast pads rows so
+        c = tl.load(c_ptr + rows[:, None] * stride_c + xs[None, :],
                     mask=rmask[:, None] & xmask[None, :], other=0.0)
         if TF32:
             c = c.to(tl.float32)
@@ -309,14 +311,17 @@ def split_parts(q, dtype):
 
 def split_dot(parts, c, cn=None, qn=None):
     """[B, N] float32: sum of parts[p] @ c.T (parts from :func:`split_parts`), or with cn [N]
-    and qn [B] the squared L2 distance qn + cn - 2 * that. c float16/bfloat16, contiguous."""
+    and qn [B] the squared L2 distance qn + cn - 2 * that. c float16/bfloat16 [N, X] with
+    unit column stride (rows may be padded: a row stride that is a multiple of 8 loads in
+    16-byte vectors)."""
     P, B, X = parts.shape
+    assert c.stride(1) == 1 or c.shape[1] == 1, "c: columns must be contiguous"
     N = c.shape[0]
     out = torch.empty((B, N), dtype=torch.float32, device=c.device)
     bq = min(64, max(16, triton.next_power_of_2(B)))
     l2 = cn is not None
     grid = (triton.cdiv(N, _SPLIT_BLOCK_N), triton.cdiv(B, bq))
-    _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out, B, N, X,
+    _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out, B, N, X, c.stride(0),
                             P=P, L2=l2, TF32=c.dtype == torch.bfloat16,
                             BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
                             BLOCK_X=_SPLIT_BLOCK_X, num_warps=4, num_stages=3)
@@ -453,7 +458,8 @@ def aot_variants():
                 out.append(variant(
                     _split_dot_kernel, dict(a_ptr=cptr if dt == "float16" else "*fp32",
                                             c_ptr=cptr, out_ptr="*fp32", cn_ptr="*fp32",
-                                            qn_ptr="*fp32", B="i32", N="i32", X="i32"),
+                                            qn_ptr="*fp32", B="i32", N="i32", X="i32",
+                                            stride_c="i32"),
                     P=2, L2=l2, TF32=dt == "bfloat16", BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
                     BLOCK_X=_SPLIT_BLOCK_X))
     cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",

@@ -311,9 +311,10 @@ if __name__ == "__main__":  # pragma: no cover
 
 # ------------------------------------------------------------------------- the GEMM path
 # The corpus is read by the products themselves (mm; on the emulator's CPU tensors a float32
-# copy first) and, once per corpus tensor, by the |c|^2 of the L2 expansion (cached, so not in
-# a second call): never by a reduction that validates it.
-GEMM_READS = {"mm", "_to_copy"}
+# copy first), by the 8,192-row sample of the quantile shift (index) and, once per corpus
+# tensor, by the |c|^2 of the L2 expansion (cached, so not in a second call): never by a
+# reduction that validates it.
+GEMM_READS = {"mm", "_to_copy", "index"}
 
 
 @pytest.mark.parametrize("op", ["theme_scoped_search", "theme_scope", "scoped_dense_search"])

@@ -461,10 +461,54 @@ def test_gemm_path_corpus_norms_follow_in_place_changes(monkeypatch):
 
 
 def test_plan_rule():
-    """The measured/modelled choices (env override aside): the scope always from the GEMM,
-    the dense scores gathered while B*K < N and w = 0."""
+    """The measured choices (env override aside): the scope always from the GEMM, the dense
+    scores gathered while B*K < N / 2 and w = 0 (H100: gather won at B*K/N = 0.05 and 0.2,
+    the GEMM at 0.8 and 3.2)."""
     from rasfast.ops.theme_gemm import plan
     assert plan(64, 5_000_000, 250_000) == "gemm"              # B*K = 16M rows > N
+    assert plan(16, 5_000_000, 250_000) == "gemm"              # 0.8 N: the GEMM won
+    assert plan(4, 5_000_000, 250_000) == "gemm+gather"        # 0.2 N: the gather won
     assert plan(1, 5_000_000, 250_000) == "gemm+gather"        # one query: gather its scope
     assert plan(16, 5_000_000, 250_000, w=0.1) == "gemm"       # the theme term: GEMM path
     assert plan(4, 5_000_000, 250_000, op="theme_scope") == "gemm"
+
+
+@cuda_kernels
+@pytest.mark.parametrize("path", ["kernel", "gemm", "gemm+gather"])
+def test_row_padded_corpus_views(path, monkeypatch):
+    """A corpus stored with padded rows (pad_rows: what ThemeIndex.to keeps on a GPU) gives the
+    results of the contiguous corpus on every cuda path, and the cached norms follow each
+    view (a search slices a new view per call)."""
+    from rasfast.ops.theme_gemm import pad_rows
+    monkeypatch.setenv("RASFAST_THEME_PATH", path)
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(4, 90, 13, 6, torch.float16, seed=5))
+    cp, ep = pad_rows(c), pad_rows(e)
+    assert cp.stride(0) == 16 and torch.equal(cp, c)
+    for K, k, w in ((20, 5, 0.0), (20, 5, 0.5), (90, 3, 0.0)):
+        want = ref_fused(q, qe, c, e, K, k, w, "l2")
+        got = rasfast.theme_scoped_search(q, qe, cp, ep, K, k, w, "l2", backend="cuda")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (path, K, k, w)
+        got = rasfast.theme_scoped_search(q, qe, cp[10:70], ep[10:70], K, k, w, backend="cuda")
+        want = ref_fused(q, qe, c[10:70], e[10:70], K, k, w, "l2")
+        assert torch.equal(got[0], want[0]), (path, "row slice")
+    assert torch.equal(rasfast.theme_scope(q, cp, 7, backend="cuda"), ref_scope(q, c, 7, "l2"))
+
+
+@cuda_kernels
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_quantile_shift_keeps_the_scope(metric, monkeypatch):
+    """The unsorted scope selected on values shifted by the sampled K-th quantile is the set
+    selected without the shift, and the theme values come back unshifted."""
+    from rasfast.ops import theme_gemm
+    q, _, c, _ = (x.to(GPU_DEVICE) for x in float_data(5, 3000, 40, 8, torch.float16, seed=7))
+    q = q.float()
+    monkeypatch.setattr(theme_gemm, "_SAMPLE", 256)
+    m = theme_gemm.quantile_shift(q, c, 300, metric)
+    full = theme_gemm.theme_values(q, c, metric)
+    kth = full.sort(dim=1, descending=metric == "ip").values[:, 299]
+    assert ((m - kth).abs() < 0.5 * kth.abs()).all()  # near the cut: a usable estimate
+    ids, vals = theme_gemm.scope(q, c, 300, metric, sorted=False)
+    monkeypatch.setenv("RASFAST_THEME_SHIFT", "0")
+    ids0, vals0 = theme_gemm.scope(q, c, 300, metric, sorted=False)
+    assert torch.equal(ids.sort(1).values, ids0.sort(1).values)
+    torch.testing.assert_close(vals, torch.gather(full, 1, ids), atol=1e-6, rtol=1e-6)

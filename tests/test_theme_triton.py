@@ -106,6 +106,11 @@ def test_split_dot_kernel_matches_float32_products(dtype, B, N, X):
     got = kt().split_dot(parts, c, cn, qn)
     want_l2 = ((q.double()[:, None, :] - c.double()[None]) ** 2).sum(-1)
     torch.testing.assert_close(got.double(), want_l2, atol=1e-5, rtol=1e-5)
+    # rows padded to a 16-byte stride (pad_rows: the layout the GPU streams) give the same
+    from rasfast.ops.theme_gemm import pad_rows
+    padded = pad_rows(c)
+    assert padded.stride(0) % 8 == 0
+    torch.testing.assert_close(kt().split_dot(parts, padded, cn, qn), got, atol=0, rtol=0)
     # the split matters: the hi part alone is off by far more than the tolerance
     hi_only = kt().split_dot(parts[:1].contiguous(), c)
     assert (hi_only.double() - want).abs().max() > 1e-4

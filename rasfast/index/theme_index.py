@@ -352,6 +352,9 @@ class ThemeIndex:
         rows they read)."""
         view = self._view()
         ppd = None if view.ppd is None else view.ppd.to(device)
+        if ppd is not None and ppd.is_cuda:
+            from ..ops.theme_gemm import pad_rows  # rows the GPU streams in 16-byte loads
+            ppd = pad_rows(ppd)
         out = ThemeIndex(ppd, view.emb.to(device), view.pids, view.titles, view.texts, view.shards,
                          view.normalize_ppd, view.metric, view.encoder_name, view.theme_model,
                          view.theme_model_name)

@@ -181,7 +181,7 @@ def _theme_scope(q, c, K, metric, backend, validate):
     Kc = min(K, c.shape[0])
     if q.shape[0] == 0:
         return torch.empty((0, Kc), dtype=torch.int64, device=dev)
-    return _SCOPE[be](q.float().contiguous(), c.contiguous(), Kc, metric)
+    return _SCOPE[be](q.float().contiguous(), _rows(c, be), Kc, metric)
 
 
 @follows_width_rule
@@ -244,7 +244,7 @@ def _scoped_dense_search(q, e, s, k, backend, validate):
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
     else:
-        ids, sc = _DENSE[be](q.float().contiguous(), e.contiguous(), s, k)
+        ids, sc = _DENSE[be](q.float().contiguous(), _rows(e, be), s, k)
     return ids, sc
 
 
@@ -318,9 +318,18 @@ def _theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate):
     if q.shape[0] == 0:
         ids, sc = _empty_result(k, dev)
     else:
-        ids, sc = _FUSED[be](q.float().contiguous(), qe.float().contiguous(), c.contiguous(),
-                             e.contiguous(), min(K, c.shape[0]), k, w, metric)
+        ids, sc = _FUSED[be](q.float().contiguous(), qe.float().contiguous(), _rows(c, be),
+                             _rows(e, be), min(K, c.shape[0]), k, w, metric)
     return ids, sc
+
+
+def _rows(t: torch.Tensor, backend: str) -> torch.Tensor:
+    """A corpus matrix for ``backend``: cuda takes row-padded views (unit column stride, the
+    layout of rasfast.ops.theme_gemm.pad_rows) as they are, for its GEMM path; the kernels
+    that need contiguous rows make them where they run. Others get contiguous rows."""
+    if backend == "cuda" and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
+        return t
+    return t.contiguous()
 
 
 def _empty_result(k, dev):
@@ -383,6 +392,7 @@ def _cuda_top_k_limit(k):
 def _scope_cuda(q, c, K, metric):
     if theme_gemm.plan(q.shape[0], c.shape[0], K, op="theme_scope") != "kernel":
         return theme_gemm.scope(q, c, K, metric, sorted=True)[0]
+    c = c.contiguous()
     out = torch.empty((q.shape[0], K), dtype=torch.int64, device=q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scope(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype],
@@ -398,6 +408,7 @@ def _dense_cuda(q, e, s, k):
 
 
 def _dense_cuda_kernel(q, e, s, k):
+    e = e.contiguous()
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_dense(device_ptr(q), device_ptr(e), DTYPE_CODES[e.dtype],
@@ -413,6 +424,7 @@ def _fused_cuda(q, qe, c, e, K, k, w, metric):
         return theme_gemm.theme_scoped_search(q, qe, c, e, K, k, w, metric)
     if path == "gemm+gather":  # the GEMM's scope, the gather kernel's dense scores
         return _dense_cuda_kernel(qe, e, theme_gemm.scope(q, c, K, metric, sorted=False)[0], k)
+    c, e = c.contiguous(), e.contiguous()
     ids, sc = _outputs(q.shape[0], k, q.device)
     with device_guard(q.device):
         _bk.cuda_module().theme_scoped_search(
@@ -451,7 +463,7 @@ def fused_search_validated(q_ppd: torch.Tensor, q_emb: torch.Tensor, corpus_ppd:
     it reads them): no checks and no host syncs here. Tensors in, (ids, scores) tensors out; B >= 1."""
     be = _bk.resolve(backend, q_emb.device, "theme_scoped_search")
     return _FUSED[be](q_ppd.float().contiguous(), q_emb.float().contiguous(),
-                      corpus_ppd.contiguous(), corpus_emb.contiguous(),
+                      _rows(corpus_ppd, be), _rows(corpus_emb, be),
                       min(K, corpus_ppd.shape[0]), k, theme_weight, metric)
 
 

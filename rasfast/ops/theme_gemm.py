@@ -59,18 +59,19 @@ def plan(B: int, N: int, K: int, w: float = 0.0, op: str = "theme_scoped_search"
     - "gemm+gather": the scope from the GEMM path, dense scores of the scope rows only, by
       the CUDA gather kernel (it cannot add the theme term: w = 0 only).
 
-    Measured on the H100 at N = 5M, T = 298, D = 768, K = 250k, fp16 (gpu_roofline run 5):
-    the GEMM scope beat the kernel's scan at every B tried (1.82 against 11.98 ms at B = 1,
-    17.6 against 24.8 at B = 64), so the scope always comes from the GEMM. Dense scores: the
-    gather reads B*K rows, the GEMM all N once, so gather while B*K < N (a byte model; the
-    hybrid's own timing is in the next run's table).
+    Measured on the H100 at N = 5M, T = 298, D = 768, K = 250k, fp16 (benchmarks/results/
+    gpu_run5, calls 1 and 2): the GEMM scope beat the kernel's scan at every B tried (2.5
+    against 12.3 ms at B = 1, 18.8 against 24.8 at B = 64), so the scope always comes from
+    the GEMM. Dense scores (whole op, ms, gemm / gemm+gather): B = 1 5.38 / 4.86, B = 4
+    5.84 / 5.06, B = 16 7.59 / 8.75, B = 64 22.9 / 30.2; so gather while B*K < N / 2 (the
+    crossing lies between B*K/N = 0.2 and 0.8).
     """
     forced = forced_path()
     if forced is not None:
         return forced
     if op == "theme_scope":
         return "gemm"
-    return "gemm+gather" if (w == 0.0 and B * min(K, N) < N) else "gemm"
+    return "gemm+gather" if (w == 0.0 and 2 * B * min(K, N) < N) else "gemm"
 
 
 def _parts(q: torch.Tensor, dtype: torch.dtype) -> List[torch.Tensor]:
@@ -122,6 +123,31 @@ def _triton_split_dot():
         return None
 
 
+_ALIGN = 8  # elements of a 16-bit row stride for 16-byte loads
+_PADDED: "dict[int, tuple]" = {}
+
+
+def pad_rows(c: torch.Tensor) -> torch.Tensor:
+    """c [N, X] as a view of storage whose rows are padded to a multiple of 8 elements (16
+    bytes): the layout the GEMM path's kernel streams at full width. Store a GPU corpus this
+    way once (ThemeIndex.to does) and pass the view to the ops; an unpadded 16-bit corpus
+    with an odd row length (T = 298) gets a padded copy cached beside it instead."""
+    X = c.shape[1]
+    width = -(-X // _ALIGN) * _ALIGN
+    out = torch.zeros((c.shape[0], width), dtype=c.dtype, device=c.device)
+    out[:, :X] = c
+    return out[:, :X]
+
+
+def _aligned(c: torch.Tensor) -> torch.Tensor:
+    """c itself when its row stride is a multiple of 8, else its padded copy, kept (like the
+    norms) while the corpus is unmodified: measured on the H100, the T = 298 theme corpus
+    streamed at ~0.3 TB/s unpadded."""
+    if c.stride(1) == 1 and c.stride(0) % _ALIGN == 0:
+        return c
+    return _cached(_PADDED, c, pad_rows)
+
+
 def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None):
     """The Triton kernel's result for a 16-bit corpus on a GPU, or None."""
     if not (c.is_cuda and c.dtype in _HALF):
@@ -129,6 +155,7 @@ def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None):
     split_dot = _triton_split_dot()
     if split_dot is None:
         return None
+    c = _aligned(c)
     from .. import dispatch
     return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn)
 
@@ -151,34 +178,81 @@ def split_products(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def corpus_norms(c: torch.Tensor) -> torch.Tensor:
-    """|c_i|^2 in float32, kept for the same tensor object while it is unmodified (its
-    version counter is shared with every view of its storage)."""
-    key = id(c)
-    hit = _NORMS.get(key)
-    if hit is not None and hit[0]() is c and hit[1] == c._version:
+def _cached(cache: dict, c: torch.Tensor, make):
+    """make(c), kept per corpus matrix while it is unmodified. A view is named by its base
+    tensor (a search may slice a new view of the same rows each call), offset, shape and
+    strides; the base's version counter, shared by all its views, invalidates it."""
+    base = c._base if c._base is not None else c
+    key = (id(base), c.storage_offset(), tuple(c.shape), tuple(c.stride()), c.dtype)
+    hit = cache.get(key)
+    if hit is not None and hit[0]() is base and hit[1] == c._version:
         return hit[2]
+    value = make(c)
+    if len(cache) >= _NORMS_MAX:
+        cache.pop(next(iter(cache)))
+    # the entry goes with the corpus (a padded copy must not outlive it)
+    cache[key] = (weakref.ref(base, lambda _, k=key: cache.pop(k, None)), c._version, value)
+    return value
+
+
+def _norms(c: torch.Tensor) -> torch.Tensor:
     n = torch.empty(c.shape[0], dtype=torch.float32, device=c.device)
     step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (4 * max(1, c.shape[1])))
     for s in range(0, c.shape[0], step):
         n[s:s + step] = c[s:s + step].float().square().sum(1)
-    if len(_NORMS) >= _NORMS_MAX:
-        _NORMS.pop(next(iter(_NORMS)))
-    _NORMS[key] = (weakref.ref(c), c._version, n)
     return n
 
 
-def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
-    """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger)."""
+def corpus_norms(c: torch.Tensor) -> torch.Tensor:
+    """|c_i|^2 in float32, kept while the corpus is unmodified (:func:`_cached`)."""
+    return _cached(_NORMS, c, _norms)
+
+
+def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str,
+                 shift: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger), less
+    ``shift[b]`` per query when given (free in the L2 kernel's epilogue)."""
     if metric == "l2":
-        fused = _fused_split(q, c, corpus_norms(c), q.square().sum(1))
+        qn = q.square().sum(1)
+        fused = _fused_split(q, c, corpus_norms(c), qn if shift is None else qn - shift)
         if fused is not None:
             return fused
     dots = split_products(q, c)
     if metric == "ip":
-        return dots
+        return dots if shift is None else dots.sub_(shift[:, None])
     qn = q.square().sum(1, keepdim=True)
+    if shift is not None:
+        qn = qn - shift[:, None]
     return dots.mul_(-2.0).add_(corpus_norms(c)[None, :]).add_(qn)
+
+
+_SAMPLE = 8192  # corpus rows sampled for the shift's quantile estimate
+
+
+def shift_enabled() -> bool:
+    """RASFAST_THEME_SHIFT=0 turns the quantile shift off (the roofline run compares both)."""
+    return os.environ.get("RASFAST_THEME_SHIFT", "1") != "0"
+
+
+def quantile_shift(q: torch.Tensor, c: torch.Tensor, K: int, metric: str) -> torch.Tensor:
+    """[B] float32: each query's theme value at the K/N quantile of an even sample of corpus
+    rows. Why: select_k's first radix digit is the value's sign, exponent and two mantissa
+    bits, and theme distances of unit vectors fill a binade or two, so the bin that holds the
+    K-th value holds a large part of each row and every later pass re-reads it. Subtracting
+    a value near the K-th spreads the values around the cut over many exponents (and the
+    subtraction is exact there: Sterbenz), so the later passes read few candidates. With the
+    cut within a factor 2 of the shift the selected set is exactly the unshifted one; a far
+    worse sample can only swap values within an ulp of the cut (the tolerance contract)."""
+    N = c.shape[0]
+    S = min(N, _SAMPLE)
+    rows = torch.arange(S, device=c.device) * (N // S)
+    cs = c[rows].float()
+    dots = q @ cs.T
+    j = max(1, min(S, round(K / N * S)))
+    if metric == "ip":
+        return -torch.kthvalue(-dots, j, dim=1).values
+    d = q.square().sum(1, keepdim=True) + cs.square().sum(1)[None, :] - 2.0 * dots
+    return torch.kthvalue(d, j, dim=1).values
 
 
 def _select(x: torch.Tensor, k: int, largest: bool, sorted: bool) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -190,8 +264,14 @@ def _select(x: torch.Tensor, k: int, largest: bool, sorted: bool) -> Tuple[torch
 
 
 def scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(ids[B, K], theme values[B, K]) of each query's K nearest rows."""
-    return _select(theme_values(q, c, metric), K, metric == "ip", sorted)
+    """(ids[B, K], theme values[B, K]) of each query's K nearest rows. The unsorted scope
+    (a set) is selected on values shifted by :func:`quantile_shift`; the sorted one is not
+    (a shifted value far from the cut may round onto its neighbour and change the order)."""
+    if sorted or K >= c.shape[0] or not shift_enabled():
+        return _select(theme_values(q, c, metric), K, metric == "ip", sorted)
+    m = quantile_shift(q, c, K, metric)
+    idx, vals = _select(theme_values(q, c, metric, shift=m), K, metric == "ip", False)
+    return idx, vals.add_(m[:, None])
 
 
 def _top_k_of(scores: torch.Tensor, ids: torch.Tensor, k: int):
