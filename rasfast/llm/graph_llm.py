@@ -19,6 +19,14 @@ Input embeddings per sample::
   and graph encoder are trained, the base LM stays frozen.
 - ``save``/``load``: the adapter (peft format), projector and encoder weights.
 - ``timer`` records per-stage times (graph_encode, prepare, generate; also to a Trace).
+- ``graph_token=False``: no soft token in the input (the paper's "No GraphToken" ablation,
+  in training or at inference); the loss then reads the text alone.
+- A real base model: :func:`load_base_model` loads a packaged GGUF (SmolLM2-135M-Instruct,
+  Qwen2.5-Coder-1.5B) or a transformers directory offline, dequantised by transformers, fp32
+  on the CPU and bf16 on a GPU; :func:`chat_prompts` wraps the instructions in its chat
+  template; :func:`check_dims` (run by the constructor) names the width that disagrees
+  between the LM, the graph encoder (and its projector) and the text encoder.
+- The loss runs the LM head on the target positions only (``logits_to_keep``).
 """
 from __future__ import annotations
 
@@ -67,6 +75,116 @@ def _graph_dim_of(encoder) -> Optional[int]:
     return None
 
 
+def _encoder_in_dims(encoder) -> Tuple[Optional[int], Optional[int]]:
+    """(node feature width, edge feature width) a rasfast.GraphEncoder expects, else (None, None)."""
+    convs = getattr(encoder, "convs", None)
+    if not isinstance(convs, nn.ModuleList) or not len(convs):
+        return None, None
+    c0 = convs[0]
+    node = c0.lin_query.in_features if isinstance(getattr(c0, "lin_query", None), nn.Linear) else None
+    edge = c0.lin_edge.in_features if isinstance(getattr(c0, "lin_edge", None), nn.Linear) else None
+    return node, edge
+
+
+def check_dims(llm: nn.Module, graph_encoder: Optional[nn.Module], graph_dim: Optional[int] = None,
+               text_dim: Optional[int] = None) -> None:
+    """Checks that the pieces of a GraphLLM fit together, with an error that says which
+    dimension disagrees: a graph encoder with its own projector must project to the LM's
+    hidden size; ``graph_dim`` must be the encoder's output size; ``text_dim`` (the width of
+    the strings' embeddings the question graphs are built with) must be the encoder's node
+    and edge input width."""
+    hidden = llm.get_input_embeddings().embedding_dim
+    if graph_encoder is None:
+        return
+    proj = getattr(graph_encoder, "projector", None)
+    if isinstance(proj, nn.Module):
+        lins = [m for m in proj.modules() if isinstance(m, nn.Linear)]
+        if lins and lins[-1].out_features != hidden:
+            raise ValueError(f"graph_encoder: its projector outputs {lins[-1].out_features} values but the LM's "
+                             f"hidden size is {hidden}; build it with llm_hidden={hidden}, or without a projector "
+                             "(llm_hidden=None: the GraphLLM has its own)")
+    enc_dim = _graph_dim_of(graph_encoder)
+    if graph_dim is not None and enc_dim is not None and graph_dim != enc_dim:
+        raise ValueError(f"graph_dim={graph_dim} does not match the graph encoder's output size {enc_dim}")
+    if text_dim is not None:
+        node, edge = _encoder_in_dims(graph_encoder)
+        for what, d in (("node", node), ("edge", edge)):
+            if d is not None and d != text_dim:
+                raise ValueError(f"graph_encoder: expects {what} features of width {d}, but the text encoder "
+                                 f"gives {text_dim}; build the encoder with in_channels=edge_dim={text_dim}")
+
+
+def chat_prompts(tokenizer, instructions: Optional[Dict[str, str]] = None,
+                 cues: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """The GraphLLM's instructions and cues wrapped in the tokenizer's chat template (system
+    turn = the instruction; user turn = graph token, context and question; the assistant turn
+    opens after the cue), so an instruction-tuned base model reads its own format. Found by
+    rendering the template around two markers; a tokenizer without a template (or one that
+    drops the system turn) gets the plain instructions and cues."""
+    instructions = dict(instructions or GRAPH_INSTRUCTIONS)
+    cues = dict(cues or GRAPH_CUES)
+    if not getattr(tokenizer, "chat_template", None):
+        return instructions, cues
+    a, b = "\u2063SYS\u2063", "\u2063USER\u2063"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "system", "content": a}, {"role": "user", "content": b}],
+                                             tokenize=False, add_generation_prompt=True)
+    except Exception:   # a template that rejects system turns: plain text
+        return instructions, cues
+    if not isinstance(text, str) or text.count(a) != 1 or text.count(b) != 1 or text.index(a) > text.index(b):
+        return instructions, cues
+    head, rest = text.split(a)
+    mid, tail = rest.split(b)
+    bos = tokenizer.bos_token or ""
+    if bos and head.startswith(bos):
+        head = head[len(bos):]   # the GraphLLM puts the BOS id itself
+    return ({k: head + v + mid.rstrip("\n") for k, v in instructions.items()},
+            {k: v + tail for k, v in cues.items()})
+
+
+def load_base_model(spec: str = "smollm2", device=None, dtype="auto"):
+    """``(model, tokenizer, info)``: a base causal LM for the GraphLLM, offline.
+
+    ``spec``: a packaged GGUF model name of :mod:`rasfast.llm.local` (``smollm2``:
+    SmolLM2-135M-Instruct Q4_1, 98 MB; ``qwen2.5-coder-1.5b``/``default``: Qwen2.5-Coder-1.5B
+    Q4_K_M, 1.07 GiB), a ``.gguf`` path, or a transformers checkpoint directory. GGUF weights
+    are dequantised by transformers on load (the ``gguf`` package); the model then runs in
+    ``dtype`` (``"auto"``: float32 on the CPU, bfloat16 on a GPU that has it). ``info`` says
+    what was loaded (path, sha256 of a packaged file, dtype, hidden size, load seconds)."""
+    import pathlib
+    import time
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    t0 = time.perf_counter()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    key = os.fspath(spec)
+    info: Dict[str, Any] = {"spec": key}
+    if os.path.isdir(key):
+        tok = AutoTokenizer.from_pretrained(key)
+        model = AutoModelForCausalLM.from_pretrained(key, dtype=dt)
+        info["path"] = os.path.abspath(key)
+    else:
+        from .local import MODELS, resolve_model
+        path = pathlib.Path(resolve_model(key))
+        if key in MODELS:
+            info["sha256"] = MODELS[key].sha256
+        try:
+            import gguf  # noqa: F401  (transformers' GGUF reader)
+        except ImportError:
+            raise ImportError("loading a GGUF model in transformers needs the gguf package: "
+                              "pip install 'rasfast[llm]' (or pip install gguf)") from None
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dt)
+        info["path"] = str(path)
+    model = model.to(device=dev, dtype=dt).eval()
+    info.update(device=str(dev), dtype=str(dt).replace("torch.", ""), model_type=model.config.model_type,
+                hidden_size=model.get_input_embeddings().embedding_dim,
+                layers=getattr(model.config, "num_hidden_layers", None),
+                parameters=sum(p.numel() for p in model.parameters()),
+                load_seconds=round(time.perf_counter() - t0, 2))
+    return model, tok, info
+
+
 class GraphLLM(nn.Module):
     """Graph encoder + projector + LoRA causal LM (see the module docstring).
 
@@ -91,13 +209,18 @@ class GraphLLM(nn.Module):
                  lora: Optional[LoraSettings] = LoraSettings(), max_length: int = 2048,
                  max_subgraphs: Optional[int] = None, train_graph_encoder: bool = True,
                  instructions: Optional[Dict[str, str]] = None, cues: Optional[Dict[str, str]] = None,
-                 device=None, dtype="auto", trace=None, seed: Optional[int] = None):
+                 device=None, dtype="auto", trace=None, seed: Optional[int] = None,
+                 graph_token: bool = True):
         super().__init__()
         if not isinstance(llm, nn.Module) or not hasattr(llm, "get_input_embeddings"):
             raise TypeError(f"llm: expected a transformers causal LM module, got {type(llm).__name__}")
         if graph_encoder is not None and not isinstance(graph_encoder, nn.Module):
             raise TypeError(f"graph_encoder: expected an nn.Module or None, got {type(graph_encoder).__name__}")
-        graph_dim = graph_dim or (_graph_dim_of(graph_encoder) if graph_encoder is not None else None)
+        enc_dim = _graph_dim_of(graph_encoder) if graph_encoder is not None else None
+        if graph_dim is not None and enc_dim is not None and graph_dim != enc_dim:
+            raise ValueError(f"graph_dim={graph_dim} does not match the graph encoder's output size {enc_dim} "
+                             f"({type(graph_encoder).__name__}); leave graph_dim out or pass {enc_dim}")
+        graph_dim = graph_dim or enc_dim
         if not isinstance(graph_dim, int) or graph_dim < 1:
             raise ValueError("graph_dim: expected the graph encoder's output size (int >= 1); pass it when "
                              f"the encoder has no out_dim/dim attribute, got {graph_dim!r}")
@@ -122,6 +245,8 @@ class GraphLLM(nn.Module):
 
         hidden = llm.get_input_embeddings().embedding_dim
         self.hidden_size = hidden
+        check_dims(llm, graph_encoder, graph_dim)
+        self.graph_token = bool(graph_token)
         llm = llm.to(device=self.device, dtype=self.dtype)
         for p in llm.parameters():
             p.requires_grad_(False)
@@ -189,6 +314,11 @@ class GraphLLM(nn.Module):
         """``[B, hidden]`` soft tokens in the LM dtype."""
         return self.projector(self.encode_graphs(graphs)).to(self.dtype)
 
+    def _tokens_for(self, samples) -> torch.Tensor:
+        if not self.graph_token:   # nothing to encode: the token is left out of the input
+            return torch.zeros((len(samples), self.hidden_size), device=self.device, dtype=self.dtype)
+        return self.graph_tokens([s.graph for s in samples])
+
     # -- text side ------------------------------------------------------------------------
     def _ids(self, text: str) -> List[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -244,8 +374,11 @@ class GraphLLM(nn.Module):
             ids = torch.tensor(prefix + body + target, device=self.device, dtype=torch.long)
             e = emb(ids)
             n = len(prefix)
-            embeds.append(torch.cat([e[:n], g[None].to(e.dtype), e[n:]], dim=0))
-            labels.append([IGNORE] * (n + 1 + len(body)) + target)
+            if self.graph_token:
+                embeds.append(torch.cat([e[:n], g[None].to(e.dtype), e[n:]], dim=0))
+            else:   # the paper's "No GraphToken": text only
+                embeds.append(e)
+            labels.append([IGNORE] * (n + int(self.graph_token) + len(body)) + target)
         return embeds, labels
 
     # -- inference ------------------------------------------------------------------------
@@ -259,7 +392,7 @@ class GraphLLM(nn.Module):
                 raise TypeError(f"samples: expected GraphLLMSample items, got {type(s).__name__}")
         self.eval()
         with self.timer.stage("graph_llm.graph_encode", trace):
-            tokens = self.graph_tokens([s.graph for s in samples])
+            tokens = self._tokens_for(samples)
         with self.timer.stage("graph_llm.prepare", trace):
             embeds, _ = self._assemble(samples, tokens, reserve, with_target=False)
         return embeds
@@ -308,16 +441,36 @@ class GraphLLM(nn.Module):
             params += [p for p in self.graph_encoder.parameters() if p.requires_grad]
         return params
 
-    def loss(self, samples: Sequence[GraphLLMSample]) -> torch.Tensor:
-        """Mean cross-entropy over the target tokens of a batch (labels -100 elsewhere)."""
-        tokens = self.graph_tokens([s.graph for s in samples])
+    def loss(self, samples: Sequence[GraphLLMSample], stats: Optional[Dict[str, int]] = None) -> torch.Tensor:
+        """Mean cross-entropy over the target tokens of a batch (labels -100 elsewhere).
+
+        Rows are left-padded, so every target sits in the last ``T`` positions (``T`` = the
+        longest target + EOS); the LM head runs on those positions only (``logits_to_keep``),
+        not on the whole input -- the same loss for a fraction of the head's cost (SmolLM2's
+        head is 28M of its 135M parameters). ``stats`` (a dict) receives the batch's
+        ``input_tokens`` (graph token included, padding not) and ``target_tokens``."""
+        tokens = self._tokens_for(samples)
         embeds, labels = self._assemble(samples, tokens, 0, with_target=True)
         x, mask, pos = left_pad(embeds)
-        L = x.shape[1]
-        lab = torch.full((len(samples), L), IGNORE, dtype=torch.long, device=self.device)
+        B, L = x.shape[0], x.shape[1]
+        lab = torch.full((B, L), IGNORE, dtype=torch.long, device=self.device)
+        n_target = 0
         for i, l in enumerate(labels):
             lab[i, L - len(l):] = torch.tensor(l, device=self.device)
-        return self.model(inputs_embeds=x, attention_mask=mask, position_ids=pos, labels=lab).loss
+            n_target = max(n_target, sum(1 for t in l if t != IGNORE))
+        if stats is not None:
+            stats["input_tokens"] = stats.get("input_tokens", 0) + sum(int(e.shape[0]) for e in embeds)
+            stats["target_tokens"] = stats.get("target_tokens", 0) + sum(sum(1 for t in l if t != IGNORE)
+                                                                         for l in labels)
+        keep = min(L, n_target + 1)
+        try:
+            out = self.model(inputs_embeds=x, attention_mask=mask, position_ids=pos, logits_to_keep=keep)
+        except TypeError:   # a model without logits_to_keep: the head over every position
+            return self.model(inputs_embeds=x, attention_mask=mask, position_ids=pos, labels=lab).loss
+        logits = out.logits[:, :-1, :].float()           # positions L-keep .. L-2 predict L-keep+1 .. L-1
+        tgt = lab[:, L - keep + 1:]
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                           ignore_index=IGNORE)
 
     def train_step(self, samples: Sequence[GraphLLMSample], optimizer: torch.optim.Optimizer,
                    max_grad_norm: Optional[float] = 1.0) -> float:
@@ -361,7 +514,7 @@ class GraphLLM(nn.Module):
                 "max_length": self.max_length, "max_subgraphs": self.max_subgraphs,
                 "lora": (dict(asdict(self.lora_settings), target_modules=list(self.lora_settings.target_modules))
                          if self.lora_settings else None),
-                "has_graph_encoder": self.graph_encoder is not None,
+                "has_graph_encoder": self.graph_encoder is not None, "graph_token": self.graph_token,
                 "instructions": self.instructions, "cues": self.cues}
 
     def save(self, path: str) -> None:
@@ -401,6 +554,8 @@ class GraphLLM(nn.Module):
                 raise ValueError(f"path: adapter weights do not fit this model: {missing[:3]}")
         self.instructions, self.cues = cfg["instructions"], cfg["cues"]
         self.max_length, self.max_subgraphs = cfg["max_length"], cfg["max_subgraphs"]
+        self.graph_token = bool(cfg.get("graph_token", True))
+        self._prefix_ids.clear()
         self.eval()
         return self
 
