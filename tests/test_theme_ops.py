@@ -512,3 +512,22 @@ def test_quantile_shift_keeps_the_scope(metric, monkeypatch):
     ids0, vals0 = theme_gemm.scope(q, c, 300, metric, sorted=False)
     assert torch.equal(ids.sort(1).values, ids0.sort(1).values)
     torch.testing.assert_close(vals, torch.gather(full, 1, ids), atol=1e-6, rtol=1e-6)
+
+
+@cuda_kernels
+def test_gemm_path_query_groups_bound_memory(monkeypatch):
+    """With a matrix budget that holds 2 queries' [B, N] rows, the GEMM path runs the queries
+    in groups and returns what one group returns."""
+    from rasfast.ops import theme_gemm
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(7, 60, 9, 5, seed=11))
+    whole = rasfast.theme_scoped_search(q, qe, c, e, 15, 4, 0.5, backend="cuda")
+    scope = rasfast.theme_scope(q, c, 15, backend="cuda")
+    dense = rasfast.scoped_dense_search(qe, e, scope, 4, backend="cuda")
+    monkeypatch.setattr(theme_gemm, "_MATRIX_BYTES", 2 * 3 * 4 * 60)
+    assert len(theme_gemm._query_groups(7, 60)) == 4
+    for got, want in ((rasfast.theme_scoped_search(q, qe, c, e, 15, 4, 0.5, backend="cuda"), whole),
+                      ((rasfast.theme_scope(q, c, 15, backend="cuda"),), (scope,)),
+                      (rasfast.scoped_dense_search(qe, e, scope, 4, backend="cuda"), dense)):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)

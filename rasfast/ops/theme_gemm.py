@@ -264,6 +264,12 @@ def _select(x: torch.Tensor, k: int, largest: bool, sorted: bool) -> Tuple[torch
 
 
 def scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(ids[B, K], theme values[B, K]) of each query's K nearest rows, queries in groups
+    that keep the [B, N] matrices bounded (:func:`_query_groups`); see :func:`_scope`."""
+    return _by_query_groups(lambda q_: _scope(q_, c, K, metric, sorted), q.shape[0], c.shape[0], q)
+
+
+def _scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     """(ids[B, K], theme values[B, K]) of each query's K nearest rows. The unsorted scope
     (a set) is selected on values shifted by :func:`quantile_shift`; the sorted one is not
     (a shifted value far from the cut may round onto its neighbour and change the order)."""
@@ -288,8 +294,33 @@ def _top_k_of(scores: torch.Tensor, ids: torch.Tensor, k: int):
     return torch.cat([out_ids, pad_i], 1), torch.cat([vals, pad_s], 1)
 
 
+# float32 [B, N] matrices a call keeps at once (theme values, dense scores, a select's
+# buffers): queries go in groups so that they stay under this many bytes
+_MATRIX_BYTES = 4 << 30
+
+
+def _query_groups(B: int, N: int):
+    """Row ranges of the queries, each group's [b, N] float32 matrices within _MATRIX_BYTES
+    (3 of them live at once): a 50M-row corpus with 64 queries would need 38 GB unsplit."""
+    step = max(1, _MATRIX_BYTES // (3 * 4 * max(1, N)))
+    return [(s, min(B, s + step)) for s in range(0, B, step)]
+
+
+def _by_query_groups(fn, B: int, N: int, *per_query):
+    groups = _query_groups(B, N)
+    if len(groups) == 1:
+        return fn(*per_query)
+    parts = [fn(*(t[a:b] for t in per_query)) for a, b in groups]
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
 def theme_scoped_search(q, qe, c, e, K: int, k: int, w: float, metric: str):
     """The fused op on the GEMM path (module docstring). q, qe float32; K <= N."""
+    return _by_query_groups(lambda q_, qe_: _search(q_, qe_, c, e, K, k, w, metric),
+                            q.shape[0], c.shape[0], q, qe)
+
+
+def _search(q, qe, c, e, K: int, k: int, w: float, metric: str):
     ids, theme = scope(q, c, K, metric, sorted=False)
     ids, order = torch.sort(ids, dim=1)  # by id: select_k's positional ties become id ties
     dense = torch.gather(split_products(qe, e), 1, ids)
@@ -302,6 +333,10 @@ def theme_scoped_search(q, qe, c, e, K: int, k: int, w: float, metric: str):
 
 def scoped_dense_search(qe, e, s, k: int):
     """Top k by inner product inside given scopes (-1 = padding) on the GEMM path."""
+    return _by_query_groups(lambda qe_, s_: _dense(qe_, e, s_, k), qe.shape[0], e.shape[0], qe, s)
+
+
+def _dense(qe, e, s, k: int):
     ids = torch.sort(s, dim=1).values
     valid = ids >= 0
     dense = torch.gather(split_products(qe, e), 1, ids.clamp(min=0))
