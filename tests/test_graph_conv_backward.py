@@ -10,6 +10,7 @@
   (the grouped edge projection) and CSR input;
 - torch.library.opcheck of both registered operators with inputs that require grad
   (test_autograd_registration and the AOT backward included), and gradients through them;
+- the CUDA plan's forward (kept intermediates) + the same backward, on a GPU or the emulator;
 - GraphEncoder training goes through the fused layers (the reference layers are made to
   raise), with and without dropout, and its loss falls.
 """
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 from torch.library import opcheck
+
+from conftest import GPU_DEVICE, cuda_kernels
 
 import rasfast
 import rasfast.ops  # noqa: F401
@@ -304,5 +307,19 @@ def test_graph_encoder_training_matches_reference_step():
     for enc, backend in ((a, "cpu"), (b, "torch")):
         enc.train()
         enc.encode_batch(x, ei, ea, gp, backend=backend).square().sum().backward()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=n)
+
+
+@cuda_kernels
+def test_cuda_backend_grads_match_reference():
+    """The CUDA plan keeps its projections/attention output/edge rows for the same backward
+    (RASFAST_CUDA_EMU=1: the emulator, on CPU tensors)."""
+    g = torch.Generator().manual_seed(6)
+    batch = [t.to(GPU_DEVICE) for t in _graph(g, [9, 7], 3, 6, 3, torch.float32)]
+    a, b = _encoder(layers=3, seed=3).to(GPU_DEVICE), _encoder(layers=3, seed=3).to(GPU_DEVICE)
+    for enc, backend in ((a, "cuda"), (b, "torch")):
+        enc.train()
+        enc.encode_batch(*batch, backend=backend).square().sum().backward()
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=n)

@@ -6,9 +6,15 @@ One layer computes, for every destination node i and head h (PyG's TransformerCo
 optionally followed by LayerNorm and ReLU. The dense projections run as one GEMM per layer
 (BLAS/cuBLAS); the gather, the online softmax, the weighted sum and the epilogue are one
 kernel over destination nodes, so no edges x heads x channels tensor is materialised.
+
+Both ops are differentiable (x, edge_attr, every layer tensor): on the compiled backends
+each layer is an autograd node whose forward is the fused kernels (keeping their
+intermediates) and whose backward is composed of GEMMs and per-edge torch ops (see
+"autograd" below); the registered operators carry the same gradient under tracing.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple, Optional, Sequence
 
@@ -22,7 +28,7 @@ from .._validate import (check_bool_arg, check_float, check_int, check_rank, che
                          check_same_dtype)
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
-from .._threads import follows_width_rule
+from .._threads import follows_width_rule, torch_width
 from ._deferred import Deferred, check_ids, check_ptr
 from . import _library
 from ._library import define, traced
@@ -278,7 +284,8 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
         # training (or float64): the layers as autograd nodes over the fused kernels
         deferred.raise_now()
         return to_kind(_layers_autograd(xt, csr, ea, gp, specs, be), kind)
-    specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, torch.float32), r)
+    ln_dtype = torch.float64 if xt.dtype == torch.float64 else torch.float32
+    specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, ln_dtype), r)
              for w, n, r in specs]
     if be != "cuda":
         deferred.raise_now()
@@ -592,14 +599,16 @@ def _epilogue_t(agg, skip, w_beta, ln_w, ln_b, concat, has_norm, eps, relu):
     return torch.relu(out) if relu else out
 
 
-def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct):
-    """Per CSR edge: (q_dst [E,H,C], k_src + e, v_src + e, alpha [E,H], e_rows or None)."""
+def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct, e_rows=None):
+    """Per CSR edge: (q_dst [E,H,C], k_src + e, v_src + e, alpha [E,H], e_rows or None).
+    ``e_rows``: the forward's projected edge rows, when it kept them."""
     hc, n = h * c, nodes.shape[0]
     q, k, v = (nodes[:, i * hc:(i + 1) * hc].view(n, h, c) for i in range(3))
     kj, vj = k[graph.src], v[graph.src]
-    e_rows = None
     if ea is not None:
-        e_rows = graph.rows(ea).to(ct) @ w_edge.to(ct).t()              # [U or E, HC]
+        if e_rows is None:
+            e_rows = graph.rows(ea).to(ct) @ w_edge.to(ct).t()          # [U or E, HC]
+        e_rows = e_rows.to(ct)
         e = e_rows[graph.row_of_edge].view(-1, h, c)
         kj += e
         vj += e
@@ -641,6 +650,7 @@ class _ConvFn(torch.autograd.Function):
         relu = flags[5]
         ct = torch.float64 if x.dtype == torch.float64 else torch.float32
         saved: dict = {}
+        e_rows = None
         if x.dtype == torch.float64 or be == "torch":
             nodes, agg = _torch_forward(x, graph, ea, w, nw, relu, ct)
             skip = nodes[:, 3 * w.heads * w.channels:] if w.root_weight else None
@@ -658,24 +668,36 @@ class _ConvFn(torch.autograd.Function):
                                             saved=saved)
             else:
                 out = _IMPLS[be].conv_layer(xd, graph.csr, ead, wd, nwd, relu, saved=saved)
-            nodes, agg = saved["nodes"], saved["agg"]
+            nodes, agg, e_rows = saved["nodes"], saved["agg"], saved.get("e_rows")
         ctx.graph, ctx.flags = graph, flags
-        ctx.save_for_backward(x, ea, nodes, agg, *ts)
+        ctx.save_for_backward(x, ea, nodes, agg, out if relu else None, e_rows, *ts)
         return out
 
     @staticmethod
     def backward(ctx, gout):
-        x, ea, nodes, agg, *ts = ctx.saved_tensors
+        x, ea, nodes, agg, out, e_rows, *ts = ctx.saved_tensors
         need = ctx.needs_input_grad
-        grads = _conv_backward(gout, x, ea, nodes, agg, ts, ctx.flags, ctx.graph,
-                               need[3], need[4])
+        # the busy-machine width rule (rasfast/_threads.py), as the forward kernels have it:
+        # with the cores busy, small per-edge torch ops at full width wait on descheduled
+        # threads (measured: the per-question backward 5x slower at load 5 on 2 cores)
+        width = (torch_width(x.shape[0] * (x.shape[1] + ctx.graph.csr.num_edges // max(x.shape[0], 1))
+                             * nodes.shape[1]) if x.device.type == "cpu" else contextlib.nullcontext())
+        with width:
+            grads = _conv_backward(gout, x, ea, nodes, agg, ts, ctx.flags, ctx.graph,
+                                   need[3], need[4], out, e_rows)
         return (None, None, None) + grads
 
 
 def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x: bool,
-                   need_ea: bool):
+                   need_ea: bool, out=None, e_rows=None):
+    """Gradients (x, edge_attr, the layer's 12 tensors) from the forward's intermediates.
+    ``out``: the forward's output, whose zeros are the ReLU's mask (recomputed from agg
+    otherwise: the recomputation may put an element within rounding of 0 on the other
+    side, and a subgradient inconsistent with the values the next layer saw)."""
     w, nw = _rebuild(flags, ts)
     relu = flags[5]
+    if relu and out is not None:
+        gout, relu = gout * (out > 0), False
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
     n, h, c = x.shape[0], w.heads, w.channels
     hc, f = h * c, w.out_channels
@@ -696,20 +718,19 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_lw = next(gs) if lw is not None else None
     g_lb = next(gs) if lb is not None else None
     # 2. attention
-    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct)
+    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct, e_rows)
     dA = d_agg[graph.dst]                                                  # [E, H, C]
     d_alpha = torch.einsum("ehc,ehc->eh", dA, vj)
     del vj
     s = torch.zeros((n, h), dtype=ct, device=x.device).index_add_(0, graph.dst, alpha * d_alpha)
     dl = alpha * (d_alpha - s[graph.dst]) / math.sqrt(c)                   # [E, H]
-    d_nodes = torch.zeros((n, nodes.shape[1]), dtype=ct, device=x.device)
-    dq = d_nodes[:, :hc].view(n, h, c)
-    dq.index_add_(0, graph.dst, kj.mul_(dl[..., None]))
+    z = lambda: torch.zeros((n, h, c), dtype=ct, device=x.device)  # noqa: E731
+    dq = z().index_add_(0, graph.dst, kj.mul_(dl[..., None]))
     del kj
     dkj = qd.mul_(dl[..., None])
-    d_nodes[:, hc:2 * hc].view(n, h, c).index_add_(0, graph.src, dkj)
+    dk = z().index_add_(0, graph.src, dkj)
     dvj = dA.mul_(alpha[..., None])
-    d_nodes[:, 2 * hc:3 * hc].view(n, h, c).index_add_(0, graph.src, dvj)
+    dv = z().index_add_(0, graph.src, dvj)
     g_edge = g_ea = None
     if ea is not None:
         de = dkj.add_(dvj).view(-1, hc)                                     # [E, HC]
@@ -721,8 +742,8 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
             0, graph.row_of_edge, de)
         del de, dkj, dvj
         g_edge = de_rows.t() @ rows
-    if d_skip is not None:
-        d_nodes[:, 3 * hc:] = d_skip
+    d_nodes = torch.cat([dq.view(n, hc), dk.view(n, hc), dv.view(n, hc)]
+                        + ([d_skip] if d_skip is not None else []), 1)
     # 3. the packed projection
     xc = x.to(ct)
     g_wp = d_nodes.t() @ xc

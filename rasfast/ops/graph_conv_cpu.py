@@ -143,15 +143,17 @@ class RowGroups:
         return cpu_gemm.linear(self.distinct, weight, bias)[self.inverse]
 
 
-def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None):
+def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None,
+                   direct: bool = False):
     """(qe, qe_head, ed, ed_head, ed_dim, w_edge per head [H, C, De] or None) for either form.
     With ``ea_groups`` holding distinct edge rows, ``ed`` has only those rows (read through
-    ``ea_groups.edge_rows``)."""
+    ``ea_groups.edge_rows``). ``direct``: the per-edge projection whatever the edge count
+    (training: the backward needs the projected rows, so the forward's GEMM is not extra)."""
     h, c = w.heads, w.channels
     if ea is None:
         return None, 0, None, 0, 0, None
     grouped = ea_groups is not None and ea_groups.edge_rows is not None
-    if not _factored(csr.num_edges, n):
+    if direct or not _factored(csr.num_edges, n):
         # [E or U, HC]: PyG's per-edge projection, once per distinct edge feature
         e = cpu_gemm.linear(ea_groups.distinct if grouped else ea, w.w_edge).contiguous()
         return nodes, c, e, c, c, None
@@ -173,8 +175,9 @@ def conv_layer(x, csr, ea, w, norm, relu, x_groups: Optional[RowGroups] = None,
     """One layer on CPU tensors: [N, out_channels] in x's dtype. ``x_groups``/``ea_groups``:
     repeated input rows, projected once (see :class:`RowGroups`). ``saved``: a dict that
     receives the intermediates the backward needs (fresh tensors, not scratch): "nodes"
-    [N, 3HC (+ skip)] (the q/k/v/skip projections) and "agg" [N, H, C] float32 (the
-    attention output before the epilogue)."""
+    [N, 3HC (+ skip)] (the q/k/v/skip projections), "agg" [N, H, C] float32 (the
+    attention output before the epilogue) and "e_rows" (edge_attr's rows -- its distinct
+    rows with ``ea_groups`` -- projected, [rows, HC]; the direct form is used)."""
     with torch_width(_layer_work(x.shape[0], w)):
         return _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved)
 
@@ -188,7 +191,8 @@ def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved=None):
         nodes = cpu_gemm.linear(x, wn, bn).contiguous()
     else:
         nodes = cpu_gemm.linear(x, wn, bn, out=_scratch("nodes", (n, wn.shape[0]), x.dtype))
-    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups)
+    qe, qe_head, ed, ed_head, ed_dim, we = _edge_operands(csr, ea, w, nodes, n, ea_groups,
+                                                          direct=saved is not None)
     out1, out2 = _attend(csr, nodes, nodes, c, c, qe, qe_head, ed, ed_head, ed_dim, w, n,
                          eid=_edge_rows(ea_groups))
     if out2 is None:
@@ -199,6 +203,7 @@ def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved=None):
         agg = torch.baddbmm(out1, out2, _per_head_t(w, "w_edge"), out=_scratch("agg", out1.shape))
     if saved is not None:
         saved["nodes"], saved["agg"] = nodes, agg.transpose(0, 1).contiguous()
+        saved["e_rows"] = ed
     return _epilogue(agg, nodes, w, norm, relu)
 
 

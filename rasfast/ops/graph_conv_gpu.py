@@ -58,7 +58,7 @@ class Cuda:
                                     float(norm.eps) if norm is not None else 0.0, relu, _ptr(out),
                                     stream)
         if saved is not None:
-            saved["nodes"], saved["agg"] = nodes, agg
+            saved["nodes"], saved["agg"], saved["e_rows"] = nodes, agg, e
         return out
 
     @staticmethod
@@ -100,6 +100,7 @@ class Triton:
                                                      w.heads, w.channels)
         if saved is not None:
             saved["nodes"], saved["agg"] = nodes, agg.float().reshape(x.shape[0], w.heads, w.channels)
+            saved["e_rows"] = e
         return epilogue_torch(agg, nodes, w, norm, relu, x.dtype)
 
     @staticmethod
