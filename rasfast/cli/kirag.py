@@ -1,4 +1,4 @@
-"""CLI of KiRAG: ``rasfast kirag train`` and ``rasfast eval kirag`` (hooked in rasfast/cli.py).
+"""CLI of KiRAG: ``rasfast kirag train`` and the options of ``rasfast eval kirag`` (rasfast/cli/evaluate.py).
 
 Heavy imports (sentence-transformers, the data) happen inside the handlers, so building the
 parser stays cheap.
@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
-    """Options of ``rasfast eval kirag`` (prefixed: the eval parser is shared)."""
+    """Options of ``rasfast eval kirag`` (prefixed ``--kirag-``: the names the once shared eval parser gave them)."""
     p.add_argument("--kirag-folds", type=int_at_least(2), default=2, help="cross-validation folds")
     p.add_argument("--kirag-no-train", dest="kirag_train", action="store_false",
                    help="skip the trained aligner (zero-shot only)")

@@ -6,11 +6,11 @@ import os
 import tempfile
 from typing import List, Optional
 
-from ._common import DATASETS, _loop_args
+from ._common import _loop_args
 from .ask import _cmd_ask
 from .errors import OneLineParser, exit_message, int_at_least, positive_int, user_errors
 from .demo import _cmd_demo
-from .evaluate import _cmd_eval
+from .evaluate import add_parser as add_eval_parser
 from .profile import _cmd_bench, _cmd_profile
 
 _DESCRIPTION = "The rasfast command line."
@@ -61,21 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-warmup", dest="warmup", action="store_false")
     pr.set_defaults(func=_cmd_profile)
 
-    e = sub.add_parser("eval", help="recall@k and answer metrics (acc, f1, em)")
-    e.add_argument("what", nargs="?", default="loop", choices=["loop", "gear", "kirag", "qa"])
-    _loop_args(e, dataset=False)
-    e.add_argument("--dataset", default="demo", choices=(*DATASETS, "2wiki", "all"))
-    e.add_argument("--n", type=positive_int, default=None, help="first N questions (default: all)")
-    e.add_argument("--batch", type=positive_int, default=32)
-    e.add_argument("--json", default=None, help="write metrics as JSON here")
-    e.add_argument("--index", default=None, help="a knowledge index of --dataset's corpus")
-    e.add_argument("--system", default="ras", help="with --index: ras|gear|gear-sync|gear-naive|kirag|structrag")
-    e.add_argument("--scope-k", type=positive_int, default=None, help="with --index: theme scope size K")
-    e.set_defaults(func=_cmd_eval)
-    from ..qa_eval import add_args as add_qa_args
-    add_qa_args(e)
-    from .kirag import add_eval_args, add_parser as add_kirag_parser
-    add_eval_args(e)
+    add_eval_parser(sub)   # eval loop|gear|kirag|qa, each with its own options (evaluate.py)
+    from .kirag import add_parser as add_kirag_parser
     add_kirag_parser(sub)
     from .structrag_router import add_parser as add_structrag_parser
     add_structrag_parser(sub)

@@ -9,33 +9,34 @@ from .systems import SYSTEMS
 
 
 def add_args(e) -> None:
-    """Options of ``rasfast eval qa`` on the ``eval`` parser (others are shared)."""
+    """The options of ``rasfast eval qa`` that are its own (its parser, rasfast/cli/evaluate.py,
+    adds the dataset, encoder, retriever, LLM and output options)."""
     from .._validate import positive_int
     e.add_argument("--systems", default="none,dense,ras",
-                   help=f"qa: comma-separated systems from {','.join(SYSTEMS)}")
-    e.add_argument("--limit", type=positive_int, default=None, help="qa: the first N questions")
+                   help=f"comma-separated systems from {','.join(SYSTEMS)}")
+    e.add_argument("--limit", type=positive_int, default=None, help="the first N questions")
     e.add_argument("--questions", default=None, metavar="A-B",
-                   help="qa: questions A to B (1-based, inclusive), e.g. 51-100 for a held-out half")
-    e.add_argument("--cache-dir", default=None, help="qa: per-question result cache (resumable)")
+                   help="questions A to B (1-based, inclusive), e.g. 51-100 for a held-out half")
+    e.add_argument("--cache-dir", default=None, help="per-question result cache (resumable)")
     e.add_argument("--report", action="store_true",
-                   help="qa: print (and --json) what the cache holds for these settings; loads no model, runs nothing")
+                   help="print (and --json) what the cache holds for these settings; loads no model, runs nothing")
     e.add_argument("--reader", default="contract", choices=["contract", "one-shot"],
-                   help="qa: the reader prompt every system answers through: the zero-shot contract, or "
+                   help="the reader prompt every system answers through: the zero-shot contract, or "
                         "GEAR's App. J.3 one-shot prompt (passages only)")
     e.add_argument("--gear-iters", type=positive_int, default=None,
-                   help="qa: GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
+                   help="GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
     e.add_argument("--kirag-aligner", default=None, metavar="DIR",
-                   help="qa: KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
+                   help="KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM)")
     e.add_argument("--model-free-triples", default=None, metavar="NAME",
-                   help="qa: for a dataset that ships no triples (HotpotQA), the model-free extractor that "
+                   help="for a dataset that ships no triples (HotpotQA), the model-free extractor that "
                         "makes them: sentence-patterns (default) or sentence-patterns-2 (keeps whole dates, "
                         "full names and every list item); keyed apart in the cache")
     e.add_argument("--reader-prompts", default=None, metavar="ID",
-                   help="qa --report: the reader prompt signature the records were read with (default: the "
+                   help="with --report: the reader prompt signature the records were read with (default: the "
                         "current reader's; round3 = d1a975aed2077a05, the committed records' reader before the "
                         "yes/no answer-shape rule)")
     e.add_argument("--html", default=None, metavar="FILE",
-                   help="qa: also write an offline HTML report here (table, failure stages, every question's pages)")
+                   help="also write an offline HTML report here (table, failure stages, every question's pages)")
 
 
 def cmd_eval_qa(args) -> int:
@@ -47,11 +48,8 @@ def cmd_eval_qa(args) -> int:
     if args.dataset not in DATASETS:
         print(f"eval qa: --dataset expected one of {', '.join(DATASETS)}, got {args.dataset!r}", file=sys.stderr)
         return 1
-    retriever = args.retriever if args.retriever in ("dense", "bm25", "hybrid") else None
-    if retriever is None:
-        print(f"eval qa: --retriever expected dense, bm25 or hybrid, got {args.retriever!r}", file=sys.stderr)
-        return 1
-    limit = args.limit if args.limit is not None else args.n
+    retriever = args.retriever
+    limit = args.limit
     import pathlib
     if args.cache_dir and pathlib.Path(args.cache_dir).exists() and not pathlib.Path(args.cache_dir).is_dir():
         print(f"eval qa: --cache-dir {args.cache_dir}: not a directory", file=sys.stderr)
