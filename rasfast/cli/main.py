@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_kirag_parser(sub)
     from .structrag_router import add_parser as add_structrag_parser
     add_structrag_parser(sub)
+    from .graphllm import add_parser as add_graphllm_parser
+    add_graphllm_parser(sub)
 
     bn = sub.add_parser("bench", help="quick timing tables")
     bn.add_argument("what", choices=["select"])
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _command(args) -> str:
     """The command's name for messages: "ask", "index build", "eval qa", ..."""
     sub = (getattr(args, "index_command", None) or getattr(args, "kirag_command", None)
-           or getattr(args, "structrag_command", None))
+           or getattr(args, "structrag_command", None) or getattr(args, "graphllm_command", None))
     if args.command == "eval" and getattr(args, "what", "loop") != "loop":
         sub = args.what
     return f"{args.command} {sub}" if sub else args.command
