@@ -301,3 +301,7 @@ def test_cli_train_resumes_and_the_run_answers_through_ask(tmp_path, capsys):
     assert main(["ask", "--dataset", "demo", "--passages", "200", "--encoder", "hashing", "--max-iters", "2",
                  "--llm", f"graphllm:{run}", "--no-progress", q]) == 0
     assert "answer:" in capsys.readouterr().out
+    assert main(["demo", "--passages", "200", "--questions", "2", "--llm", f"graphllm:{run}", "--no-progress",
+                 "--trace", str(tmp_path / "trace.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"rasfast.llm graphllm:{run}" in out and "per-stage latency" in out
