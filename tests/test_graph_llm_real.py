@@ -13,7 +13,7 @@ import torch
 from llm_util import torch_threads
 from rasfast.cli.main import main
 from rasfast.llm.graph_llm import GraphLLM, IGNORE, check_dims, chat_prompts
-from rasfast.llm import graph_llm_data as D
+from rasfast.systems.ras import graphllm_data as D
 from rasfast.llm.tiny import tiny_llama, tiny_tokenizer
 from rasfast.llm.training_data import GraphLLMSample, load_samples_jsonl
 

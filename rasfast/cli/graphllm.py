@@ -118,7 +118,7 @@ def add_parser(subparsers) -> None:
 
 # -- data ---------------------------------------------------------------------------------------
 def cmd_data(args) -> int:
-    from ..llm import graph_llm_data as D
+    from ..systems.ras import graphllm_data as D
     _threads(args)
     os.makedirs(args.out, exist_ok=True)
     train, held, extractors = [], [], {}

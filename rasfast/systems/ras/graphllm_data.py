@@ -46,7 +46,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .training_data import GraphLLMSample, multitask_samples
+from ...llm.training_data import GraphLLMSample, multitask_samples
 
 Triple = Tuple[str, str, str]
 _HOP_REF = re.compile(r"#(\d+)")
@@ -73,7 +73,7 @@ class Extraction:
     extractor: Any
 
     def triples(self, pid: int, passages) -> List[Triple]:
-        from ..types import RetrievedPassage
+        from ...types import RetrievedPassage
         p = passages[pid]
         return [tuple(t) for t in self.extractor.extract([RetrievedPassage(p.pid, p.title, p.text)])[0]]
 
@@ -81,7 +81,7 @@ class Extraction:
 def loop_extraction(ds) -> Extraction:
     """The extractor the RAS loop uses on ``ds``: the dataset's own triples when it ships
     them, else the default model-free one (``eval qa``'s choice for HotpotQA)."""
-    from ..systems.ras.extractors import CachedTripleExtractor, SentenceTripleExtractor
+    from .extractors import CachedTripleExtractor, SentenceTripleExtractor
     if ds.triples is not None:
         name = {"musique": "MuSiQue OpenIE (GPT-3.5, shipped)", "demo": "generated world gold triples"}.get(
             ds.name, f"{ds.name} shipped triples")
@@ -100,7 +100,7 @@ def _span(questions: Sequence, first: int, last: int) -> List[Tuple[int, Any]]:
 # -- MuSiQue ------------------------------------------------------------------------------------
 def musique_chains(first: int = 1, last: int = 50, root=None, split: str = "train") -> Tuple[List[Chain], str]:
     """Chains of MuSiQue questions ``first``..``last`` (1-based) and the extractor's name."""
-    from ..data.qa import _dataset_dir, load_dataset
+    from ...data.qa import _dataset_dir, load_dataset
     ds = load_dataset("musique", root)
     raw = json.loads((_dataset_dir(root, "musique") / "musique_train.json").read_text())
     ext = loop_extraction(ds)
@@ -123,7 +123,7 @@ def musique_chains(first: int = 1, last: int = 50, root=None, split: str = "trai
 
 # -- HotpotQA -----------------------------------------------------------------------------------
 def _norm(s: str) -> str:
-    from ..metrics import normalize_answer
+    from ...metrics import normalize_answer
     return normalize_answer(s)
 
 
@@ -135,7 +135,7 @@ def hotpot_subquery(title: str, question: str) -> str:
 def hotpotqa_chains(first: int = 1, last: int = 50, root=None, split: str = "train") -> Tuple[List[Chain], str]:
     """Chains of HotpotQA questions ``first``..``last``: the supporting documents, the one
     whose title the question names first (then in supporting-fact order)."""
-    from ..data.qa import _dataset_dir, load_dataset
+    from ...data.qa import _dataset_dir, load_dataset
     ds = load_dataset("hotpotqa", root)
     raw = json.loads((_dataset_dir(root, "hotpotqa") / "hotpotqa_train.json").read_text())
     ext = loop_extraction(ds)
@@ -199,7 +199,7 @@ def world_sources(train_seeds: Sequence[int] = (1, 2, 3), questions_per_world: i
     """Training chains from the worlds of ``train_seeds`` and held-out chains (at most
     ``heldout_questions``) from ``heldout_seeds``' worlds, minus any question touching an
     entity (passage title) of a training world."""
-    from ..data.demo import generate_world
+    from ...data.demo import generate_world
     train, seen = [], set()
     for s in train_seeds:
         ds = generate_world(seed=s, n_passages=passages, n_questions=questions_per_world)
@@ -271,7 +271,7 @@ def apply_no_retrieval(chains: List[Chain], extra: Sequence[Tuple[str, str]], an
     offered to the same check. ``answer_fn(questions) -> answers``; None skips the check
     (no [NO_RETRIEVAL] samples). ``sources``: only chains of these sources are checked
     (None: all). Returns the chains and a summary."""
-    from ..metrics import exact_match
+    from ...metrics import exact_match
     if answer_fn is None:
         return chains, {"checked": 0, "no_retrieval": 0, "note": "no base model check: no [NO_RETRIEVAL] samples"}
     idx = [i for i, c in enumerate(chains) if sources is None or c.source in sources]
@@ -341,7 +341,7 @@ def sample_statistics(samples: Sequence[GraphLLMSample], count_tokens: Callable[
     label counts; [SUBQ] tokens (min, mean, max); nodes and edges of the sample's graph
     (mean, median, max; entities of the union of its subgraphs' triples, two directed edges
     per triple as RAS builds question graphs)."""
-    from .prompts import GRAPH_CUES, GRAPH_INSTRUCTIONS
+    from ...llm.prompts import GRAPH_CUES, GRAPH_INSTRUCTIONS
     ins, cue = instructions or GRAPH_INSTRUCTIONS, cues or GRAPH_CUES
     fixed = {t: count_tokens(ins[t] + "\n") + count_tokens(f"\nQuestion: \n{cue[t]}") + 2 for t in ins}
     out = {}
