@@ -130,7 +130,8 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
                         "(rasfast.GraphEncoder, randomly initialised: shows its cost in the trace)")
     p.add_argument("--llm", default=None, type=_llm_kind,
                    help="planner/answerer LLM backend from rasfast.llm: openai|hf|vllm|graph-tiny, or "
-                        "local (the packaged Qwen2.5-Coder-1.5B GGUF) / local:PATH.gguf / local:smollm2")
+                        "local (the packaged Qwen2.5-Coder-1.5B GGUF) / local:PATH.gguf / local:smollm2, "
+                        "or graphllm:DIR (a GraphLLM trained by `rasfast graphllm train`)")
     _local_llm_args(p)
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)
