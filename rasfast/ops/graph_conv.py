@@ -778,9 +778,11 @@ def _layers_autograd(xt, csr, ea, gp, specs, be, dropout: float = 0.0, graph=Non
             h = F.dropout(h, dropout, True)
     if gp is None:
         return h
-    return _ref.graph_mean(h, gp)
+    return _ref.graph_mean(h.float(), gp).to(h.dtype) if h.dtype in (torch.float16, torch.bfloat16) \
+        else _ref.graph_mean(h, gp)
 
 
+@follows_width_rule
 def train_pool(x, edges, edge_attr, graph_ptr, layers: Sequence, dropout: float = 0.0,
                backend: str = "auto"):
     """:func:`graph_transformer_pool` for training: differentiable through the fused layers
@@ -794,7 +796,8 @@ def train_pool(x, edges, edge_attr, graph_ptr, layers: Sequence, dropout: float 
     specs = normalise_layers(layers)
     xt = as_tensor(x, "x")
     if not dropout:
-        return graph_transformer_pool(x, edges, edge_attr, graph_ptr, specs, backend=backend)
+        return graph_transformer_pool.__wrapped__(x, edges, edge_attr, graph_ptr, specs,
+                                                  backend=backend)
     xt = _check_x(xt, specs[0][0].in_channels)
     csr = as_csr(edges, xt.shape[0], xt.device)
     gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device)
