@@ -9,7 +9,8 @@
   the reference's autograd gradients on fresh random inputs, including repeated edge rows
   (the grouped edge projection) and CSR input;
 - torch.library.opcheck of both registered operators with inputs that require grad
-  (test_autograd_registration and the AOT backward included), and gradients through them;
+  (test_autograd_registration and the AOT backward included), gradients through them, and a
+  torch.compile(fullgraph=True) training step through the registered autograd;
 - the CUDA plan's forward (kept intermediates) + the same backward, on a GPU or the emulator;
 - GraphEncoder training goes through the fused layers (the reference layers are made to
   raise), with and without dropout, and its loss falls.
@@ -344,3 +345,22 @@ def test_dropout_training_matches_reference_with_same_masks():
     assert not torch.allclose(a.encode_batch(x, ei, ea, gp).detach(), outs[0])
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=n)
+
+
+def test_compiled_training_step_uses_registered_autograd():
+    """torch.compile(fullgraph=True) of a GraphEncoder training loss: one
+    rasfast::graph_transformer_pool operator whose registered backward
+    (rasfast::graph_conv_backward) gives the eager gradients."""
+    g = torch.Generator().manual_seed(12)
+    x, ei, ea, gp = _graph(g, [6, 5], 3, 6, 3, torch.float32)
+    enc = _encoder(layers=2, seed=4).train()
+
+    def loss_fn(x, ei, ea, gp):
+        return enc.encode_batch(x, ei, ea, gp).square().sum()
+
+    torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x, ei, ea, gp).backward()
+    got = [p.grad.clone() for p in enc.parameters()]
+    enc.zero_grad()
+    loss_fn(x, ei, ea, gp).backward()
+    for (n, p), a in zip(enc.named_parameters(), got):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6, msg=n)
