@@ -305,3 +305,10 @@ def test_cli_train_resumes_and_the_run_answers_through_ask(tmp_path, capsys):
                  "--trace", str(tmp_path / "trace.json")]) == 0
     out = capsys.readouterr().out
     assert f"rasfast.llm graphllm:{run}" in out and "per-stage latency" in out
+    # variant (d): the trained model with its graph token removed at inference
+    from rasfast.llm.adapters import trained_graph_llm
+    planner, answerer = trained_graph_llm(str(run), graph_token=False)
+    assert planner.graph_llm.graph_token is False and answerer.graph_llm is planner.graph_llm
+    assert main(["ask", "--dataset", "demo", "--passages", "200", "--encoder", "hashing", "--max-iters", "2",
+                 "--llm", f"graphllm-nograph:{run}", "--no-progress", q]) == 0
+    assert "answer:" in capsys.readouterr().out

@@ -131,7 +131,8 @@ def _loop_args(p: argparse.ArgumentParser, dataset: bool = True, encoder: str = 
     p.add_argument("--llm", default=None, type=_llm_kind,
                    help="planner/answerer LLM backend from rasfast.llm: openai|hf|vllm|graph-tiny, or "
                         "local (the packaged Qwen2.5-Coder-1.5B GGUF) / local:PATH.gguf / local:smollm2, "
-                        "or graphllm:DIR (a GraphLLM trained by `rasfast graphllm train`)")
+                        "or graphllm:DIR (a GraphLLM trained by `rasfast graphllm train`; "
+                        "graphllm-nograph:DIR: the same with its graph token left out at inference)")
     _local_llm_args(p)
     p.add_argument("--base-url", default=None)
     p.add_argument("--model", default=None)

@@ -280,7 +280,9 @@ class LLMTripleExtractor:
 
 
 # -- CLI wiring (rasfast.cli calls from_cli for --llm) ---------------------------------------
-LLM_CHOICES = ("openai", "hf", "vllm", "local", "local:PATH.gguf", "graph-tiny", "graphllm:DIR")
+LLM_CHOICES = ("openai", "hf", "vllm", "local", "local:PATH.gguf", "graph-tiny", "graphllm:DIR",
+               "graphllm-nograph:DIR")
+_GRAPHLLM = ("graphllm:", "graphllm-nograph:")
 _LOCAL_MEMO: Dict[tuple, Any] = {}
 
 
@@ -289,7 +291,7 @@ def check_llm_kind(kind: str) -> str:
     if kind in ("openai", "hf", "vllm", "local", "graph-tiny") or (isinstance(kind, str) and kind.startswith("local:")
                                                                      and len(kind) > 6):
         return kind
-    if isinstance(kind, str) and kind.startswith("graphllm:") and len(kind) > 9:
+    if isinstance(kind, str) and any(kind.startswith(p) and len(kind) > len(p) for p in _GRAPHLLM):
         return kind
     raise ValueError(f"llm: expected one of {', '.join(LLM_CHOICES)}, got {kind!r}")
 
@@ -366,15 +368,20 @@ def tiny_graph_llm(graph_dim: int = 384, seed: int = 0):
     return GraphLLM(model, tok, graph_encoder=None, graph_dim=graph_dim, projector_hidden=256, seed=seed)
 
 
-def trained_graph_llm(path: str, max_new_tokens: int = 32, answer_tokens: int = 16):
+def trained_graph_llm(path: str, max_new_tokens: int = 32, answer_tokens: int = 16,
+                      graph_token: bool = True):
     """``(planner, answerer)`` over one trained GraphLLM (a run directory of ``rasfast
     graphllm train``): the paper's setting, where RAS's answer comes from the GraphLLM's
     answerer role (graph token plus text). Each role reads the loop's per-step triples as
     question graphs encoded by the trained graph encoder (eval mode: the fused
     ``graph_transformer_pool``, each distinct subgraph once), not the loop's own
-    ``--graph-encoder`` vectors."""
+    ``--graph-encoder`` vectors. ``graph_token=False`` (``--llm graphllm-nograph:DIR``)
+    leaves the soft token out of every input: the trained model with its graph token
+    removed at inference (issue 41's variant d)."""
     from .graph_llm_train import GraphBuilder, load_trained
     g, text, _cfg = load_trained(path)
+    if not graph_token:
+        g.graph_token = False
     build = GraphBuilder(text)
     graph_of = lambda state: build([list(map(list, st)) for st in state.step_triples])  # noqa: E731
     return (GraphLLMPlanner(g, graph_of=graph_of, max_new_tokens=max_new_tokens),
@@ -384,8 +391,9 @@ def trained_graph_llm(path: str, max_new_tokens: int = 32, answer_tokens: int = 
 def from_cli(args) -> Tuple[Any, Any]:
     """``(planner, answerer)`` for ``rasfast ... --llm KIND [--base-url URL] [--model NAME]``."""
     kind = getattr(args, "llm", None)
-    if isinstance(kind, str) and kind.startswith("graphllm:"):
-        return trained_graph_llm(kind.split(":", 1)[1])
+    if isinstance(kind, str) and kind.startswith(_GRAPHLLM):
+        prefix, path = kind.split(":", 1)
+        return trained_graph_llm(path, graph_token=prefix == "graphllm")
     if kind == "graph-tiny":
         # the soft token reads the loop's per-step vectors: GNNGraphEncoder's default width is
         # 256, the mean encoder's the text encoder's (384 for MiniLM and the hashing default)
