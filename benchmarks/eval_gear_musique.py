@@ -3,6 +3,13 @@ dense retrieval (all-MiniLM-L6-v2) alone vs dense + NaiveGE (GEAR's beam setting
 
     .venv/bin/python benchmarks/eval_gear_musique.py [--data ../shared/data] [--base-sizes 5 10 15 20]
 
+A thin wrapper over ``rasfast eval gear``, run in this process:
+
+    .venv/bin/rasfast eval gear --base-sizes 2 5 10 15 20 --fusion-depths 0 50 [--max-degree N] \
+        [--backend auto] [--data-root DIR] --json benchmarks/results/gear_musique.json
+
+this script adds the machine header and the write-up around the command's table.
+
 Writes benchmarks/results/gear_musique.md (+ .json). The first run encodes ~19k texts on the
 CPU (minutes); embeddings are cached in ~/.cache/rasfast afterwards.
 """
@@ -17,10 +24,8 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import header_markdown, machine_info  # noqa: E402
 
-from rasfast.systems.gear import evaluate_musique  # noqa: E402
 
-
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default=None, help="shared data root (default: $RASFAST_DATA or ../shared/data)")
     ap.add_argument("--base-sizes", type=int, nargs="+", default=[2, 5, 10, 15, 20])
@@ -29,18 +34,32 @@ def main():
     ap.add_argument("--max-degree", type=int, default=None)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "gear_musique.md"))
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
+
+def command(args) -> list:
+    """The ``rasfast eval gear`` command line of these options (its JSON beside ``--out``)."""
+    argv = ["eval", "gear", "--base-sizes", *map(str, args.base_sizes),
+            "--fusion-depths", *map(str, args.fusion_depths), "--backend", args.backend,
+            "--json", str(pathlib.Path(args.out).with_suffix(".json"))]
+    if args.max_degree is not None:
+        argv += ["--max-degree", str(args.max_degree)]
+    if args.data:
+        argv += ["--data-root", args.data]
+    return argv
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from rasfast.cli import main as rasfast
+
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    res = None
-    for fd in args.fusion_depths:
-        r = evaluate_musique(args.data, ks=(5, 10, 15), base_sizes=args.base_sizes,
-                             max_degree=args.max_degree, fusion_depth=fd or None,
-                             backend=args.backend)
-        if res is None:
-            res = r
-        else:
-            res["rows"] += r["rows"][1:]  # the dense row once
+    rc = rasfast(command(args))
+    if rc:
+        return rc
+    res = json.loads(out.with_suffix(".json").read_text())
     elapsed = time.perf_counter() - t0
     s, g = res["settings"], res["graph"]
     lines = [
@@ -67,12 +86,11 @@ def main():
         lines.append(f"| {r['method']} | {m} | {d} | {e} | {100 * r['recall@5']:.1f} | "
                      f"{100 * r['recall@10']:.1f} | {100 * r['recall@15']:.1f} |")
     lines += ["", f"Total run time {elapsed:.1f} s (including encoding unless cached)."]
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps({"machine": machine_info(), **res}, indent=2))
     print("\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

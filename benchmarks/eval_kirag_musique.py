@@ -12,8 +12,11 @@ these questions, and writes kirag_musique_frozen.md: the evaluation protocol tha
 test questions out of tuning. Without it the defaults are the setting tuned on these same
 questions (labelled so in kirag_musique.md).
 
-Writes benchmarks/results/kirag_musique.md (+ .json). Same as ``rasfast eval kirag``, plus the
-machine header and the write-up.
+Writes benchmarks/results/kirag_musique.md (+ .json). A thin wrapper over ``rasfast eval
+kirag``, run in this process (``command`` maps these options onto it: ``--epochs`` is
+``--kirag-epochs``, ``--batch`` ``--kirag-train-batch``, ...; ``--paper`` passes PAPER_TRAINING,
+which are also the CLI's defaults); this script adds the machine header, the load average
+and the write-up.
 """
 from __future__ import annotations
 
@@ -22,14 +25,15 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import header_markdown, machine_info  # noqa: E402
 
-from rasfast.systems.kirag.eval import evaluate_kirag_musique, format_table  # noqa: E402
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default=None)
     ap.add_argument("--folds", type=int, default=2)
@@ -45,20 +49,43 @@ def main():
     ap.add_argument("--paper", action="store_true",
                     help="the paper's training hyperparameters, frozen (overrides the four above)")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    results = pathlib.Path(__file__).parent / "results"
+    args = ap.parse_args(argv)
     if args.paper:
         from rasfast.systems.kirag.aligner import PAPER_TRAINING as P
         args.epochs, args.batch, args.lr = P["epochs"], P["batch_size"], P["lr"]
         args.temperature, args.max_negatives = P["temperature"], P["max_negatives"]
     if args.out is None:
-        args.out = str(results / ("kirag_musique_frozen.md" if args.paper else "kirag_musique.md"))
-    load0 = os.getloadavg()
-    res = evaluate_kirag_musique(args.data, folds=args.folds, epochs=args.epochs,
-                                 batch_size=args.batch, lr=args.lr, temperature=args.temperature,
-                                 max_negatives=args.max_negatives, max_steps=args.max_steps,
-                                 progress=True, negatives=args.negatives)
-    load1 = os.getloadavg()
+        args.out = str(RESULTS / ("kirag_musique_frozen.md" if args.paper else "kirag_musique.md"))
+    return args
+
+
+def command(args, json_path) -> list:
+    """The ``rasfast eval kirag`` command line of these (parsed) options."""
+    argv = ["eval", "kirag", "--dataset", "musique", "--encoder", "minilm",
+            "--kirag-folds", str(args.folds), "--kirag-epochs", str(args.epochs),
+            "--kirag-train-batch", str(args.batch), "--kirag-lr", repr(args.lr),
+            "--kirag-temperature", repr(args.temperature), "--kirag-max-negatives", str(args.max_negatives),
+            "--kirag-negatives", args.negatives, "--json", str(json_path)]
+    if args.max_steps:
+        argv += ["--kirag-max-steps", str(args.max_steps)]
+    if args.data:
+        argv += ["--data-root", args.data]
+    return argv
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from rasfast.cli import main as rasfast
+    from rasfast.systems.kirag.eval import format_table
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "kirag.json"
+        load0 = os.getloadavg()
+        rc = rasfast(command(args, path))
+        load1 = os.getloadavg()
+        if rc:
+            return rc
+        res = json.loads(path.read_text())
     s, sc = res["settings"], res["silver_chains"]
     dense = res["rows"][0]
     lines = [
@@ -111,7 +138,8 @@ def main():
     out.with_suffix(".json").write_text(json.dumps({"machine": machine_info(), "load_start": load0,
                                                     "load_end": load1, **res}, indent=2, default=str))
     print("\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -43,7 +43,8 @@ def test_each_subcommand_help_shows_its_own_options():
     assert all(has(f, kirag) for f in KIRAG_TRAINING)
     assert not any(has(f, kirag) for f in QA_OWN + LOOP_OWN + ("--llm",))
     gear = help_of("eval", "gear")
-    assert all(has(f, gear) for f in ("--encoder", "--data-root", "--json"))
+    assert all(has(f, gear) for f in ("--encoder", "--data-root", "--json", "--base-sizes", "--fusion-depths",
+                                      "--max-degree", "--backend"))
     assert not any(has(f, gear) for f in KIRAG_TRAINING + QA_OWN + LOOP_OWN + ("--llm", "--k", "--n"))
     for loop in (help_of("eval", "loop"), help_of("eval", "--dataset", "demo")):   # no subcommand: the loop's
         assert loop.startswith("usage: rasfast eval loop")

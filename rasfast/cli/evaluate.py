@@ -15,7 +15,7 @@ import time
 
 from ._common import (DATASETS, _dataset, _encoder, _graph_encoder, _llm_components, _llm_extractor, _llm_kind,
                       _local_llm_args, _loop_args)
-from .errors import OneLineParser, positive_int
+from .errors import OneLineParser, int_at_least, positive_int
 
 SUBCOMMANDS = ("loop", "gear", "kirag", "qa")
 
@@ -78,6 +78,13 @@ def add_parser(subparsers) -> None:
     gp.add_argument("--dataset", default="musique", choices=["musique"])
     _encoder_arg(gp)
     _io_args(gp, progress=False)
+    gp.add_argument("--base-sizes", type=positive_int, nargs="+", default=[5, 10, 15, 20], metavar="M",
+                    help="NaiveGE base sizes: the dense top-m passages seed the search (default: 5 10 15 20)")
+    gp.add_argument("--fusion-depths", type=int_at_least(0), nargs="+", default=[0], metavar="D",
+                    help="dense list length fused (RRF) with the expansion, one run each (the dense row "
+                         "once); 0 = the base size m (default: 0)")
+    gp.add_argument("--max-degree", type=positive_int, default=None, help="cap on each entity's triples")
+    gp.add_argument("--backend", default="auto", help="beam search backend (default: auto)")
     gp.set_defaults(func=_cmd_eval)
 
     kp = es.add_parser("kirag", help="KiRAG's retrieval recall on MuSiQue: zero-shot and cross-validated "
@@ -133,13 +140,20 @@ def _cmd_eval(args) -> int:
             from ..systems.gear import evaluate_musique
         except ImportError as e:
             raise SystemExit(f"eval gear: rasfast.systems.gear is not available ({e})")
-        out = evaluate_musique(data_root=args.data_root, encoder=_encoder(args))
+        enc, out = _encoder(args), None
+        for depth in args.fusion_depths:
+            r = evaluate_musique(data_root=args.data_root, encoder=enc, base_sizes=args.base_sizes,
+                                 max_degree=args.max_degree, fusion_depth=depth or None, backend=args.backend)
+            if out is None:
+                out = r
+            else:
+                out["rows"] += r["rows"][1:]   # the dense row once
         ks = [c for c in out["rows"][0] if c.startswith("recall@")]
         print(f"GEAR on MuSiQue ({out['n_questions']} questions, {out['encoder']}): "
               f"dense vs dense + NaiveGE")
-        print(f"{'method':<18}{'base':>6}" + "".join(f"{k:>11}" for k in ks))
+        print(f"{'method':<18}{'base':>6}{'depth':>7}" + "".join(f"{k:>11}" for k in ks))
         for r in out["rows"]:
-            print(f"{r['method']:<18}{str(r['base_size'] or '-'):>6}"
+            print(f"{r['method']:<18}{str(r['base_size'] or '-'):>6}{str(r.get('fusion_depth', '-')):>7}"
                   + "".join(f"{r[k]:>11.3f}" for k in ks))
         if args.json:
             with open(args.json, "w") as f:

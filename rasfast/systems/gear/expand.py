@@ -12,7 +12,8 @@ with the base list by Reciprocal Rank Fusion. Defaults are GEAR's: beam width 10
 100 neighbours per expansion, gamma 20, RRF k = 60. All queries run in one batched search.
 
 :func:`evaluate_musique` measures Recall@k on the 100 MuSiQue questions (dense retrieval
-alone vs dense + NaiveGE); benchmarks/eval_gear_musique.py writes the table.
+alone vs dense + NaiveGE); ``rasfast eval gear`` computes it,
+benchmarks/eval_gear_musique.py writes the table.
 """
 from __future__ import annotations
 
