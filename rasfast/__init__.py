@@ -25,6 +25,7 @@ _LAZY: Dict[str, str] = {
     "segment_max_rank": "rasfast.ops.segment",
     "transformer_conv": "rasfast.ops.graph_conv",
     "graph_transformer_pool": "rasfast.ops.graph_conv",
+    "triple_adjacency": "rasfast.ops.graph_build",
     # data structures and models
     "ThemeIndex": "rasfast.index.theme_index",
     "DistributedThemeIndex": "rasfast.index.distributed",

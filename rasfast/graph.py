@@ -37,10 +37,9 @@ import numpy as np
 
 from . import dispatch as _bk
 from ._validate import check_bool_arg, check_int_arg
+from .ops.graph_build import DEFAULT_MAX_EDGES  # noqa: F401 (its home: the adjacency op)
 from .reference.triple_graph import normalize_entity
 
-
-DEFAULT_MAX_EDGES = 2 ** 31
 _LAZY_LOCK = threading.RLock()
 _EMPTY = np.zeros(0, dtype=np.int64)
 

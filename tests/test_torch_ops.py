@@ -18,7 +18,7 @@ from rasfast.models.graph_encoder import GraphEncoder
 
 OPS = ("select_k", "theme_scope", "scoped_dense_search", "theme_scoped_search",
        "segment_topk_scores", "segment_max_rank", "triple_beam_search", "transformer_conv",
-       "graph_transformer_pool")
+       "graph_transformer_pool", "triple_adjacency")
 # the autograd check needs a differentiable input; these are inference operators
 UTILS = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
 

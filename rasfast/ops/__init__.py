@@ -4,4 +4,4 @@ Importing this package defines them as PyTorch operators, ``torch.ops.rasfast.<n
 (rasfast/ops/_library.py): ``import rasfast.ops`` (or use any public op once, e.g.
 ``rasfast.select_k``) before calling ``torch.ops.rasfast.*`` directly.
 """
-from . import select, theme, segment, beam, graph_conv  # noqa: F401  (each defines its operators)
+from . import select, theme, segment, beam, graph_conv, graph_build  # noqa: F401  (each defines its operators)

@@ -68,7 +68,17 @@ def build_triple_graph(triples: Sequence, normalize: bool = True,
         head.append(entity_id(t[0]))
         tail.append(entity_id(t[2]))
 
-    members: List[List[int]] = [[] for _ in entities]   # entity -> triples mentioning it
+    degree, neighbors = triple_adjacency(head, tail, len(entities), max_degree)
+    return {"kept": kept, "head": head, "tail": tail, "entities": entities,
+            "entity_degree": degree, "neighbors": neighbors,
+            "n_skipped": len(triples) - len(kept)}
+
+
+def triple_adjacency(head: Sequence[int], tail: Sequence[int], num_entities: int,
+                     max_degree: Optional[int] = None):
+    """The numeric half of the build: entity ids per triple -> ``(entity_degree, neighbors)``
+    (one sorted list per triple), by the rules above."""
+    members: List[List[int]] = [[] for _ in range(num_entities)]   # entity -> triples mentioning it
     for i, (h, t) in enumerate(zip(head, tail)):
         for e in {h, t}:
             members[e].append(i)
@@ -81,6 +91,4 @@ def build_triple_graph(triples: Sequence, normalize: bool = True,
                 nb.update(members[e])
         nb.discard(i)
         neighbors.append(sorted(nb))
-    return {"kept": kept, "head": head, "tail": tail, "entities": entities,
-            "entity_degree": degree, "neighbors": neighbors,
-            "n_skipped": len(triples) - len(kept)}
+    return degree, neighbors
