@@ -61,9 +61,9 @@ void beam_search_cuda(uintptr_t indptr, uintptr_t indices, bool idx64, uintptr_t
           "triple_beam_search: the cuda backend needs " + std::to_string(smem) +
               " bytes of shared memory per block for these beam_width/max_len/max_neighbors/"
               "gamma (limit " + std::to_string(kMaxSmem) + "); lower them or use backend='cpu'");
-  require(B == 0 || (indptr && q && qnorm && seed_ptr && out_seq && out_score && out_len &&
+  require(B == 0 || (indptr && q && seed_ptr && out_seq && out_score && out_len &&
                      out_count && scratch_u && err && decay),
-          "triple_beam_search: a required device pointer is null");
+          "triple_beam_search: a required device pointer is null (qnorm may be: the kernel computes it)");
   a.dtype = dtype_code;
   a.idx64 = idx64;
   a.indptr = as_dptr<const int64_t>(indptr);

@@ -25,7 +25,7 @@ struct BeamCudaArgs {
   const void* indices;
   const void* emb;
   const float* q;
-  const float* qnorm;
+  const float* qnorm;     // null: each block computes |q| and flags a non-finite one (code 5)
   const int64_t* seed_ptr;
   const int64_t* seed_ids;
   const double* decay;

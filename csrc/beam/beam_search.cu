@@ -113,12 +113,27 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
   uint64_t* buf = reinterpret_cast<uint64_t*>(pool + cap2);              // [cap]
   int64_t* seq_buf = reinterpret_cast<int64_t*>(buf + cap);              // [2, b, L]
   float* s_buf = reinterpret_cast<float*>(seq_buf + 2 * b * L);          // [2, b]
-  __shared__ int sh_nb, sh_next;
+  __shared__ int sh_nb, sh_next, sh_dup;
 
   const int64_t qi = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* q = a.q + qi * D;
-  const float qn = a.qnorm[qi];
+  // |q|: given (a.qnorm), or computed here by warp 0 with a flag (code 5) when it is not
+  // finite (NaN/inf in q, or an overflow) -- the host layer then needs no pass over q
+  __shared__ float sh_qn;
+  if (a.qnorm != nullptr) {
+    if (threadIdx.x == 0) sh_qn = a.qnorm[qi];
+  } else if (warp == 0) {
+    float ss = 0.f;
+    for (int64_t k = lane; k < D; k += 32) ss += q[k] * q[k];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) {
+      sh_qn = sqrtf(ss);
+      if (!isfinite(sh_qn)) set_error(a.err, 5, qi);
+    }
+  }
+  __syncthreads();
+  const float qn = sh_qn;
   const T* emb = static_cast<const T*>(a.emb);
   const Idx* indices = static_cast<const Idx*>(a.indices);
   float* u_base = a.scratch_u + qi * 2 * b * D;
@@ -142,12 +157,28 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
         if (isfinite(dot) && isfinite(nn)) key = value_key(cosine(dot, nn, qn), (uint32_t)t);
         else if (lane == 0) set_error(a.err, 3, t);
       } else if (lane == 0) {
-        set_error(a.err, 1, t);
+        set_error(a.err, 4, t);
       }
       if (lane == 0) buf[m_seed + c] = key;
     }
     __syncthreads();
     bitonic_sort(buf, cap, less_key);
+    // Seeds given on the device come as they are (the host layer does not sort them or drop
+    // repeats: that took ~20 launches). A repeated seed has the same key, adjacent after the
+    // sort (also across chunks: the running top-m is part of the sorted buffer); one thread
+    // keeps the first of each run, in order, when there is any.
+    if (threadIdx.x == 0) sh_dup = 0;
+    __syncthreads();
+    for (int i = 1 + threadIdx.x; i < cap; i += blockDim.x)
+      if (buf[i] != kNone && buf[i] == buf[i - 1]) sh_dup = 1;
+    __syncthreads();
+    if (sh_dup && threadIdx.x == 0) {
+      int w = 1;
+      for (int i = 1; i < cap; ++i)
+        if (buf[i] != buf[w - 1]) buf[w++] = buf[i];
+      for (; w < cap; ++w) buf[w] = kNone;
+    }
+    __syncthreads();
   }
   int cur = 0;
   if (threadIdx.x == 0) {

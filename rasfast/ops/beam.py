@@ -195,13 +195,20 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
         raise ValueError(f"gamma: must be a finite number > 0, got {gamma}")
     if max_neighbors is not None:
         max_neighbors = check_int_arg(max_neighbors, "max_neighbors", 1)
-    seed_ptr, seed_ids = _seeds(seeds, q.shape[0], n, dev, deferred)
-    qf = q.float().contiguous()
-    qnorm = torch.sqrt((qf * qf).sum(dim=1))
-    if qnorm.numel():  # NaN/inf in q, or an overflow: one flag (the message costs a read then)
-        deferred.add([~torch.isfinite(qnorm).all()], lambda v: _q_error(qf) if v[0] else None)
     decay = torch.tensor(_ref.decay_factors(gamma, max_deg), dtype=torch.float64)
-    args = dict(n=n, b=b, L=L, max_neighbors=max_neighbors, decay=decay, max_deg=max_deg)
+    args = dict(n=n, b=b, L=L, max_neighbors=max_neighbors, decay=decay, max_deg=max_deg,
+                decay_key=(gamma, len(decay)))   # what the table is a function of
+    be = "torch" if scoring == "text" else _bk.resolve(
+        backend, dev, "triple_beam_search", cuda_limit=_cuda_smem_limit(emb.shape[1], args))
+    # the cuda kernel takes device seeds as they are: it flags bad ids and drops repeats
+    seed_ptr, seed_ids = _seeds(seeds, q.shape[0], n, dev, deferred, raw_device=be == "cuda")
+    qf = q.float().contiguous()
+    if be == "cuda":   # the kernel computes |q| and flags a non-finite one (no pass here)
+        qnorm = None
+    else:
+        qnorm = torch.sqrt((qf * qf).sum(dim=1))
+        if qnorm.numel():  # NaN/inf in q, or an overflow: one flag (the message costs a read then)
+            deferred.add([~torch.isfinite(qnorm).all()], lambda v: _q_error(qf) if v[0] else None)
 
     if scoring == "text":
         if backend not in ("auto", "torch"):
@@ -211,8 +218,6 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
         scorer = _text_scorer(encoder, texts, graph, n, qf, qnorm)
         out = _search_torch(indptr, indices, seed_ptr, seed_ids, scorer, args)
     else:
-        be = _bk.resolve(backend, dev, "triple_beam_search",
-                         cuda_limit=_cuda_smem_limit(emb.shape[1], args))
         emb = emb.contiguous()
         if be == "cuda":
             out = _cuda(indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args, deferred)
@@ -351,7 +356,9 @@ def _as_int_1d(x, name: str) -> np.ndarray:
 
 
 def _seed_range_error(n: int):
-    return lambda lo, hi: (f"seeds: triple ids must be in [0, n = {n}), got {lo} .. {hi}")
+    """The message of a seed id out of range, naming one such id (the cuda kernel's error
+    flag holds one; the other paths name the lowest when it is negative, else the highest)."""
+    return lambda lo, hi: f"seeds: triple ids must be in [0, n = {n}), got {lo if lo < 0 else hi}"
 
 
 def _normalise_seeds(seeds, B: int, n: int):
@@ -362,12 +369,14 @@ def _normalise_seeds(seeds, B: int, n: int):
     return out
 
 
-def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred):
+def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred, raw_device: bool = False):
     """(ptr[B+1], ids) int64 on ``dev``; ids unique and ascending within each query.
 
     Seeds given on the host (lists, numpy, or CPU tensors for a GPU search) are checked and
     de-duplicated with numpy; device tensors on the device, without a host sync (their
-    checks go to ``deferred``, the kernel gets ids clamped into [0, n)).
+    checks go to ``deferred``, the kernel gets ids clamped into [0, n)). ``raw_device``
+    (the cuda kernel, which checks seed ids with its error flag and drops repeats itself):
+    device ids go on as they are, only their offsets checked.
     """
     if isinstance(seeds, tuple):
         if len(seeds) != 2:
@@ -381,7 +390,8 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred):
             msg = f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}"
             ptr = check_ptr(ptr, "seeds.ptr", len(ids), "len(ids)", dev, deferred,
                             start_end_msg=msg, monotone_msg=msg)
-            return _dedupe_on_device(ptr, ids, B, n, dev, deferred)
+            return (ptr.contiguous(), ids.contiguous()) if raw_device else \
+                _dedupe_on_device(ptr, ids, B, n, dev, deferred)
         ptr = _as_int_1d(ptr, "seeds.ptr")
         ids = _as_int_1d(ids, "seeds.ids")
         if len(ptr) != B + 1:
@@ -396,7 +406,9 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred):
                                      f"got {len(seeds)}")
                 check_int(seeds, "seeds")
                 ptr = torch.from_numpy(np.arange(B + 1, dtype=np.int64) * seeds.shape[1])
-                ids = to_device(seeds, dev).reshape(-1)
+                ids = to_device(seeds, dev).reshape(-1).long()
+                if raw_device:
+                    return to_device(ptr, dev), ids.contiguous()
                 return _dedupe_on_device(to_device(ptr, dev), ids, B, n, dev, deferred)
             seeds = list(seeds)
         if not isinstance(seeds, (list, np.ndarray, torch.Tensor)):
@@ -409,6 +421,8 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred):
             ptr = np.zeros(B + 1, np.int64)
             ptr[1:] = np.cumsum([len(p) for p in parts])
             ids = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=dev)
+            if raw_device:
+                return to_device(torch.from_numpy(ptr), dev), ids
             return _dedupe_on_device(to_device(torch.from_numpy(ptr), dev), ids, B, n, dev,
                                      deferred)
         parts = [_as_int_1d(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
@@ -501,6 +515,24 @@ def _cpu(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
     return seqs, scores, lengths, counts
 
 
+_DECAY_ON_DEVICE: dict = {}
+
+
+def _device_decay(decay: torch.Tensor, key, dev: torch.device) -> torch.Tensor:
+    """The rank-decay table on ``dev``, copied once per (gamma, table length) and device (a
+    few dozen float64 values that a search would otherwise stage and copy every call).
+    ``key`` None: no caching."""
+    if key is None:
+        return to_device(decay, dev)
+    key = (str(dev),) + tuple(key)
+    out = _DECAY_ON_DEVICE.get(key)
+    if out is None:
+        if len(_DECAY_ON_DEVICE) >= 64:
+            _DECAY_ON_DEVICE.clear()
+        out = _DECAY_ON_DEVICE[key] = to_device(decay, dev)
+    return out
+
+
 def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
     mod = _bk.cuda_module()
     if not hasattr(mod, "beam_search"):
@@ -510,7 +542,7 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
     if indices.dtype not in (torch.int32, torch.int64):
         indices = indices.long()
     seed_ptr, seed_ids = to_device(seed_ptr, dev), to_device(seed_ids, dev)
-    decay = to_device(a["decay"], dev)
+    decay = _device_decay(a["decay"], a.get("decay_key"), dev)
     seqs = torch.empty((B, b, L), dtype=torch.int64, device=dev)
     scores = torch.empty((B, b), dtype=torch.float32, device=dev)
     lengths = torch.empty(B, dtype=torch.int64, device=dev)
@@ -520,13 +552,15 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
     with device_guard(dev):
         mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
                         device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
-                        device_ptr(q), device_ptr(qnorm), B, device_ptr(seed_ptr),
+                        device_ptr(q), 0 if qnorm is None else device_ptr(qnorm), B, device_ptr(seed_ptr),
                         device_ptr(seed_ids), b, L, a["max_neighbors"] or 0, device_ptr(decay),
                         len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
                         device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
                         device_ptr(err), cuda_stream(dev))
     # the one host sync of a search: the kernel's error flag, with the deferred input checks
     code, where = (deferred or Deferred()).read(err)
+    if code == 5:      # a query's |q| is not finite: read q to say which way (an error path)
+        raise _q_error(q)
     if code:
         raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
     return seqs, scores, lengths, counts
@@ -539,6 +573,7 @@ _ERRORS = {
        "without duplicates; row {where})",
     3: "triple_emb: a row read by the search contains NaN/inf values (or its squared norm "
        "overflows float32; row {where})",
+    4: "seeds: triple ids must be in [0, n = {n}), got {where}",   # _seed_range_error's text
 }
 
 
