@@ -65,6 +65,9 @@ def add_args(e) -> None:
                    help="KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM); with "
                         "--report also its content id (16 hex digits); DATASET=... for one dataset only, "
                         "several comma-separated")
+    e.add_argument("--graphllm", default=None, metavar="DIR",
+                   help="the trained GraphLLM (rasfast graphllm train --out DIR) that system ras-graphllm plans "
+                        "and answers with: the paper's setting, its own answer instead of the reader's")
     e.add_argument("--model-free-triples", default=None, metavar="NAME",
                    help="for a dataset that ships no triples (HotpotQA), the model-free extractor that "
                         "makes them: sentence-patterns (default) or sentence-patterns-2 (keeps whole dates, "
@@ -135,6 +138,9 @@ def cmd_eval_qa(args) -> int:
         if not pathlib.Path(al).is_dir() and not (report and _ALIGNER_ID.match(al)):
             return _fail(f"eval qa: --kirag-aligner {al}: not a directory (expected a saved aligner: rasfast "
                          f"kirag train --out DIR" + (", or with --report its 16-hex-digit id)" if report else ")"))
+    if getattr(args, "graphllm", None) and not pathlib.Path(args.graphllm).is_dir():
+        return _fail(f"eval qa: --graphllm {args.graphllm}: not a directory (expected a run of rasfast graphllm "
+                     "train --out DIR)")
     if getattr(args, "before", None) and not pathlib.Path(args.before).is_dir():
         return _fail(f"eval qa: --before {args.before}: not a directory")
     if getattr(args, "update", None) and not pathlib.Path(args.update).is_file():
@@ -179,7 +185,8 @@ def _table(args, dataset, settings, aligner, report):
     report or run per retriever, merged into one table (paired against dense over all)."""
     # the prompt style and the context size default in EvalConfig.make (one rule for both paths)
     common = dict(questions=args.questions, prompt_style=getattr(args, "prompt_style", None), reader=args.reader,
-                  gear_iters=args.gear_iters, kirag_aligner=aligner, model_free=getattr(args, "model_free_triples", None))
+                  gear_iters=args.gear_iters, kirag_aligner=aligner, model_free=getattr(args, "model_free_triples", None),
+                  graphllm=getattr(args, "graphllm", None))
     groups = {}
     for system, ret in settings:
         groups.setdefault(ret, []).append(system)

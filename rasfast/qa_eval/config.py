@@ -64,7 +64,8 @@ class EvalConfig:
     ``dataset``: the dataset's name; ``llm``: the LLM's label (:func:`.run.llm_label`);
     ``encoder``: the text encoder's name; ``kirag_aligner``: a saved aligner's directory or its
     id; ``router``: the id of a trained StructRAG router saved beside the index; ``knowledge``:
-    the extraction id of triples rasfast made itself (:func:`.systems.knowledge_id`)."""
+    the extraction id of triples rasfast made itself (:func:`.systems.knowledge_id`);
+    ``graphllm``: a trained GraphLLM's run directory or its id (:func:`.signatures.graphllm_id`)."""
     dataset: str
     llm: str
     k: int = 5
@@ -79,6 +80,7 @@ class EvalConfig:
     knowledge: Optional[str] = None
     encoder: str = MINILM
     reader_prompts: Optional[str] = None
+    graphllm: Optional[str] = None
 
     def __post_init__(self):
         from ..llm.reader import READERS

@@ -125,7 +125,7 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
                 progress: bool = True, log=print, *, questions: Optional[str] = None,
                 prompt_style: Optional[str] = None, reader: str = "contract", retriever: str = "dense",
                 gear_iters: Optional[int] = None, kirag_aligner=None,
-                model_free: Optional[str] = None) -> Dict[str, Any]:
+                model_free: Optional[str] = None, graphllm: Optional[str] = None) -> Dict[str, Any]:
     """Runs ``systems`` over the selected questions of ``dataset`` (a name or a
     :class:`~rasfast.data.qa.QADataset`; ``questions="51-100"`` or the first ``limit``);
     returns ``{"dataset", "n", "llm", "rows": [...], "paired": {...}, ...}``.
@@ -133,7 +133,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     Per question and system: the system's preparation (from its cache, or run and appended
     to it), then the reader over the input the system hands it; the final record is
     appended to the system's records file as the question finishes. The records files are
-    named by one :class:`~.config.EvalConfig` of these settings."""
+    named by one :class:`~.config.EvalConfig` of these settings. ``graphllm``: a run
+    directory of ``rasfast graphllm train``, the planner and answerer of ``ras-graphllm``."""
     from ..data.qa import load_dataset
     from ..encode import make_encoder
     from .roles import RoleRecorder
@@ -159,8 +160,9 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     cfg = EvalConfig.make(ds.name, llm_name, backend=llm, prompt_style=prompt_style, reader=reader,
                           retriever=retriever, k=k, max_iters=max_iters, gear_iters=gear_iters,
                           kirag_aligner=kirag_aligner, router=_router_id(ki), encoder=enc.name,
-                          knowledge=knowledge_id(ds, model_free))
+                          knowledge=knowledge_id(ds, model_free), graphllm=graphllm)
     aligner = load_aligner_dir(kirag_aligner) if (kirag_aligner and "kirag" in systems) else None
+    gl = _graph_llm_roles(graphllm, systems)
     rec_llm = RoleRecorder(llm, prompt_style=cfg.prompt_style)
     by_pid = {p.pid: p for p in ds.passages}
     ctx = _Ctx(llm, rec_llm, k, yes_no, by_pid, cfg.prompt_style, reader, retriever)
@@ -178,7 +180,8 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
         if todo and PREP[name] not in preparers:
             try:
                 preparers[PREP[name]] = make_preparer(name, rec_llm, ki, enc, k, max_iters, retriever=retriever,
-                                                      gear_iters=cfg.gear_iters, kirag_aligner=aligner)
+                                                      gear_iters=cfg.gear_iters, kirag_aligner=aligner,
+                                                      graphllm=gl)
             except (ValueError, ImportError) as e:
                 skipped[name] = str(e)
                 log(f"{name}: skipped ({e})")
@@ -214,6 +217,18 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     return {"dataset": ds.name, "n": len(qs), "questions": _range_text(rng, len(ds.questions)), "llm": llm_name,
             **cfg.summary(), "triples": triples, "rows": rows, "paired": paired_against(recs_by),
             "skipped": skipped, "duplicates": dups, "cache": str(cache), "records": recs_by}
+
+
+def _graph_llm_roles(graphllm: Optional[str], systems: Sequence[str]):
+    """``(planner, answerer)`` of the trained GraphLLM in ``graphllm`` when a system needs one
+    (the ``ras-graphllm`` family), else None; a system that needs one without it is refused."""
+    needs = [s for s in systems if get_spec(s).family == "ras-graphllm"]
+    if not needs:
+        return None
+    if not graphllm:
+        raise ValueError(f"--systems {needs[0]}: needs --graphllm DIR (a run of `rasfast graphllm train`)")
+    from ..llm.adapters import trained_graph_llm
+    return trained_graph_llm(str(graphllm))
 
 
 class _Ctx:
@@ -307,7 +322,10 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
     spec = get_spec(name)
     u = _Usage(ctx)
     answer, reply, shown, err = None, None, None, prep.error
-    if ctx.llm is None:
+    if spec.own_answer:   # the system answered itself (its GraphLLM): no reader
+        answer = reply = prep.answer
+        shown = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get) if prep.error is None else None
+    elif ctx.llm is None:
         answer = offline_answer
         shown = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get) if prep.error is None else None
     elif prep.error is None:
@@ -327,7 +345,8 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
             "reply": cut_text(reply, 2000), "em": m["em"], "f1": m["f1"], "acc": m["acc"],
             f"recall@{ctx.k}": (recall_at_k(pids, q.gold_pids, ctx.k) if pids else None),
             "passages": pids[:50], "error": err,
-            "prompt_style": ctx.style if spec.prompt_style else None, "reader": ctx.reader,
+            "prompt_style": ctx.style if spec.prompt_style else None,
+            "reader": "own answer (no reader)" if spec.own_answer else ctx.reader,
             "retriever": (spec.own_retriever or ctx.retriever) if spec.retrieves else None,
             **prep.trail, "steps": prep.steps,
             "answer_retrieved": answer_in_texts(q.answers, texts) if spec.retrieves else False,
@@ -377,7 +396,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
               prompt_style: Optional[str] = None, reader: str = "contract", retriever: str = "dense",
               gear_iters: Optional[int] = None, kirag_aligner=None, router: Optional[str] = None,
               n_ctx: Optional[int] = None, model_free: Optional[str] = None,
-              reader_prompts: Optional[str] = None) -> Dict[str, Any]:
+              reader_prompts: Optional[str] = None, graphllm: Optional[str] = None) -> Dict[str, Any]:
     """What the per-question cache holds for these settings, aggregated as
     :func:`evaluate_qa` would; loads no model and runs nothing. A system's row covers the
     selected questions that are cached (its ``n``); ``missing`` counts the others. The
@@ -395,7 +414,7 @@ def report_qa(dataset, systems: Sequence[str], llm_name: str, limit: Optional[in
     cfg = EvalConfig.make(ds.name, llm_name, prompt_style=prompt_style, reader=reader, retriever=retriever, k=k,
                           max_iters=max_iters, gear_iters=gear_iters, kirag_aligner=kirag_aligner, router=router,
                           n_ctx=n_ctx, knowledge=knowledge_id(ds, model_free), encoder=encoder_name(encoder),
-                          reader_prompts=reader_prompts)
+                          reader_prompts=reader_prompts, graphllm=graphllm)
     triples = _triples_label(ds, model_free)
     qs = _select(ds.questions, rng)
     by_pid = {p.pid: p for p in ds.passages}

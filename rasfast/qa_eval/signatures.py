@@ -57,4 +57,28 @@ def aligner_id(aligner) -> Optional[str]:
     return str(aligner)
 
 
-__all__ = ["code_signature", "constants_signature", "modules_signature", "aligner_id"]
+def graphllm_id(run) -> Optional[str]:
+    """A trained GraphLLM's cache-key id: the content hash of what a run directory of
+    ``rasfast graphllm train`` loads at inference (its configuration, the graph encoder and
+    projector weights, the LoRA adapter), not its checkpoint or loss curve; or the value
+    itself (an id given directly)."""
+    if run is None:
+        return None
+    p = pathlib.Path(str(run))
+    if not p.is_dir():
+        return str(run)
+    h = hashlib.sha256()
+    files = [p / "train_config.json", p / "graph_llm.json", p / "modules.pt"]
+    files += sorted(f for f in (p / "adapter").rglob("*") if f.is_file() and f.name != "README.md")
+    for f in files:
+        if f.is_file():
+            h.update(str(f.relative_to(p)).encode())
+            data = f.read_bytes()
+            if f.name == "train_config.json":   # the model's settings, not where its data lay
+                import json
+                data = json.dumps(json.loads(data).get("config"), sort_keys=True).encode()
+            h.update(hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+__all__ = ["code_signature", "constants_signature", "modules_signature", "aligner_id", "graphllm_id"]

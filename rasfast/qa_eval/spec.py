@@ -31,7 +31,8 @@ READER_PROMPT_MODULES = ("rasfast.llm.reader",)
 class PrepareContext:
     """What a spec's ``prepare`` may build its preparation from: the LLM (wrapped in the role
     recorder; None for a model-free run), the knowledge index, the text encoder and the
-    evaluation's settings (``kirag_aligner``: the loaded aligner, or None)."""
+    evaluation's settings (``kirag_aligner``: the loaded aligner, or None; ``graphllm``: the
+    ``(planner, answerer)`` of a trained GraphLLM, or None)."""
     llm: Any
     ki: Any
     encoder: Any
@@ -40,6 +41,7 @@ class PrepareContext:
     retriever: str = "dense"
     gear_iters: int = 4
     kirag_aligner: Any = None
+    graphllm: Any = None
 
 
 def _no_key(config, spec) -> Dict[str, Any]:
@@ -66,7 +68,9 @@ class SystemSpec:
     records name it instead of ``--retriever``); ``retrieves``: False for the closed book;
     ``prompt_style``: its prompts come in the paper/compact styles (kept in its records);
     ``model_free``: it answers without an LLM (rasfast's heuristic baseline, through
-    :func:`rasfast.systems.build_system`)."""
+    :func:`rasfast.systems.build_system`); ``own_answer``: its preparation ends with its own
+    answer (``Prepared.answer``), which its record keeps instead of the reader's (RAS with its
+    trained GraphLLM: the paper's setting, not the one-reader contract)."""
     name: str
     label: str
     prepare: Callable[[PrepareContext], Callable[[str], Any]]
@@ -81,6 +85,7 @@ class SystemSpec:
     retrieves: bool = True
     prompt_style: bool = False
     model_free: bool = False
+    own_answer: bool = False
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):

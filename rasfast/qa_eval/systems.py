@@ -42,6 +42,7 @@ class Prepared:
     error: Optional[str] = None
     usage: Dict[str, Any] = field(default_factory=dict)          # llm_calls, tokens, seconds, calls, roles
     timings: Dict[str, float] = field(default_factory=dict)      # milliseconds per traced stage
+    answer: Optional[str] = None                                 # a system with its own answer (SystemSpec.own_answer)
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -115,7 +116,7 @@ def _prep_ras(system) -> Callable[[str], Prepared]:
         blocks = [[q, [list(t) for t in (d.step_triples[i] if i < len(d.step_triples) else [])]]
                   for i, q in enumerate(d.subqueries)]
         return Prepared(_ranked(r.passages), steps, list(d.retrieved_pids), trail, blocks, "", _err(r.error),
-                        timings=_timings(r.trace))
+                        timings=_timings(r.trace), answer=r.answer)
     return prep
 
 
@@ -246,6 +247,20 @@ def _prepare_ras(ctx: PrepareContext):
                                   max_iters=ctx.max_iters, retriever=ctx.retriever, read=False))
 
 
+def _prepare_ras_graphllm(ctx: PrepareContext):
+    """The RAS loop with a trained GraphLLM as its planner and answerer (the graph soft token
+    over each step's triples): the paper's setting, where the answer is the GraphLLM's own."""
+    from ..systems.registry import LoopSystem, base_retriever, loop_extractor
+    from ..systems.ras.loop import RAS
+    if ctx.graphllm is None:
+        raise ValueError("system ras-graphllm: needs a trained GraphLLM (eval qa --graphllm DIR, a run of "
+                         "`rasfast graphllm train`)")
+    planner, answerer = ctx.graphllm
+    loop = RAS(base_retriever(ctx.ki, ctx.encoder, ctx.retriever), loop_extractor(ctx.ki), planner, answerer,
+               max_iters=ctx.max_iters, k=ctx.k)
+    return _prep_ras(LoopSystem(loop, "ras-graphllm"))
+
+
 def _prepare_gear(mode: str, name: str):
     def prepare(ctx: PrepareContext):
         # the GEAR agent (or its single-step retriever) is GEAR's preparation itself; its
@@ -289,6 +304,11 @@ def _gear_key(c, spec) -> Dict[str, Any]:
 def _kirag_key(c, spec) -> Dict[str, Any]:
     from .signatures import aligner_id
     return {"aligner": aligner_id(c.kirag_aligner)}
+
+
+def _ras_graphllm_key(c, spec) -> Dict[str, Any]:
+    from .signatures import graphllm_id
+    return {"k": c.k, "max_iters": c.max_iters, "graphllm": graphllm_id(c.graphllm)}
 
 
 def _structrag_key(c, spec) -> Dict[str, Any]:
@@ -357,6 +377,9 @@ for _spec in (
         SystemSpec("ras+passages", "RAS+passages (rasfast variant)", _prepare_ras, _ras_both_input, **_RAS),
         SystemSpec("ras-passages", "RAS reading its rounds' passages (rasfast variant)", _prepare_ras,
                    _ras_passages_input, **_RAS),
+        SystemSpec("ras-graphllm", "RAS, its trained GraphLLM answering (paper's setting)", _prepare_ras_graphllm,
+                   _ras_facts_input, family="ras-graphllm", key=_ras_graphllm_key, reads_triples=True,
+                   own_answer=True),
         SystemSpec("gear", "GEAR (agent)", _prepare_gear("agent", "gear"), top_passages_input, **_GEAR),
         SystemSpec("gear-sync", "+ SyncGE (single step)", _prepare_gear("sync", "gear-sync"), top_passages_input,
                    **_GEAR),
@@ -460,10 +483,10 @@ LABELS = SpecTable("label")
 
 
 def make_preparer(system: str, llm, ki, encoder, k: int, max_iters: int, *, retriever: str = "dense",
-                  gear_iters: int = 4, kirag_aligner=None) -> Callable[[str], Prepared]:
+                  gear_iters: int = 4, kirag_aligner=None, graphllm=None) -> Callable[[str], Prepared]:
     """``system``'s preparation (its spec's ``prepare``) as a callable question -> Prepared;
     ``system`` may also name a preparation that a system shares (``PREP``'s values)."""
-    ctx = PrepareContext(llm, ki, encoder, k, max_iters, retriever, gear_iters, kirag_aligner)
+    ctx = PrepareContext(llm, ki, encoder, k, max_iters, retriever, gear_iters, kirag_aligner, graphllm)
     return get_spec(system).prepare(ctx)
 
 

@@ -138,14 +138,19 @@ class DeferredAnswerer:
         return [None for _ in states]
 
 
+def loop_extractor(kindex):
+    """The RAS loop's triples over a knowledge index: the index's own; an index built without
+    any falls back to sentence patterns."""
+    from .ras.extractors import CachedTripleExtractor, SentenceTripleExtractor
+    fallback = SentenceTripleExtractor() if kindex.extraction.get("source") == "none" else None
+    return CachedTripleExtractor(None if fallback else kindex.triples_by_pid, fallback)
+
+
 def _loop(kindex, encoder, llm, retriever, k: int, max_iters: int, graph_encoder, name: str,
           context: str = "facts", reader: str = "contract", read: bool = True):
-    from .ras.extractors import CachedTripleExtractor, SentenceTripleExtractor
     from .ras.heuristic import GraphPathReasoner, HeuristicAnswerer, HeuristicPlanner
     from .ras.loop import RAS
-    # the index's triples; an index built without any falls back to sentence patterns
-    fallback = SentenceTripleExtractor() if kindex.extraction.get("source") == "none" else None
-    ext = CachedTripleExtractor(None if fallback else kindex.triples_by_pid, fallback)
+    ext = loop_extractor(kindex)
     if llm is not None:
         from ..llm.adapters import LLMAnswerer, LLMPlanner
         planner, answerer = LLMPlanner(llm), LLMAnswerer(llm, context=context, reader=reader)
@@ -252,5 +257,5 @@ register_system("gear-sync", _gear_factory("gear-sync", "sync"))
 register_system("gear-naive", _gear_factory("gear-naive", "naive"))
 register_system("structrag-chunk", _structrag_chunk)
 
-__all__ = ["register_system", "build_system", "system_names", "base_retriever", "RETRIEVERS",
+__all__ = ["register_system", "build_system", "system_names", "base_retriever", "loop_extractor", "RETRIEVERS",
            "SystemResult", "LoopSystem"]
