@@ -59,8 +59,9 @@ class ConstantPlanner:
         return ["[SUFFICIENT]"] * len(states)
 
 
-def heldout_questions(n: int):
-    """(world dataset, the first n held-out questions) as ``rasfast graphllm data`` holds them out."""
+def heldout_questions(n: int, start: int = 0):
+    """(world dataset, n held-out questions from position ``start``) as ``rasfast graphllm
+    data`` holds them out (in its order)."""
     from rasfast.data.demo import generate_world
     from rasfast.systems.ras.graphllm_data import world_sources
     _train, held = world_sources()
@@ -69,7 +70,7 @@ def heldout_questions(n: int):
     qs = [by_qid[c.qid] for c in held if c.qid in by_qid]
     if len(qs) != len(held):
         raise RuntimeError("held-out chains do not match world seed 1001's questions")
-    return ds, qs[:n]
+    return ds, qs[start:start + n]
 
 
 def components(variant: str, run: str, run_nogt: str, cache: Dict):
@@ -143,7 +144,7 @@ def run_variant(variant: str, args, ds, qs, cache: Dict) -> None:
                        **answer_scores(r.answer or "", q.answers),
                        "gold_pids": list(q.gold_pids), "steps": steps,
                        "plans": [[ps.raw, ps.decision] for ps in r.plan_steps],
-                       "rounds": len(r.subqueries),
+                       "rounds": len(r.subqueries), "k": args.k, "max_iters": args.max_iters,
                        # planner calls: round 0 and one after each retrieval round but the last
                        # (max_iters stops without one); the answer: one
                        "llm_calls": (sum(ps.decision != "max_iters" for ps in r.plan_steps) if llm_planner
@@ -161,7 +162,9 @@ def read_records(out: str) -> Dict[str, List[dict]]:
         path = os.path.join(out, f"{v}.jsonl")
         if os.path.exists(path):
             with open(path) as f:
-                recs[v] = [json.loads(line) for line in f if line.strip()]
+                rows = [json.loads(line) for line in f if line.strip()]
+            if rows:   # a variant that has just started has an empty file
+                recs[v] = rows
     return recs
 
 
@@ -203,7 +206,8 @@ def report(out: str) -> str:
                 row[f"b_{m}_same"] = sum(b[r["qid"]][m] for r in both) / len(both)
                 row[f"{m}_minus_b"] = paired_bootstrap([r[m] for r in both], [b[r["qid"]][m] for r in both])
         rows.append(row)
-    res = {"machine": machine_info(), "rows": rows}
+    ks = sorted({r.get("k", 5) for rr in recs.values() for r in rr})
+    res = {"machine": machine_info(), "k": ks, "rows": rows}
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
 
@@ -215,8 +219,8 @@ def report(out: str) -> str:
     L = ["# Does the graph token help in the loop? GraphLLM variants on held-out world questions", "",
          header_markdown(), "",
          "Held-out generated-world questions (world seed 1001, entity-disjoint from the training worlds, "
-         "in the order `rasfast graphllm data` holds them out), each variant through the whole RAS loop "
-         "(k = 5 passages per sub-query, at most 5 rounds). EM / F1 / contains-the-gold of the answer; "
+         f"in the order `rasfast graphllm data` holds them out), each variant through the whole RAS loop "
+         f"(k = {', '.join(map(str, ks))} passages per sub-query, at most 5 rounds). EM / F1 / contains-the-gold of the answer; "
          "sub-queries (hit, new) = the planner's generated sub-queries (after the question itself), the share "
          "whose top-k holds a gold passage, and the share that adds a gold passage no earlier step retrieved; recall = gold passages among all retrieved. Cost: LLM calls "
          "(planner and answerer; the dense rows' constant planner is not one) and seconds per question "
@@ -244,6 +248,8 @@ def main(argv=None):
     ap.add_argument("--run-nogt", help="a run trained with --no-graph-token (variant c)")
     ap.add_argument("--variants", default="b,d", help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--start", type=int, default=0,
+                    help="skip the first START held-out questions (a part nobody has looked at)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--max-iters", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
@@ -263,7 +269,7 @@ def main(argv=None):
     import torch
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
-    ds, qs = heldout_questions(a.n)
+    ds, qs = heldout_questions(a.n, a.start)
     cache: Dict = {}
     for v in variants:
         run_variant(v, a, ds, qs, cache)
