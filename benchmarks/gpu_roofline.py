@@ -367,22 +367,49 @@ def graph_ms(x, k) -> float:
     return ms
 
 
+def segment_bytes(B: int, M: int, D: int, elem: int, ids: bool) -> int:
+    """The least an exact segment_topk_scores moves (docs/gpu.md, "Segment ops on the GPU"):
+    every candidate row once, the queries, the ids if any (the offsets and the B x n output
+    are negligible)."""
+    return M * D * elem + B * D * 4 + (8 * M if ids else 0)
+
+
 def segment_timings(dev, emulate: bool):
     """segment_topk_scores at KiRAG-like shapes against the torch peer (equal-length segments
-    as one padded bmm + topk: the peer's best case)."""
+    as one padded bmm + topk: the peer's best case), and ragged segments through cand_ids
+    into a table (the peer: gather the rows, then the same bmm + topk on the padding)."""
     rows = []
-    for B, per, D, n in ([(64, 300, 384, 10), (1024, 200, 384, 10), (16, 20_000, 768, 100)]
-                         if not emulate else [(4, 30, 16, 5)]):
+    shapes = ([(64, 300, 384, 10, torch.float32, False), (1024, 200, 384, 10, torch.float32, False),
+               (1024, 200, 384, 10, torch.bfloat16, False), (16, 20_000, 768, 100, torch.float32, False),
+               (1024, 200, 384, 10, torch.float32, True)]
+              if not emulate else [(4, 30, 16, 5, torch.float32, False), (4, 30, 16, 5, torch.float32, True)])
+    for B, per, D, n, dt, with_ids in shapes:
         g = torch.Generator().manual_seed(B)
         q = torch.randn(B, D, generator=g).to(dev)
-        cand = torch.randn(B * per, D, generator=g).to(dev)
+        M = B * per
+        if with_ids:  # rows of a 1M-row table (KiRAG: a question's candidate triples)
+            T = 1_000_000 if not emulate else 500
+            table = torch.randn(T, D, generator=g).to(dt).to(dev)
+            ids = torch.randint(0, T, (M,), generator=g).to(dev)
+            cand = table
+        else:
+            cand = torch.randn(M, D, generator=g).to(dt).to(dev)
+            ids = None
         ptr = (torch.arange(B + 1) * per).to(dev)
-        got = rasfast.segment_topk_scores(q, cand, ptr, n, backend="cuda")
-        peer = lambda: torch.topk(torch.bmm(cand.view(B, per, D), q[:, :, None])[..., 0], n, dim=1)
+        got = rasfast.segment_topk_scores(q, cand, ptr, n, cand_ids=ids, backend="cuda")
+
+        def peer():
+            rows_ = cand.index_select(0, ids) if with_ids else cand
+            s = torch.bmm(rows_.view(B, per, D).float() if dt != torch.float32 else rows_.view(B, per, D),
+                          q[:, :, None])[..., 0]
+            return torch.topk(s, n, dim=1)
         ok = torch.equal(got[0] % per, peer().indices) if not emulate else True
-        rows.append({"B": B, "per_query": per, "D": D, "n": n, "same_ids": bool(ok),
-                     "cuda_ms": device_ms(lambda: rasfast.segment_topk_scores(q, cand, ptr, n, backend="cuda"),
-                                          20 if not emulate else 2, emulate),
+        ms = device_ms(lambda: rasfast.segment_topk_scores(q, cand, ptr, n, cand_ids=ids, backend="cuda"),
+                       20 if not emulate else 2, emulate)
+        nbytes = segment_bytes(B, M, D, cand.element_size(), with_ids)
+        rows.append({"B": B, "per_query": per, "D": D, "n": n, "dtype": str(dt).replace("torch.", ""),
+                     "cand_ids": with_ids, "same_ids": bool(ok), "cuda_ms": ms, "bytes": nbytes,
+                     "GBps": nbytes / (ms * 1e-3) / 1e9 if ms else None,
                      "torch_ms": device_ms(peer, 20 if not emulate else 2, emulate)})
     return rows
 
@@ -493,15 +520,24 @@ def markdown(res) -> str:
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) |")
     L += ["", "## segment_topk_scores (cuda) against torch", "",
           "Equal-length segments, so the torch peer is one padded bmm + topk (its best case; "
-          "ragged segments need padding or a loop). Median ms of 20 calls.", "",
-          "| B | candidates per query | D | n | cuda ms | torch ms | speed-up | same ids |",
-          "|---|---|---|---|---|---|---|---|"]
+          "ragged segments need padding or a loop); with cand_ids, the peer gathers the rows "
+          "first. Median ms of 20 calls (whole calls, host included). GB/s = the least bytes "
+          "(`segment_bytes`: the candidate rows once, the queries, the ids) / time; share = of "
+          "the measured copy bandwidth. same ids: random floats, so a near-tie may differ.", "",
+          "| B | candidates per query | D | dtype | cand_ids | n | cuda ms | torch ms | speed-up | "
+          "GB/s | share | same ids |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    copy_gbps = res.get("ceilings", {}).get("copy_GBps")
     for r in res.get("segment", []):
         if "error" in r:
             L.append(f"| error: {r['error']} |")
         else:
-            L.append(f"| {r['B']} | {r['per_query']:,} | {r['D']} | {r['n']} | {r['cuda_ms']:.3f} | "
-                     f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | {r['same_ids']} |")
+            gb = r.get("GBps")
+            share = f"{100 * gb / copy_gbps:.0f}%" if gb and copy_gbps else "-"
+            L.append(f"| {r['B']} | {r['per_query']:,} | {r['D']} | {r.get('dtype', 'float32')} | "
+                     f"{r.get('cand_ids', False)} | {r['n']} | {r['cuda_ms']:.3f} | "
+                     f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | "
+                     f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} |")
     L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     n = res["ncu"]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import rasfast
 from backends_util import cpu_backends, gpu_backends
 from conftest import EMULATED, GPU_DEVICE, cuda_kernels, gpu
+from device_work_util import fresh_seed
 from rasfast.ops.segment import segment_max_rank, segment_topk_scores
 from rasfast.reference import segment as ref
 
@@ -222,6 +223,58 @@ def test_topk_gpu_backends(dtype, layout):
         for be in gpu_backends():
             got = segment_topk_scores(**{k: v.to(GPU_DEVICE) for k, v in args.items()}, n=n, backend=be)
             assert_same(got, want)
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_gpu_select_and_load_boundaries(dtype):
+    """The CUDA design's edges (csrc/segment/segment_kernels.cu): rows read in 16-byte vectors
+    or element by element (odd D, a misaligned query view), 4 to 32 lanes per row, segment
+    lengths around n and around the select block's 256 threads, one query much longer than
+    the rest, and ties broken down to the position bits of the radix keys."""
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    for D in (3, 8, 33, 200):
+        for n in (1, 7, 256):
+            lens = np.array([0, n - 1, n, n + 1, 255, 256, 257, 3 * n + 600, 1])
+            ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
+            M = int(ptr[-1])
+            # few distinct values (long runs of exact ties) or many; exact in every dtype and
+            # summation order either way, so the ids must match the reference exactly
+            c = quantized(rng, (M, D)).to(dtype) if rng.random() < 0.5 else \
+                torch.from_numpy((rng.integers(-100, 101, size=(M, D)) / 64).astype(np.float32)).to(dtype)
+            wide = quantized(rng, (len(lens), D + 1))
+            q = wide[:, 1:]  # a view 4 bytes off: element-wise loads of the query
+            if D % 8 == 0 and rng.random() < 0.5:
+                q = q.contiguous()
+            want = ref.segment_topk_scores(q, c, ptr, n)
+            got = segment_topk_scores(q.to(GPU_DEVICE), c.to(GPU_DEVICE), ptr.to(GPU_DEVICE), n,
+                                      backend="cuda")
+            assert_same(got, want), (seed, D, n)
+            ids = torch.from_numpy(rng.integers(0, 50, size=M))  # repeated rows of a table
+            table = c[:50] if M >= 50 else quantized(rng, (50, D)).to(dtype)
+            want = ref.segment_topk_scores(q, table, ptr, n, ids)
+            got = segment_topk_scores(q.to(GPU_DEVICE), table.to(GPU_DEVICE), ptr.to(GPU_DEVICE), n,
+                                      cand_ids=ids.to(GPU_DEVICE), backend="cuda")
+            assert_same(got, want), (seed, D, n, "ids")
+
+
+@cuda_kernels
+def test_max_rank_gpu_select_boundaries():
+    """Groups fewer than k (the select reaches the empty slots' repeated sentinel keys), as
+    many as k, and many more, with ties on the max: every row equals the reference."""
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    for n_groups, k in ((5, 300), (300, 300), (900, 20), (2000, 2048)):
+        lens = np.array([0, 1, k - 1, k, k + 1, 2500])
+        ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
+        M = int(ptr[-1])
+        s = torch.from_numpy((rng.integers(-3, 4, size=M) / 4).astype(np.float32))
+        s[torch.from_numpy(rng.random(M) < 0.05)] = float("-inf")
+        g = torch.from_numpy(rng.integers(0, n_groups, size=M))
+        want = ref.segment_max_rank(s, g, ptr, k)
+        got = segment_max_rank(s.to(GPU_DEVICE), g.to(GPU_DEVICE), ptr.to(GPU_DEVICE), k, backend="cuda")
+        assert_same(got, want), (seed, n_groups, k)
 
 
 # ----------------------------------------------------------------------------- topk: bad input

@@ -1,12 +1,26 @@
-// CUDA kernels of the segment family: one block per query.
-//   topk_scores: warps score the query's candidates (float32 accumulation from any storage
-//     dtype, rows read directly or through cand_ids) into a scratch vector, then the block
-//     selects the top-n with a chunked bitonic merge in shared memory.
-//   max_rank: the block reduces its items to groups with a per-query open-addressing hash
-//     table in global memory (atomicCAS on the group, atomicMax on the ordered score key),
-//     then selects the top-k groups with the same chunked bitonic merge.
+// CUDA kernels of the segment family.
+//
+// segment_topk_scores, two launches:
+//   score_kernel: every candidate position j in [0, M) over the whole grid (not one block per
+//     query: a few long queries still fill the GPU). A group of G lanes (G = 4 .. 32, sized to
+//     the row) scores one row, reading it in 16-byte vectors where aligned; the query row is
+//     found by a binary search of the offsets. float32 accumulation, written to scratch[j].
+//     The bytes that must move: M rows of D elements (gathered through cand_ids or not), read
+//     once; M ids; 4 M bytes of scores written.
+//   topk_select_kernel: one block per query selects its n best of scratch[ptr[b], ptr[b+1])
+//     with a block-wide radix select over 64-bit keys (8-bit digits from the top, stopping as
+//     soon as the digit's bin holds exactly the keys still wanted: usually 1-2 passes over
+//     the segment's scores, read from L2), gathers exactly n keys and sorts only those
+//     (bitonic, next power of two of n). The old design bitonic-sorted 4,096 keys per
+//     chunk whatever n and the segment's length.
+// segment_max_rank, one launch: a block per query builds an open-addressing hash table of
+//   its groups in its own 2 * len slots of global memory (initialised by the block itself:
+//   no fill launches), atomicMax of the ordered score key, then the same radix select over
+//   the slots.
 // Keys sort ascending as (~ordered(score), position | group): best score first, ties by the
-// lower position / group id -- the order of rasfast/reference/segment.py.
+// lower position / group id -- the order of rasfast/reference/segment.py. The value checks
+// of the inputs are done here, flagged in `err` (segment_cuda.h), so the host launches no
+// validation pass of its own.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -20,9 +34,10 @@ namespace rasfast {
 namespace segment_cuda {
 namespace {
 
-constexpr int kThreads = 1024;
-constexpr int kCap = (int)kSelectCap;
+constexpr int kScoreThreads = 256;
+constexpr int kSelectThreads = 256;
 constexpr unsigned long long kSentinel = ~0ull;
+constexpr unsigned long long kInputError = 0ull;  // any value < kScoreError; the host re-checks
 
 __device__ __forceinline__ unsigned long long make_key(float score, uint32_t low) {
   return ((unsigned long long)(~float_to_key(score)) << 32) | low;
@@ -32,15 +47,125 @@ __device__ __forceinline__ float key_score(unsigned long long key) {
   return key_to_float(~(uint32_t)(key >> 32));
 }
 
-// Ascending bitonic sort of kCap keys in shared memory by the whole block.
-__device__ void bitonic_sort(unsigned long long* buf) {
-  for (int k = 2; k <= kCap; k <<= 1) {
+__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// ------------------------------------------------------------------------- 16-byte loads
+struct alignas(16) Vec16 {
+  uint32_t w[4];
+};
+
+__device__ __forceinline__ Vec16 load16(const void* p) { return *reinterpret_cast<const Vec16*>(p); }
+
+// Elements of storage dtype S per 16-byte vector, and their float values.
+template <DType S> struct Unpack;
+template <> struct Unpack<DType::F32> {
+  static constexpr int kElems = 4;
+  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = bits_to_float(v.w[i]);
+  }
+};
+template <> struct Unpack<DType::F16> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = half_bits_to_float((uint16_t)(v.w[i] & 0xffffu));
+      out[2 * i + 1] = half_bits_to_float((uint16_t)(v.w[i] >> 16));
+    }
+  }
+};
+template <> struct Unpack<DType::BF16> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = bits_to_float(v.w[i] << 16);
+      out[2 * i + 1] = bits_to_float(v.w[i] & 0xffff0000u);
+    }
+  }
+};
+
+// ------------------------------------------------------------------------- scoring
+// The query of position j: the last b with ptr[b] <= j (offsets clamped into [0, M], so a
+// bad ptr still gives an in-range b; it is flagged by topk_select_kernel).
+__device__ __forceinline__ int64_t query_of(const int64_t* ptr, int64_t B, int64_t M, int64_t j) {
+  int64_t lo = 0, hi = B - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) >> 1;
+    if (clamp64(ptr[mid], 0, M) <= j) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <DType S>
+__global__ void score_kernel(const float* __restrict q, const typename Storage<S>::type* __restrict emb,
+                             int64_t D, int64_t T, const int64_t* __restrict ids,
+                             const int64_t* __restrict ptr, int64_t B, int64_t M, int G, bool vec,
+                             float* __restrict scratch, unsigned long long* err) {
+  using Elem = typename Storage<S>::type;
+  constexpr int V = Unpack<S>::kElems;
+  const int lane = threadIdx.x & 31, sub = lane % G;
+  const int rows_per_warp = 32 / G;
+  const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  // the loop is warp-uniform (every lane runs every shuffle); a group past M scores nothing
+  for (int64_t base = warp * rows_per_warp; base < M; base += warps * rows_per_warp) {
+    const int64_t j = base + lane / G;
+    const bool active = j < M;
+    float acc = 0.f;
+    bool bad_id = false;
+    if (active) {
+      const int64_t b = query_of(ptr, B, M, j);
+      const int64_t row = ids ? ids[j] : j;
+      bad_id = row < 0 || row >= T;
+      if (!bad_id) {
+        const float* qb = q + b * D;
+        const Elem* r = emb + row * D;
+        if (vec) {
+          const int64_t nv = D / V;
+          for (int64_t v = sub; v < nv; v += G) {
+            float e[V];
+            Unpack<S>::run(load16(r + v * V), e);
+            const float* qq = qb + v * V;
+            for (int t = 0; t < V; t += 4) {
+              float qv[4];
+              Unpack<DType::F32>::run(load16(qq + t), qv);
+              acc += qv[0] * e[t] + qv[1] * e[t + 1] + qv[2] * e[t + 2] + qv[3] * e[t + 3];
+            }
+          }
+        } else {
+          for (int64_t d = sub; d < D; d += G) acc += qb[d] * Storage<S>::load(r, d);
+        }
+      }
+    }
+    for (int o = G >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && sub == 0) {
+      scratch[j] = bad_id ? 0.f : acc;
+      if (bad_id) atomicMin(err, kInputError);
+      else if (!isfinite(acc)) atomicMin(err, (unsigned long long)kScoreError + (unsigned long long)j);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------- block select
+struct SelectShared {
+  unsigned int hist[256];
+  unsigned long long prefix;
+  long long need;
+  int done;
+  int count;     // keys gathered below the selected prefix
+  int count_eq;  // keys gathered equal to it
+};
+
+// Ascending bitonic sort of P (a power of two) keys in shared memory by the whole block.
+__device__ void bitonic_sort(unsigned long long* buf, int P) {
+  for (int k = 2; k <= P; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < kCap; i += blockDim.x) {
-        int ixj = i ^ j;
+      for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int ixj = i ^ j;
         if (ixj > i) {
-          unsigned long long a = buf[i], c = buf[ixj];
-          bool up = (i & k) == 0;
+          const unsigned long long a = buf[i], c = buf[ixj];
+          const bool up = (i & k) == 0;
           if ((a > c) == up) {
             buf[i] = c;
             buf[ixj] = a;
@@ -52,50 +177,122 @@ __device__ void bitonic_sort(unsigned long long* buf) {
   }
 }
 
-// Keeps the `keep` smallest keys produced by key_of(i) for i in [0, count) in buf[0, keep).
+// The `n` smallest of the keys key_of(i), i in [0, count), sorted ascending into
+// buf[0, min(n, count)); returns min(n, count). Keys are unique except kSentinel (which
+// sorts last and which callers drop). A radix select over 8-bit digits from the top finds
+// the n-th smallest key's leading digits; it stops at the first digit whose bin holds
+// exactly the keys still wanted, so every key whose leading digits are <= that prefix is
+// selected (n of them). buf holds at least n <= kMaxN keys.
 template <class KeyOf>
-__device__ void select_smallest(unsigned long long* buf, int64_t count, int keep, KeyOf key_of) {
-  for (int i = threadIdx.x; i < kCap; i += blockDim.x) buf[i] = kSentinel;
-  __syncthreads();
-  const int chunk = kCap - keep;
-  for (int64_t c0 = 0; c0 < count; c0 += chunk) {
-    for (int i = threadIdx.x; i < chunk; i += blockDim.x) {
-      int64_t j = c0 + i;
-      buf[keep + i] = j < count ? key_of(j) : kSentinel;
+__device__ int block_select_smallest(unsigned long long* buf, int64_t count, int n, SelectShared& sh,
+                                     KeyOf key_of) {
+  const int take = count < n ? (int)count : n;
+  if (count <= n) {
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) buf[i] = key_of(i);
+  } else {
+    unsigned long long prefix = 0;
+    long long need = n;
+    int shift = 56;
+    for (;; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
+      __syncthreads();
+      const unsigned long long hm = shift >= 56 ? 0ull : (~0ull << (shift + 8));
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        const unsigned long long key = key_of(i);
+        if ((key & hm) == (prefix & hm)) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {  // warp 0 picks the digit: 8 bins per lane, a warp scan
+        const int lane = threadIdx.x;
+        unsigned int local = 0;
+        for (int t = 0; t < 8; ++t) local += sh.hist[lane * 8 + t];
+        unsigned int incl = local;
+        for (int o = 1; o < 32; o <<= 1) {
+          const unsigned int up = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += up;
+        }
+        const long long excl = (long long)incl - local;
+        if (excl < need && need <= (long long)incl) {
+          long long before = excl;
+          for (int t = 0; t < 8; ++t) {
+            const unsigned int h = sh.hist[lane * 8 + t];
+            if (need <= before + (long long)h) {
+              const long long left = need - before;
+              sh.prefix = prefix | ((unsigned long long)(lane * 8 + t) << shift);
+              sh.need = left;
+              sh.done = (long long)h == left;
+              break;
+            }
+            before += h;
+          }
+        }
+      }
+      __syncthreads();
+      prefix = sh.prefix;
+      need = sh.need;
+      const bool done = sh.done != 0;
+      __syncthreads();  // every thread has read sh before the next pass rewrites it
+      if (done || shift == 0) break;
     }
+    // n - need keys lie below the prefix, and `need` of the keys equal to it are wanted: all
+    // of them (need == the bin's count) unless they repeat (kSentinel), when any will do
+    if (threadIdx.x == 0) sh.count = sh.count_eq = 0;
     __syncthreads();
-    bitonic_sort(buf);
+    const unsigned long long top = prefix >> shift;
+    const int below = n - (int)need;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const unsigned long long key = key_of(i);
+      const unsigned long long lead = key >> shift;
+      if (lead < top) {
+        buf[atomicAdd(&sh.count, 1)] = key;
+      } else if (lead == top) {
+        const int slot = atomicAdd(&sh.count_eq, 1);
+        if (slot < need) buf[below + slot] = key;
+      }
+    }
   }
+  int P = 1;
+  while (P < take) P <<= 1;
+  for (int i = take + threadIdx.x; i < P; i += blockDim.x) buf[i] = kSentinel;
+  __syncthreads();
+  if (take > 1) bitonic_sort(buf, P);
+  return take;
 }
 
-template <DType S>
-__global__ void topk_kernel(const float* __restrict q, const typename Storage<S>::type* __restrict emb,
-                            int64_t D, const int64_t* __restrict ids, const int64_t* __restrict ptr,
-                            int64_t n, float* __restrict scratch, int64_t* __restrict out_ids,
-                            float* __restrict out_scores, unsigned long long* err) {
-  __shared__ unsigned long long buf[kCap];
-  const int64_t b = blockIdx.x, s = ptr[b], len = ptr[b + 1] - s;
-  const float* qb = q + b * D;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int64_t j = warp; j < len; j += warps) {
-    const int64_t row = ids ? ids[s + j] : s + j;
-    const typename Storage<S>::type* r = emb + row * D;
-    float acc = 0.f;
-    for (int64_t d = lane; d < D; d += 32) acc += qb[d] * Storage<S>::load(r, d);
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) {
-      scratch[s + j] = acc;
-      if (!isfinite(acc)) atomicMin(err, (unsigned long long)(s + j));
-    }
-  }
-  __syncthreads();
-  select_smallest(buf, len, (int)n, [&](int64_t j) { return make_key(scratch[s + j], (uint32_t)j); });
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    unsigned long long key = buf[i];
-    bool ok = key != kSentinel;
-    int64_t j = ok ? (int64_t)(key & 0xffffffffull) : -1;
+// Block b's clamped offsets; flags bad offsets (block 0 also checks both ends).
+__device__ __forceinline__ void segment_bounds(const int64_t* ptr, int64_t B, int64_t M, int64_t b,
+                                               int64_t* s, int64_t* e, unsigned long long* err) {
+  const int64_t s0 = ptr[b], e0 = ptr[b + 1];
+  if (threadIdx.x == 0 && e0 < s0) atomicMin(err, kInputError);
+  *s = clamp64(s0, 0, M);
+  *e = clamp64(e0, *s, M);
+}
+
+__device__ __forceinline__ void check_ends(const int64_t* ptr, int64_t B, int64_t M, unsigned long long* err) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && (ptr[0] != 0 || ptr[B] != M)) atomicMin(err, kInputError);
+}
+
+__global__ void topk_select_kernel(const float* __restrict q, int64_t D, const int64_t* __restrict ptr,
+                                   int64_t B, int64_t M, int n, const float* __restrict scratch,
+                                   int64_t* __restrict out_ids, float* __restrict out_scores,
+                                   unsigned long long* err) {
+  __shared__ unsigned long long buf[kMaxN];
+  __shared__ SelectShared sh;
+  check_ends(ptr, B, M, err);
+  const int64_t b = blockIdx.x;
+  if (b >= B) return;  // the grid has one block when B == 0, for check_ends
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    if (!isfinite(q[b * D + d])) atomicMin(err, kInputError);
+  int64_t s, e;
+  segment_bounds(ptr, B, M, b, &s, &e, err);
+  const float* sc = scratch + s;
+  const int take = block_select_smallest(buf, e - s, n, sh,
+                                         [&](int64_t j) { return make_key(sc[j], (uint32_t)j); });
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const bool ok = i < take;
+    const int64_t j = ok ? (int64_t)(buf[i] & 0xffffffffull) : -1;
     out_ids[b * n + i] = ok ? s + j : -1;
-    out_scores[b * n + i] = ok ? scratch[s + j] : -INFINITY;
+    out_scores[b * n + i] = ok ? sc[j] : -INFINITY;
   }
 }
 
@@ -107,64 +304,103 @@ __device__ __forceinline__ uint32_t hash_group(uint64_t g) {
 }
 
 __global__ void max_rank_kernel(const float* __restrict scores, const int64_t* __restrict groups,
-                                const int64_t* __restrict ptr, int64_t k,
+                                const int64_t* __restrict ptr, int64_t B, int64_t M, int k,
                                 unsigned long long* slot_keys, unsigned int* slot_vals,
-                                int64_t* __restrict out_ids, float* __restrict out_scores) {
-  __shared__ unsigned long long buf[kCap];
-  const int64_t b = blockIdx.x, s = ptr[b], len = ptr[b + 1] - s;
-  const int64_t cap = 2 * len, base = 2 * s;
+                                int64_t* __restrict out_ids, float* __restrict out_scores,
+                                unsigned long long* err) {
+  __shared__ unsigned long long buf[kMaxN];
+  __shared__ SelectShared sh;
+  check_ends(ptr, B, M, err);
+  const int64_t b = blockIdx.x;
+  if (b >= B) return;
+  int64_t s, e;
+  segment_bounds(ptr, B, M, b, &s, &e, err);
+  const int64_t len = e - s, cap = 2 * len, base = 2 * s;
+  unsigned long long* keys = slot_keys + base;
+  unsigned int* vals = slot_vals + base;
+  for (int64_t i = threadIdx.x; i < cap; i += blockDim.x) {
+    keys[i] = kSentinel;
+    vals[i] = 0u;  // below the key of every non-NaN float
+  }
+  __syncthreads();
   for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
-    float v = scores[s + j];
+    const float v = scores[s + j];
+    const int64_t g = groups[s + j];
+    if (isnan(v) || g < 0 || g >= (int64_t(1) << 31)) {
+      atomicMin(err, kInputError);
+      continue;
+    }
     if (v == -INFINITY) continue;  // absent items
-    unsigned long long g = (unsigned long long)groups[s + j];
-    int64_t h = hash_group(g) % cap;
-    while (true) {  // at most len distinct groups in 2 * len slots: a free slot exists
-      unsigned long long prev = atomicCAS(slot_keys + base + h, kSentinel, g);
-      if (prev == kSentinel || prev == g) {
-        atomicMax(slot_vals + base + h, float_to_key(v));
+    int64_t h = hash_group((uint64_t)g) % cap;
+    // at most len distinct groups in 2 * len slots: a free slot exists unless offsets
+    // overlap (a bad ptr, flagged): the probe is bounded either way
+    int64_t probes = 0;
+    for (; probes < cap; ++probes) {
+      const unsigned long long prev = atomicCAS(keys + h, kSentinel, (unsigned long long)g);
+      if (prev == kSentinel || prev == (unsigned long long)g) {
+        atomicMax(vals + h, float_to_key(v));
         break;
       }
       h = h + 1 == cap ? 0 : h + 1;
     }
+    if (probes == cap) atomicMin(err, kInputError);
   }
   __syncthreads();
-  select_smallest(buf, cap, (int)k, [&](int64_t i) {
-    unsigned long long g = slot_keys[base + i];
-    if (g == kSentinel) return kSentinel;
-    return ((unsigned long long)(~slot_vals[base + i]) << 32) | g;
+  const int take = block_select_smallest(buf, cap, k, sh, [&](int64_t i) {
+    const unsigned long long g = keys[i];
+    return g == kSentinel ? kSentinel : (((unsigned long long)(~vals[i]) << 32) | g);
   });
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    unsigned long long key = buf[i];
-    bool ok = key != kSentinel;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) {
+    const unsigned long long key = i < take ? buf[i] : kSentinel;
+    const bool ok = key != kSentinel;
     out_ids[b * k + i] = ok ? (int64_t)(key & 0xffffffffull) : -1;
     out_scores[b * k + i] = ok ? key_score(key) : -INFINITY;
   }
 }
 
+// Lanes per row: the smallest power of two >= the row's load units, at least 4, at most 32.
+int lanes_per_row(int64_t units) {
+  int G = 32;
+  while (G > 4 && G / 2 >= units) G /= 2;
+  return G;
+}
+
 }  // namespace
 
-void topk_scores(uintptr_t q, uintptr_t emb, int dtype_code, int64_t D, uintptr_t ids,
-                 uintptr_t ptr, int64_t B, int64_t n, uintptr_t scratch, uintptr_t out_ids,
-                 uintptr_t out_scores, uintptr_t err, uintptr_t stream) {
-  if (B == 0) return;
+void topk_scores(uintptr_t q, uintptr_t emb, int dtype_code, int64_t D, int64_t T,
+                 uintptr_t ids, uintptr_t ptr, int64_t B, int64_t M, int64_t n, bool vec,
+                 uintptr_t scratch, uintptr_t out_ids, uintptr_t out_scores, uintptr_t err,
+                 uintptr_t stream) {
   DType dt = static_cast<DType>(dtype_code);
-  RASFAST_DISPATCH_DTYPE(dt, S, {
-    topk_kernel<S><<<(unsigned)B, kThreads, 0, as_stream(stream)>>>(
-        as_dptr<const float>(q), as_dptr<const typename Storage<S>::type>(emb), D,
-        as_dptr<const int64_t>(ids), as_dptr<const int64_t>(ptr), n, as_dptr<float>(scratch),
-        as_dptr<int64_t>(out_ids), as_dptr<float>(out_scores), as_dptr<unsigned long long>(err));
-  })
+  cudaStream_t st = as_stream(stream);
+  if (M > 0 && B > 0) {
+    RASFAST_DISPATCH_DTYPE(dt, S, {
+      constexpr int V = Unpack<S>::kElems;
+      const int G = lanes_per_row(vec ? D / V : D);
+      const int64_t rows_per_block = (kScoreThreads / 32) * (32 / G);
+      int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
+      if (blocks > 65535LL * 8) blocks = 65535LL * 8;  // grid-stride beyond
+      score_kernel<S><<<(unsigned)blocks, kScoreThreads, 0, st>>>(
+          as_dptr<const float>(q), as_dptr<const typename Storage<S>::type>(emb), D, T,
+          as_dptr<const int64_t>(ids), as_dptr<const int64_t>(ptr), B, M, G, vec,
+          as_dptr<float>(scratch), as_dptr<unsigned long long>(err));
+    })
+    RASFAST_CUDA_CHECK(cudaGetLastError());
+  }
+  topk_select_kernel<<<(unsigned)(B > 0 ? B : 1), kSelectThreads, 0, st>>>(
+      as_dptr<const float>(q), D, as_dptr<const int64_t>(ptr), B, M, (int)n,
+      as_dptr<const float>(scratch), as_dptr<int64_t>(out_ids), as_dptr<float>(out_scores),
+      as_dptr<unsigned long long>(err));
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 
-void max_rank(uintptr_t scores, uintptr_t groups, uintptr_t ptr, int64_t B, int64_t k,
+void max_rank(uintptr_t scores, uintptr_t groups, uintptr_t ptr, int64_t B, int64_t M, int64_t k,
               uintptr_t slot_keys, uintptr_t slot_vals, uintptr_t out_ids, uintptr_t out_scores,
-              uintptr_t stream) {
-  if (B == 0) return;
-  max_rank_kernel<<<(unsigned)B, kThreads, 0, as_stream(stream)>>>(
-      as_dptr<const float>(scores), as_dptr<const int64_t>(groups), as_dptr<const int64_t>(ptr), k,
-      as_dptr<unsigned long long>(slot_keys), as_dptr<unsigned int>(slot_vals),
-      as_dptr<int64_t>(out_ids), as_dptr<float>(out_scores));
+              uintptr_t err, uintptr_t stream) {
+  max_rank_kernel<<<(unsigned)(B > 0 ? B : 1), kSelectThreads, 0, as_stream(stream)>>>(
+      as_dptr<const float>(scores), as_dptr<const int64_t>(groups), as_dptr<const int64_t>(ptr), B,
+      M, (int)k, as_dptr<unsigned long long>(slot_keys), as_dptr<unsigned int>(slot_vals),
+      as_dptr<int64_t>(out_ids), as_dptr<float>(out_scores), as_dptr<unsigned long long>(err));
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -25,7 +25,7 @@ from .._validate import (check_dim, check_finite, check_float, check_int, check_
                          check_rank, check_same_device)
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
-from ._deferred import Deferred, check_ids, check_ptr, nonfinite
+from ._deferred import Deferred, check_ids, check_ptr, is_host
 from ._library import define, traced
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
@@ -126,8 +126,9 @@ def _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids):
 
 def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend):
     """The kernel of ``torch.ops.rasfast.segment_topk_scores`` (and of the eager op): the
-    backend for the device, the value checks (deferred to the kernel's one read on cuda),
-    the kernels. ``cand_ptr``/``cand_ids``: tensors, or numpy arrays (checked on the host)."""
+    backend for the device, the value checks (on cuda, inside the kernels, read once with
+    their error flag), the kernels. ``cand_ptr``/``cand_ids``: tensors, or numpy arrays
+    (checked on the host)."""
     dev = q.device
     M = len(cand_ids) if cand_ids is not None else c.shape[0]
     ptr = as_tensor(cand_ptr, "cand_ptr")
@@ -135,29 +136,32 @@ def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend):
     if be == "cuda" and n > CUDA_MAX_N:
         raise ValueError(f"n: backend 'cuda' supports n <= {CUDA_MAX_N}, got {n}; use "
                          "backend='triton' or 'torch'")
-    # value checks: on the CUDA path computed on the device and read once with the kernel's
-    # error flag, the kernel getting safe (clamped) offsets and ids (rasfast/ops/_deferred.py)
+    if be == "cuda":  # the kernels check the values (module docstring of csrc/segment/*.cu)
+        return _topk_cuda(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n, cand_ids, M)
     deferred = Deferred()
-    if be == "cuda":
-        nonfinite(q, deferred, "q_emb: contains NaN or infinite values")
-    else:
-        check_finite(q, "q_emb")
-    if cand_ids is not None:
-        T = c.shape[0]
-        ids = check_ids(cand_ids, "cand_ids", 0, T, dev, deferred,
-                        lambda lo, hi: f"cand_ids: must be in [0, T = {T}) (rows of cand_emb), "
-                                       f"got {lo} .. {hi}").contiguous()
-    else:
-        ids = None
+    check_finite(q, "q_emb")
+    ids = None if cand_ids is None else _topk_ids(cand_ids, c.shape[0], dev, deferred)
     ptr = check_ptr(cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, "cand_ptr", M,
                     "M, the number of candidates", dev, deferred).contiguous()
-    q = q.float().contiguous()
-    if be == "cuda":
-        out = _topk_cuda(q, c.contiguous(), ptr, n, ids, deferred)
-    else:
-        deferred.raise_now()
-        out = _TOPK[be](q, c.contiguous(), ptr, n, ids)
-    return out
+    deferred.raise_now()
+    return _TOPK[be](q.float().contiguous(), c.contiguous(), ptr, n, ids)
+
+
+def _topk_ids(cand_ids, T, dev, deferred):
+    return check_ids(cand_ids, "cand_ids", 0, T, dev, deferred,
+                     lambda lo, hi: f"cand_ids: must be in [0, T = {T}) (rows of cand_emb), "
+                                    f"got {lo} .. {hi}").contiguous()
+
+
+def _topk_checks(q, T, cand_ptr, cand_ids, M):
+    """Every value check of segment_topk_scores, in order, read at once (raises the first
+    failing one): the CUDA path runs them only after its kernels flagged an input."""
+    check_finite(q, "q_emb")
+    deferred = Deferred()
+    if cand_ids is not None:
+        _topk_ids(cand_ids, T, q.device, deferred)
+    check_ptr(cand_ptr, "cand_ptr", M, "M, the number of candidates", q.device, deferred)
+    deferred.raise_now()
 
 
 @follows_width_rule
@@ -214,25 +218,30 @@ def _segment_max_rank(s, item_to_group, ptr, k, backend):
     if be == "cuda" and k > CUDA_MAX_N:
         raise ValueError(f"k: backend 'cuda' supports k <= {CUDA_MAX_N}, got {k}; use "
                          "backend='triton' or 'torch'")
-    deferred = Deferred()  # as in segment_topk_scores
-    if be == "cuda":
-        if s.numel():  # NaN only (-inf items are absent); the kernel cannot flag it (docs/gpu.md)
-            deferred.add([torch.isnan(s).any()],
-                         lambda v: ValueError("item_scores: contains NaN") if v[0] else None)
-    else:
-        check_finite(s, "item_scores", allow_inf=True)
-    g = check_ids(item_to_group, "item_to_group", 0, 2 ** 31, dev, deferred,
-                  lambda lo, hi: f"item_to_group: group ids must be in [0, 2^31), got "
-                                 f"{lo} .. {hi}").contiguous()
+    if be == "cuda":  # the kernel checks the values (as segment_topk_scores)
+        return _rank_cuda(s, item_to_group, ptr if isinstance(ptr, np.ndarray) else p, k)
+    deferred = Deferred()
+    check_finite(s, "item_scores", allow_inf=True)
+    g = _rank_groups(item_to_group, dev, deferred)
     p = check_ptr(ptr if isinstance(ptr, np.ndarray) else p, "ptr", len(s),
                   "M, the number of items", dev, deferred).contiguous()
-    s = s.float().contiguous()
-    if be == "cuda":
-        out = _rank_cuda(s, g, p, k, deferred)
-    else:
-        deferred.raise_now()
-        out = _RANK[be](s, g, p, k)
-    return out
+    deferred.raise_now()
+    return _RANK[be](s.float().contiguous(), g, p, k)
+
+
+def _rank_groups(item_to_group, dev, deferred):
+    return check_ids(item_to_group, "item_to_group", 0, 2 ** 31, dev, deferred,
+                     lambda lo, hi: f"item_to_group: group ids must be in [0, 2^31), got "
+                                    f"{lo} .. {hi}").contiguous()
+
+
+def _rank_checks(s, item_to_group, ptr):
+    """Every value check of segment_max_rank, in order (as :func:`_topk_checks`)."""
+    check_finite(s, "item_scores", allow_inf=True)
+    deferred = Deferred()
+    _rank_groups(item_to_group, s.device, deferred)
+    check_ptr(ptr, "ptr", len(s), "M, the number of items", s.device, deferred)
+    deferred.raise_now()
 
 
 # ----------------------------------------------------------------------------- torch
@@ -274,50 +283,84 @@ def _rank_cpu(s, g, ptr, k):
 
 
 # ----------------------------------------------------------------------------- cuda
-_NO_ERROR = 2 ** 62  # the kernel lowers this (atomicMin) to the position of a bad score
+# The kernels check every value themselves and lower one int64 flag (csrc/segment/
+# segment_cuda.h): below _SCORE_ERROR, an input failed a check (the host then runs the
+# checks to name it); _SCORE_ERROR + j, candidate j's score is not finite. Host arrays
+# (numpy, or CPU tensors for a GPU op) are checked on the host before the launch.
+_NO_ERROR, _SCORE_ERROR = 2 ** 62, 2 ** 40
 
 
-def _check_cuda_segments(M: int):
-    # the kernels keep a position inside a segment in 32 bits of a sort key; a segment of the
-    # (checked or clamped) offsets is never longer than M
+def _check_cuda_segments(M: int, name: str, what: str):
+    # the kernels keep a position inside a segment in 32 bits of a sort key
     if M >= 2 ** 32:
-        raise ValueError("cand_ptr: backend 'cuda' supports segments of < 2^32 candidates")
+        raise ValueError(f"{name}: backend 'cuda' supports M < 2^32 {what}, got {M}")
 
 
-def _topk_cuda(q, c, ptr, n, ids, deferred=None):
+def _index_on_device(x, dev, host_check):
+    """An index array for the kernels: a host array checked now (``host_check``) and copied;
+    a device array as it is (the kernel checks it), int64 and contiguous."""
+    if is_host(x, dev):
+        return host_check(x).contiguous()
+    return torch.as_tensor(x).long().contiguous()
+
+
+def _vec_ok(D: int, *ts) -> bool:
+    """Rows read in 16-byte vectors: every base 16-byte aligned, every row a whole number."""
+    return all(t.data_ptr() % 16 == 0 and (D * t.element_size()) % 16 == 0 for t in ts)
+
+
+def _topk_cuda(q, c, cand_ptr, n, cand_ids, M):
     mod = _bk.cuda_module()
     dev = q.device
-    B = q.shape[0]
-    M = len(ids) if ids is not None else c.shape[0]
-    _check_cuda_segments(M)
+    B, T = q.shape[0], c.shape[0]
+    _check_cuda_segments(M, "cand_ptr", "candidates")
+    nothing = Deferred()  # host arrays raise at once; nothing is deferred
+    ids = None if cand_ids is None else _index_on_device(
+        cand_ids, dev, lambda x: _topk_ids(x, T, dev, nothing))
+    ptr = _index_on_device(cand_ptr, dev, lambda x: check_ptr(
+        x, "cand_ptr", M, "M, the number of candidates", dev, nothing))
+    qf, c = q.float().contiguous(), c.contiguous()
     out_i, out_s = _outputs(B, n, dev)
     scratch = torch.empty(max(M, 1), dtype=torch.float32, device=dev)
     err = torch.full((1,), _NO_ERROR, dtype=torch.int64, device=dev)
     with device_guard(dev):
-        mod.segment_topk_scores(device_ptr(q), device_ptr(c), DTYPE_CODES[c.dtype], c.shape[1],
-                                device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, n,
-                                device_ptr(scratch), device_ptr(out_i), device_ptr(out_s),
-                                device_ptr(err), cuda_stream(dev))
-    where = (deferred or Deferred()).read(err)[0]  # the one host sync, with the input checks
-    if where < _NO_ERROR:
-        raise _error(1, where)
+        mod.segment_topk_scores(device_ptr(qf), device_ptr(c), DTYPE_CODES[c.dtype], c.shape[1], T,
+                                device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, M, n,
+                                _vec_ok(c.shape[1], qf, c), device_ptr(scratch), device_ptr(out_i),
+                                device_ptr(out_s), device_ptr(err), cuda_stream(dev))
+    flag = int(err.item())  # the one host sync
+    if flag < _SCORE_ERROR:
+        _topk_checks(q, T, cand_ptr, cand_ids, M)
+        raise RuntimeError("segment_topk_scores: the CUDA kernel flagged an input that the "
+                           "checks accept (a bug; please report it)")
+    if flag < _NO_ERROR:
+        raise _error(1, flag - _SCORE_ERROR)
     return out_i, out_s
 
 
-def _rank_cuda(s, g, ptr, k, deferred=None):
+def _rank_cuda(s, item_to_group, ptr, k):
     mod = _bk.cuda_module()
     dev = s.device
-    B, M = len(ptr) - 1, len(s)
-    _check_cuda_segments(M)
+    M = len(s)
+    _check_cuda_segments(M, "ptr", "items")
+    nothing = Deferred()
+    g = _index_on_device(item_to_group, dev, lambda x: _rank_groups(x, dev, nothing))
+    p = _index_on_device(ptr, dev, lambda x: check_ptr(x, "ptr", M, "M, the number of items", dev,
+                                                       nothing))
+    B = len(p) - 1
+    sf = s.float().contiguous()
     out_i, out_s = _outputs(B, k, dev)
-    slot_keys = torch.full((max(2 * M, 1),), -1, dtype=torch.int64, device=dev)
-    slot_vals = torch.zeros(max(2 * M, 1), dtype=torch.int32, device=dev)
+    slot_keys = torch.empty(max(2 * M, 1), dtype=torch.int64, device=dev)  # the kernel fills them
+    slot_vals = torch.empty(max(2 * M, 1), dtype=torch.int32, device=dev)
+    err = torch.full((1,), _NO_ERROR, dtype=torch.int64, device=dev)
     with device_guard(dev):
-        mod.segment_max_rank(device_ptr(s), device_ptr(g), device_ptr(ptr), B, k,
+        mod.segment_max_rank(device_ptr(sf), device_ptr(g), device_ptr(p), B, M, k,
                              device_ptr(slot_keys), device_ptr(slot_vals), device_ptr(out_i),
-                             device_ptr(out_s), cuda_stream(dev))
-    if deferred:
-        deferred.read()  # the input checks (NaN, group ids, ptr): one host sync
+                             device_ptr(out_s), device_ptr(err), cuda_stream(dev))
+    if int(err.item()) < _NO_ERROR:  # the one host sync
+        _rank_checks(s, item_to_group, ptr)
+        raise RuntimeError("segment_max_rank: the CUDA kernel flagged an input that the checks "
+                           "accept (a bug; please report it)")
     return out_i, out_s
 
 
