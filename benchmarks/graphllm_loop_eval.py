@@ -50,6 +50,10 @@ VARIANTS = {
     "dense-b": "dense top-k -> (b)'s answerer (reference)",
 }
 METRICS = ("em", "f1", "acc")
+DATASETS = ("world", "musique", "hotpotqa")
+DATASET_LABELS = {"musique": "MuSiQue", "hotpotqa": "HotpotQA"}
+HELD_OUT = {d: f"{DATASET_LABELS[d]} questions after the first 50 (`rasfast graphllm data` trains on "
+               f"1-50; the corpus: the paragraphs of all 100 questions)" for d in DATASET_LABELS}
 
 
 class ConstantPlanner:
@@ -59,18 +63,41 @@ class ConstantPlanner:
         return ["[SUFFICIENT]"] * len(states)
 
 
-def heldout_questions(n: int, start: int = 0):
+DEFAULT_WORLD_SEED = 1001   # the held-out world of `rasfast graphllm data`
+
+
+def heldout_questions(n: int, start: int = 0, world_seed: int = DEFAULT_WORLD_SEED):
     """(world dataset, n held-out questions from position ``start``) as ``rasfast graphllm
-    data`` holds them out (in its order)."""
+    data`` holds them out (in its order). ``world_seed`` other than 1001: a further held-out
+    world, chosen the same way (entity-disjoint from the training worlds), that no training
+    or data step has seen: more unseen questions than the data's 400."""
     from rasfast.data.demo import generate_world
     from rasfast.systems.ras.graphllm_data import world_sources
-    _train, held = world_sources()
-    ds = generate_world(seed=1001, n_passages=2000, n_questions=800)
-    by_qid = {f"world-s1001-{q.qid}": q for q in ds.questions}
+    _train, held = world_sources(heldout_seeds=(world_seed,))
+    ds = generate_world(seed=world_seed, n_passages=2000, n_questions=800)
+    by_qid = {f"world-s{world_seed}-{q.qid}": q for q in ds.questions}
     qs = [by_qid[c.qid] for c in held if c.qid in by_qid]
     if len(qs) != len(held):
-        raise RuntimeError("held-out chains do not match world seed 1001's questions")
+        raise RuntimeError(f"held-out chains do not match world seed {world_seed}'s questions")
     return ds, qs[start:start + n]
+
+
+def dataset_questions(name: str, n: int, start: int):
+    """(dataset, its questions start+1 .. start+n): MuSiQue or HotpotQA as `rasfast graphllm
+    data` reads them (its training samples come from questions 1-50, so 51-100 are held out)."""
+    from rasfast.data.qa import load_dataset
+    ds = load_dataset(name)
+    return ds, ds.questions[start:start + n]
+
+
+def question_key(dataset: str, world_seed, qid: str) -> str:
+    return f"{world_seed}:{qid}" if dataset == "world" else f"{dataset}:{qid}"
+
+
+def record_key(rec: dict) -> str:
+    """A question's identity across worlds and datasets: records before --world-seed and
+    --dataset existed are world seed 1001."""
+    return question_key(rec.get("dataset", "world"), rec.get("world_seed", DEFAULT_WORLD_SEED), rec["qid"])
 
 
 def components(variant: str, run: str, run_nogt: str, cache: Dict):
@@ -116,8 +143,8 @@ def run_variant(variant: str, args, ds, qs, cache: Dict) -> None:
     done = set()
     if os.path.exists(path):
         with open(path) as f:
-            done = {json.loads(line)["qid"] for line in f if line.strip()}
-    todo = [q for q in qs if q.qid not in done]
+            done = {record_key(json.loads(line)) for line in f if line.strip()}
+    todo = [q for q in qs if question_key(args.dataset, args.world_seed, q.qid) not in done]
     if not todo:
         return
     p, a = components(variant, args.run, args.run_nogt, cache)
@@ -139,7 +166,8 @@ def run_variant(variant: str, args, ds, qs, cache: Dict) -> None:
                 steps = [{"subquery": sq, "pids": [x.pid for x in ps],
                           "gold_hit": bool(gold & {x.pid for x in ps})}
                          for sq, ps in zip(r.subqueries, r.step_passages)]
-                rec = {"qid": q.qid, "type": q.type, "question": q.question, "gold": list(q.answers),
+                rec = {"qid": q.qid, "dataset": args.dataset,
+                       "world_seed": args.world_seed if args.dataset == "world" else None, "type": q.type, "question": q.question, "gold": list(q.answers),
                        "answer": r.answer, "error": None if r.error is None else str(r.error),
                        **answer_scores(r.answer or "", q.answers),
                        "gold_pids": list(q.gold_pids), "steps": steps,
@@ -177,7 +205,7 @@ def report(out: str) -> str:
     recs = read_records(out)
     if not recs:
         raise SystemExit(f"--report: no records under {out}")
-    b = {r["qid"]: r for r in recs.get("b", [])}
+    b = {record_key(r): r for r in recs.get("b", [])}
     rows = []
     for v, rr in recs.items():
         subs = [s for r in rr for s in r["steps"][1:]]
@@ -199,15 +227,18 @@ def report(out: str) -> str:
                "llm_calls": sum(r["llm_calls"] for r in rr) / len(rr),
                "seconds": sum(r["seconds_mean_of_batch"] for r in rr) / len(rr),
                "errors": sum(r["error"] is not None for r in rr)}
-        both = [r for r in rr if r["qid"] in b]
+        both = [r for r in rr if record_key(r) in b]
         if v != "b" and both:
             row["paired_n"] = len(both)
             for m in ("em", "f1"):
-                row[f"b_{m}_same"] = sum(b[r["qid"]][m] for r in both) / len(both)
-                row[f"{m}_minus_b"] = paired_bootstrap([r[m] for r in both], [b[r["qid"]][m] for r in both])
+                row[f"b_{m}_same"] = sum(b[record_key(r)][m] for r in both) / len(both)
+                row[f"{m}_minus_b"] = paired_bootstrap([r[m] for r in both], [b[record_key(r)][m] for r in both])
         rows.append(row)
     ks = sorted({r.get("k", 5) for rr in recs.values() for r in rr})
-    res = {"machine": machine_info(), "k": ks, "rows": rows}
+    seeds = sorted({r.get("world_seed", DEFAULT_WORLD_SEED) for rr in recs.values() for r in rr
+                    if r.get("dataset", "world") == "world"})
+    datasets = sorted({r.get("dataset", "world") for rr in recs.values() for r in rr})
+    res = {"machine": machine_info(), "k": ks, "datasets": datasets, "world_seeds": seeds, "rows": rows}
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
 
@@ -216,10 +247,15 @@ def report(out: str) -> str:
         if d is None:
             return "-"
         return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (b: {r[f'b_{m}_same']:.3f}, n {r['paired_n']})"
-    L = ["# Does the graph token help in the loop? GraphLLM variants on held-out world questions", "",
+    parts = [f"held-out generated-world questions (world seed{'s' if len(seeds) > 1 else ''} "
+             f"{', '.join(map(str, seeds))}, entity-disjoint from the training worlds, in the order "
+             "`rasfast graphllm data` holds them out)"] if seeds else []
+    parts += [f"{HELD_OUT[d]}" for d in datasets if d != "world"]
+    title = "held-out world questions" if datasets == ["world"] else \
+        ", ".join("world" if d == "world" else DATASET_LABELS[d] for d in datasets) + " (held out)"
+    L = [f"# Does the graph token help in the loop? GraphLLM variants on {title}", "",
          header_markdown(), "",
-         "Held-out generated-world questions (world seed 1001, entity-disjoint from the training worlds, "
-         f"in the order `rasfast graphllm data` holds them out), each variant through the whole RAS loop "
+         f"{'; '.join(parts)[:1].upper()}{'; '.join(parts)[1:]}: each variant through the whole RAS loop "
          f"(k = {', '.join(map(str, ks))} passages per sub-query, at most 5 rounds). EM / F1 / contains-the-gold of the answer; "
          "sub-queries (hit, new) = the planner's generated sub-queries (after the question itself), the share "
          "whose top-k holds a gold passage, and the share that adds a gold passage no earlier step retrieved; recall = gold passages among all retrieved. Cost: LLM calls "
@@ -250,6 +286,10 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--start", type=int, default=0,
                     help="skip the first START held-out questions (a part nobody has looked at)")
+    ap.add_argument("--dataset", default="world", choices=DATASETS,
+                    help="the generated world's held-out part, or MuSiQue / HotpotQA (use --start 50)")
+    ap.add_argument("--world-seed", type=int, default=DEFAULT_WORLD_SEED,
+                    help="the held-out world (1001: the data's; another: a further unseen world)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--max-iters", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
@@ -269,7 +309,12 @@ def main(argv=None):
     import torch
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
-    ds, qs = heldout_questions(a.n, a.start)
+    if a.dataset == "world":
+        ds, qs = heldout_questions(a.n, a.start, a.world_seed)
+    else:
+        if a.start < 50:
+            ap.error("--start: MuSiQue / HotpotQA questions 1-50 are training data; use --start 50")
+        ds, qs = dataset_questions(a.dataset, a.n, a.start)
     cache: Dict = {}
     for v in variants:
         run_variant(v, a, ds, qs, cache)
