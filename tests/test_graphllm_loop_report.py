@@ -57,3 +57,26 @@ def test_report_from_records(tmp_path):
 def test_report_without_records_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no records"):
         script().report(str(tmp_path))
+
+
+def test_records_pair_by_world_and_dataset(tmp_path):
+    """The same qid in two held-out worlds (or in a QA dataset) is two questions: pairing with
+    (b) goes by (dataset, world seed, qid); records written before those fields existed are
+    world seed 1001."""
+    mod = script()
+    old = rec("q1", 1, [[1]])                                   # world 1001, no fields
+    w2 = dict(rec("q1", 0, [[1]]), dataset="world", world_seed=1002)
+    mq = dict(rec("q1", 1, [[1]]), dataset="musique", world_seed=None)
+    write(tmp_path, "b", [old, w2, mq])
+    c_old = rec("q1", 0, [[1]])
+    c_w2 = dict(rec("q1", 0, [[1]]), dataset="world", world_seed=1002)
+    write(tmp_path, "c", [c_old, c_w2])
+    assert len({mod.record_key(r) for r in (old, w2, mq)}) == 3
+    text = mod.report(str(tmp_path))
+    res = json.loads((tmp_path / "report.json").read_text())
+    rows = {r["variant"]: r for r in res["rows"]}
+    # c pairs with b's world 1001 (em 1) and world 1002 (em 0) records: c - b = (-1, 0)
+    assert rows["c"]["paired_n"] == 2 and rows["c"]["b_em_same"] == pytest.approx(0.5)
+    assert rows["c"]["em_minus_b"]["mean"] == pytest.approx(-0.5)
+    assert res["world_seeds"] == [1001, 1002] and res["datasets"] == ["musique", "world"]
+    assert "world seeds 1001, 1002" in text and "MuSiQue questions after the first 50" in text
