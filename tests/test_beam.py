@@ -175,6 +175,31 @@ def test_cuda_random_floats_and_errors():
         search(bad, "cuda", **kw)
 
 
+@cuda_kernels
+@pytest.mark.parametrize("gamma", [None, 7.3])
+def test_cuda_pool_merged_per_group_and_rows_over_chunks(gamma):
+    """The kernel's sizes where its design branches: 50 beams whose candidates fill the pool
+    in groups (several merges per step), rows longer than one 256-candidate chunk (hubs),
+    and rows much shorter than the widest (each sorts its own power of two)."""
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    seed = int(np.random.SeedSequence().entropy % 2 ** 31)
+    rng = np.random.default_rng(seed)
+    n = 1200
+    graph = random_graph(rng, n, 400, hub=300, isolated=100)
+    deg = np.diff(graph[0])
+    plan = rasfast.dispatch.cuda_module().beam_plan(n=n, D=12, beam_width=50, max_len=3, max_neighbors=0,
+                                                     decay_len=1, max_deg=int(deg.max()))
+    # the branches are taken: several merges per step, the last one of a partial group
+    assert plan["group"] < 50 and 50 % plan["group"] and deg.max() > plan["chunk"], plan
+    p = dict(graph=tuple(torch.from_numpy(a) for a in graph), emb=torch.from_numpy(quantized(rng, (n, 12))),
+             q=torch.from_numpy(quantized(rng, (3, 12))), seeds=random_seeds(rng, 3, n, 40))
+    pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+              q=p["q"].to(GPU_DEVICE))
+    kw = dict(beam_width=50, max_len=3, gamma=gamma)
+    assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw)), seed
+
+
 # --------------------------------------------------------------- hand-computed semantics
 
 def _tiny(graph_rows, emb, q, seeds):

@@ -36,15 +36,33 @@ BeamCudaArgs plan(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L, int64_t
   a.chunk = chunk < kBeamThreads ? chunk : kBeamThreads;
   const int64_t big_m = a.m_seed > a.m_step ? a.m_seed : a.m_step;
   a.cap = pow2_at_least(big_m + a.chunk);
+  a.group = 1;
   a.cap2 = pow2_at_least(b + a.m_step);
   return a;
 }
 
 constexpr size_t kMaxSmem = 160 * 1024;  // opt-in limit common to sm_80 (163 KB) and sm_90
+constexpr int64_t kMaxPool = 2048;       // pool entries (16 bytes each) merged in one sort
+
+// The plan, with as many beams per pool merge as the pool's cap and shared memory allow:
+// one merge (a bitonic sort of the pool) per `group` beams instead of one per beam. The
+// merge keeps a running top b of a total order, so any grouping gives the same result.
+BeamCudaArgs plan_grouped(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L, int64_t max_nb,
+                          int64_t decay_len, int64_t max_deg) {
+  BeamCudaArgs a = plan(n, D, B, b, L, max_nb, decay_len, max_deg);
+  while (a.group < b) {
+    BeamCudaArgs t = a;
+    t.group = a.group * 2 < b ? a.group * 2 : b;
+    t.cap2 = pow2_at_least(b + t.group * t.m_step);
+    if (t.cap2 > kMaxPool || beam_search_smem_bytes(t) > kMaxSmem) break;
+    a = t;
+  }
+  return a;
+}
 
 size_t beam_cuda_smem(int64_t n, int64_t D, int64_t b, int64_t L, int64_t max_nb,
                       int64_t decay_len, int64_t max_deg) {
-  return beam_search_smem_bytes(plan(n, D, 1, b, L, max_nb, decay_len, max_deg));
+  return beam_search_smem_bytes(plan_grouped(n, D, 1, b, L, max_nb, decay_len, max_deg));
 }
 
 void beam_search_cuda(uintptr_t indptr, uintptr_t indices, bool idx64, uintptr_t emb,
@@ -55,7 +73,7 @@ void beam_search_cuda(uintptr_t indptr, uintptr_t indices, bool idx64, uintptr_t
                       uintptr_t scratch_u, uintptr_t err, uintptr_t stream) {
   dtype_from_code(dtype_code);
   require(B >= 0, "q_emb: B must be >= 0");
-  BeamCudaArgs a = plan(n, D, B, beam_width, max_len, max_neighbors, decay_len, max_deg);
+  BeamCudaArgs a = plan_grouped(n, D, B, beam_width, max_len, max_neighbors, decay_len, max_deg);
   const size_t smem = beam_search_smem_bytes(a);
   require(smem <= kMaxSmem,
           "triple_beam_search: the cuda backend needs " + std::to_string(smem) +
@@ -95,6 +113,16 @@ void bind(py::module_& m) {
   m.def("beam_search_smem", &beam_cuda_smem, py::arg("n"), py::arg("D"), py::arg("beam_width"),
         py::arg("max_len"), py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),
         "Shared memory bytes per block the cuda beam search needs for these settings.");
+  m.def("beam_plan", [](int64_t n, int64_t D, int64_t b, int64_t L, int64_t max_nb, int64_t decay_len,
+                        int64_t max_deg) {
+          const BeamCudaArgs a = plan_grouped(n, D, 1, b, L, max_nb, decay_len, max_deg);
+          py::dict d;
+          d["m_step"] = a.m_step; d["chunk"] = a.chunk; d["cap"] = a.cap;
+          d["group"] = a.group; d["cap2"] = a.cap2;
+          return d;
+        }, py::arg("n"), py::arg("D"), py::arg("beam_width"), py::arg("max_len"),
+        py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),
+        "The kernel's on-chip sizes for these settings (tests and docs).");
   m.attr("beam_max_smem") = kMaxSmem;  // larger needs: dispatch falls back past cuda
 }
 

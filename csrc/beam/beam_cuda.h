@@ -19,7 +19,8 @@ struct BeamCudaArgs {
   int64_t m_step;  // running top-M size per beam expansion
   int64_t chunk;   // candidates scored per round
   int64_t cap;     // power of two >= max(m_seed, m_step) + chunk  (kv buffer)
-  int64_t cap2;    // power of two >= b + m_step                   (global pool)
+  int64_t group;   // beams whose candidates are pooled before one merge into the top b
+  int64_t cap2;    // power of two >= b + group * m_step           (global pool)
   // device pointers
   const int64_t* indptr;
   const void* indices;

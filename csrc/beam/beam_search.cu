@@ -3,9 +3,11 @@
 // Per beam expansion the block scores the last triple's neighbours in chunks (a warp per
 // candidate: lanes stride over D, butterfly reduction), and keeps a running top-M of
 // 64-bit keys (~float_key(v) << 32 | id: ascending = value desc, id asc) by bitonic-sorting
-// [top-M | chunk] in shared memory. The top M get their rank decay (float64, like every
-// backend) and are merged into the query's running global top-b, another bitonic sort of
-// (~double_key(d), id, beam) triples. M = min(max_neighbors, T + b, max degree) is exact
+// [top-M | chunk] in shared memory, only as many keys as the row fills (the next power of
+// two of M + the row's length, not the widest row's buffer). The top M get their rank decay
+// (float64, like every backend) and join a pool; after every `group` beams (as many as fit:
+// the binding's plan_grouped) one bitonic sort of (~double_key(d), id, beam) triples merges
+// the pool into the query's running global top-b -- one merge per group, not per beam. M = min(max_neighbors, T + b, max degree) is exact
 // (see csrc/beam/beam_cpu.cpp for why). Running sums live in global scratch. Ties and
 // arithmetic follow rasfast/reference/beam.py, so results equal the other backends.
 #include <cstdint>
@@ -77,6 +79,12 @@ __device__ void bitonic_sort(T* a, int n, Less less) {
   }
 }
 
+__device__ __forceinline__ int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
 // dot(q, u + e) and |u + e|^2 by one warp (u == nullptr: u = 0); every lane gets the sums.
 template <DType DT>
 __device__ __forceinline__ void warp_score_parts(const typename Storage<DT>::type* e,
@@ -145,7 +153,9 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
   for (int i = threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
   __syncthreads();
   for (int64_t base = 0; base < scount; base += chunk) {
-    for (int i = m_seed + threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+    // sort only the running top-m and this round's candidates: everything past them is kNone
+    const int P = pow2_at_least(m_seed + (int)(scount - base < chunk ? scount - base : chunk));
+    for (int i = m_seed + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
     __syncthreads();
     for (int c = warp; c < chunk; c += kWarps) {
       if (base + c >= scount) break;
@@ -162,21 +172,21 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
       if (lane == 0) buf[m_seed + c] = key;
     }
     __syncthreads();
-    bitonic_sort(buf, cap, less_key);
+    bitonic_sort(buf, P, less_key);
     // Seeds given on the device come as they are (the host layer does not sort them or drop
     // repeats: that took ~20 launches). A repeated seed has the same key, adjacent after the
     // sort (also across chunks: the running top-m is part of the sorted buffer); one thread
     // keeps the first of each run, in order, when there is any.
     if (threadIdx.x == 0) sh_dup = 0;
     __syncthreads();
-    for (int i = 1 + threadIdx.x; i < cap; i += blockDim.x)
+    for (int i = 1 + threadIdx.x; i < P; i += blockDim.x)
       if (buf[i] != kNone && buf[i] == buf[i - 1]) sh_dup = 1;
     __syncthreads();
     if (sh_dup && threadIdx.x == 0) {
       int w = 1;
-      for (int i = 1; i < cap; ++i)
+      for (int i = 1; i < P; ++i)
         if (buf[i] != buf[w - 1]) buf[w++] = buf[i];
-      for (; w < cap; ++w) buf[w] = kNone;
+      for (; w < P; ++w) buf[w] = kNone;
     }
     __syncthreads();
   }
@@ -215,15 +225,19 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
     for (int i = threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
     __syncthreads();
     const int64_t nvis = nb * step;
+    int pooled = 0;  // beams whose candidates sit in the pool, not yet merged
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t last = seq[j * L + step - 1];
       const int64_t rs = a.indptr[last], re = a.indptr[last + 1];
       const float* uj = u + j * D;
       const float sj = s[j];
-      for (int i = threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+      for (int i = threadIdx.x; i < m_step; i += blockDim.x) buf[i] = kNone;
       __syncthreads();
       for (int64_t base = rs; base < re; base += chunk) {
-        for (int i = m_step + threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
+        // as for the seeds: sort the running top-m and this round's candidates only (a row
+        // shorter than the widest row's chunk sorts a smaller power of two)
+        const int P = pow2_at_least(m_step + (int)(re - base < chunk ? re - base : chunk));
+        for (int i = m_step + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
         __syncthreads();
         for (int c = warp; c < chunk; c += kWarps) {
           const int64_t e = base + c;
@@ -248,20 +262,29 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
           if (lane == 0) buf[m_step + c] = key;
         }
         __syncthreads();
-        bitonic_sort(buf, cap, less_key);
+        bitonic_sort(buf, P, less_key);
       }
-      // buf[0, m_step): this beam's best candidates by (v desc, id asc); rank = position
-      for (int i = b + threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
-      __syncthreads();
+      // buf[0, m_step): this beam's best candidates by (v desc, id asc); rank = position.
+      // They join the pool after the running top b (pool[0, b)) and the beams pooled before.
+      PoolEntry* slot = pool + b + (int64_t)pooled * m_step;
       for (int r = threadIdx.x; r < m_step; r += blockDim.x) {
         const uint64_t key = buf[r];
         if (key == kNone) continue;
         // the decay multiplies the cumulative value (negative values move toward 0)
         const double d = (double)key_value(key) * a.decay[r < a.tail ? r : a.tail];
-        pool[b + r] = PoolEntry{desc_double_key(d), (uint32_t)(key & 0xffffffffu), (uint32_t)j};
+        slot[r] = PoolEntry{desc_double_key(d), (uint32_t)(key & 0xffffffffu), (uint32_t)j};
       }
       __syncthreads();
-      bitonic_sort(pool, cap2, [](const PoolEntry& x, const PoolEntry& y) { return pool_less(x, y); });
+      ++pooled;
+      if (pooled == a.group || j + 1 == nb) {
+        // one merge for the group: sort the filled prefix, keep the top b in front, and
+        // clear the rest (the pool past the filled prefix is kNone already)
+        const int P2 = pow2_at_least((int)(b + (int64_t)pooled * m_step));
+        bitonic_sort(pool, P2, [](const PoolEntry& x, const PoolEntry& y) { return pool_less(x, y); });
+        for (int i = b + threadIdx.x; i < P2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
+        __syncthreads();
+        pooled = 0;
+      }
     }
     if (threadIdx.x == 0) {
       int k = 0;
