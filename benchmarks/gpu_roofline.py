@@ -190,6 +190,8 @@ def op_calls(dev, emulate: bool):
     cand = torch.randn(M, Ds, generator=g).to(dev)
     ptr = (torch.arange(Bq + 1) * (M // Bq)).to(dev)
     calls["segment_topk_scores"] = (lambda: rasfast.segment_topk_scores(qs, cand, ptr, 10, backend=be), [cand])
+    calls["segment_topk_scores validate='none'"] = (
+        lambda: rasfast.segment_topk_scores(qs, cand, ptr, 10, backend=be, validate="none"), [cand])
 
     from graph_conv_workload import make_batch, make_modules
     from rasfast.ops.graph_conv import normalise_layers

@@ -236,6 +236,42 @@ def test_segment_max_rank_budget_and_reference():
     torch.testing.assert_close(got[1], want[1])
 
 
+def test_segment_ops_validate_none_no_sync_and_safe():
+    """validate="none": the flag is not read (no sync: the call can be captured in a CUDA graph);
+    good input gives the reference's answer, bad input an unspecified one but no error and no
+    out-of-bounds access (the ASan build runs this file: `make test-asan`)."""
+    seed = fresh_seed()
+    q, c, ptr, ids = seg_problem(seed, table=40)
+    with count_device_work(watch=[c]) as w:
+        got = rasfast.segment_topk_scores(q, c, ptr, 4, cand_ids=ids, backend="cuda", validate="none")
+    assert w.syncs == 0 and w.launches <= 3 and w.watched_reads == 0, (seed, w.summary())
+    want = seg_ref.segment_topk_from_scores(seg_ref.candidate_scores(q, c, ptr, ids), ptr, 4)
+    assert torch.equal(got[0], want[0]), seed
+    rng = np.random.default_rng(seed)
+    M = int(ptr[-1])
+    s = torch.from_numpy((rng.integers(-3, 4, size=M) / 4).astype(np.float32))
+    g = torch.from_numpy(rng.integers(0, 9, size=M))
+    with count_device_work() as w:
+        got = rasfast.segment_max_rank(s, g, ptr, 3, backend="cuda", validate="none")
+    assert w.syncs == 0 and w.launches <= 2, (seed, w.summary())
+    assert torch.equal(got[0], seg_ref.segment_max_rank(s, g, ptr, 3)[0]), seed
+    far, wild = ids.clone(), ptr.clone()
+    far[::2] = 10 ** 6
+    far[1] = -5
+    wild[1:-1] = torch.from_numpy(rng.integers(-50, 3 * M, size=len(ptr) - 2))
+    for bad_ptr in (ptr, wild):
+        out = rasfast.segment_topk_scores(q, c, bad_ptr, 4, cand_ids=far, backend="cuda", validate="none")
+        assert out[0].shape == (len(ptr) - 1, 4)
+        bad_g = g.clone()
+        bad_g[::3] = -1
+        out = rasfast.segment_max_rank(s, bad_g, bad_ptr, 3, backend="cuda", validate="none")
+        assert out[0].shape == (len(ptr) - 1, 3)
+    with pytest.raises(ValueError, match="cand_ids"):  # the default still checks
+        rasfast.segment_topk_scores(q, c, ptr, 4, cand_ids=far, backend="cuda")
+    with pytest.raises(ValueError, match="validate"):
+        rasfast.segment_max_rank(s, g, ptr, 3, backend="cuda", validate="sometimes")
+
+
 def _segment_bad_cases():
     q, c, ptr, _ = seg_problem(4)
     qt, tab, ptr_t, ids = seg_problem(4, table=30)

@@ -29,3 +29,4 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     assert "| error |" not in md
     # select_k reads nothing back on the device path
     assert "| select_k (8 x 50k, k=100) | 0 |" in md
+    assert "| segment_topk_scores validate='none' | 0 |" in md

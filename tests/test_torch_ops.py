@@ -86,6 +86,8 @@ def test_opcheck_segment_ops(B, M, n):
     groups = torch.randint(0, 5, (M,), generator=g)
     check("segment_max_rank", (scores, groups, ptr, n, "cpu"))
     check("segment_max_rank", (scores, groups.int(), ptr, n, "torch"))
+    check("segment_topk_scores", (q, table, ptr, n, ids, "cpu", "none"))
+    check("segment_max_rank", (scores, groups, ptr, n, "cpu", "none"))
 
 
 def _graph(n, deg, g):

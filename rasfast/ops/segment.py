@@ -21,7 +21,7 @@ import torch
 from .. import dispatch as _bk
 from .._arrays import (device_guard, DTYPE_CODES, as_tensor, cpu_buffer, cpu_out, cuda_stream, device_ptr,
                        kind_of, to_kind)
-from .._validate import (check_dim, check_finite, check_float, check_int, check_int_arg,
+from .._validate import (check_choice, check_dim, check_finite, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
@@ -30,6 +30,8 @@ from ._library import define, traced
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
+# validate=: "none" skips the CUDA path's read of its kernels' error flag (no host sync)
+VALIDATE = ("auto", "full", "none")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -66,7 +68,7 @@ _ERRORS = {
 # ----------------------------------------------------------------------------- public ops
 @follows_width_rule
 def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
-                        backend: str = "auto") -> Tuple[object, object]:
+                        backend: str = "auto", validate: str = "auto") -> Tuple[object, object]:
     """Per query, the top-n of its own ragged candidate list by inner product.
 
     Args:
@@ -79,6 +81,12 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
         cand_ids: optional int32/int64 [M] rows of the table ``cand_emb`` (each in [0, T));
             duplicates are scored as separate candidates.
         backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cuda: n <= 2048.
+        validate: "auto" (= "full"): every value is checked (on cuda inside the kernels,
+            read with their error flag: one host synchronisation). "none": backend cuda
+            does not read the flag, so the call has no host synchronisation and can be
+            captured in a CUDA graph; bad input then gives an unspecified result, never an
+            out-of-bounds access (the kernels clamp offsets and skip bad ids). Other
+            backends check as under "auto" (their checks need no device read).
 
     Returns:
         (ids[B, n] int64, scores[B, n] float32), q_emb's kind. ``ids`` are candidate
@@ -91,12 +99,14 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
     kind = kind_of(q_emb)
     q, c, ids, ptr = _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids)
     n = check_int_arg(n, "n", 1)
+    validate = check_choice(validate, "validate", VALIDATE)
     if traced(q, c, ptr, ids):
-        out = _TOPK_OP(q, c, ptr, n, ids, backend)
+        out = _TOPK_OP(q, c, ptr, n, ids, backend, validate)
     else:  # numpy index arrays go on as they are: checked on the host (no device read)
         out = _segment_topk_scores(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n,
                                    None if cand_ids is None else
-                                   cand_ids if isinstance(cand_ids, np.ndarray) else ids, backend)
+                                   cand_ids if isinstance(cand_ids, np.ndarray) else ids, backend,
+                                   validate)
     return tuple(to_kind(t, kind) for t in out)
 
 
@@ -124,7 +134,7 @@ def _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids):
     return q, c, (ids if cand_ids is not None else None), ptr
 
 
-def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend):
+def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend, validate="auto"):
     """The kernel of ``torch.ops.rasfast.segment_topk_scores`` (and of the eager op): the
     backend for the device, the value checks (on cuda, inside the kernels, read once with
     their error flag), the kernels. ``cand_ptr``/``cand_ids``: tensors, or numpy arrays
@@ -137,7 +147,8 @@ def _segment_topk_scores(q, c, cand_ptr, n, cand_ids, backend):
         raise ValueError(f"n: backend 'cuda' supports n <= {CUDA_MAX_N}, got {n}; use "
                          "backend='triton' or 'torch'")
     if be == "cuda":  # the kernels check the values (module docstring of csrc/segment/*.cu)
-        return _topk_cuda(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n, cand_ids, M)
+        return _topk_cuda(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n, cand_ids, M,
+                          read_flag=validate != "none")
     deferred = Deferred()
     check_finite(q, "q_emb")
     ids = None if cand_ids is None else _topk_ids(cand_ids, c.shape[0], dev, deferred)
@@ -166,7 +177,7 @@ def _topk_checks(q, T, cand_ptr, cand_ids, M):
 
 @follows_width_rule
 def segment_max_rank(item_scores, item_to_group, ptr, k: int,
-                     backend: str = "auto") -> Tuple[object, object]:
+                     backend: str = "auto", validate: str = "auto") -> Tuple[object, object]:
     """Per query, reduce item scores to groups by max and return the top-k groups.
 
     KiRAG's document ranking (every passage scores the best of its triples) and GEAR's
@@ -179,6 +190,7 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
         ptr: int32/int64 [B + 1] CSR offsets of each query's items (0 .. M).
         k: groups per query, k >= 1.
         backend: "auto" | "cpu" | "cuda" | "triton" | "torch". cuda: k <= 2048.
+        validate: "auto" | "full" | "none", as in :func:`segment_topk_scores`.
 
     Returns:
         (group_ids[B, k] int64, group_scores[B, k] float32) by (score desc, group id asc),
@@ -187,11 +199,12 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
     kind = kind_of(item_scores)
     s, g, p = _rank_args(item_scores, item_to_group, ptr)
     k = check_int_arg(k, "k", 1)
+    validate = check_choice(validate, "validate", VALIDATE)
     if traced(s, g, p):
-        out = _RANK_OP(s, g, p, k, backend)
+        out = _RANK_OP(s, g, p, k, backend, validate)
     else:  # numpy index arrays go on as they are: checked on the host (no device read)
         out = _segment_max_rank(s, item_to_group if isinstance(item_to_group, np.ndarray) else g,
-                                ptr if isinstance(ptr, np.ndarray) else p, k, backend)
+                                ptr if isinstance(ptr, np.ndarray) else p, k, backend, validate)
     return tuple(to_kind(t, kind) for t in out)
 
 
@@ -209,7 +222,7 @@ def _rank_args(item_scores, item_to_group, ptr):
     return s, g, p
 
 
-def _segment_max_rank(s, item_to_group, ptr, k, backend):
+def _segment_max_rank(s, item_to_group, ptr, k, backend, validate="auto"):
     """The kernel of ``torch.ops.rasfast.segment_max_rank`` (and of the eager op), as
     :func:`_segment_topk_scores`."""
     dev = s.device
@@ -219,7 +232,8 @@ def _segment_max_rank(s, item_to_group, ptr, k, backend):
         raise ValueError(f"k: backend 'cuda' supports k <= {CUDA_MAX_N}, got {k}; use "
                          "backend='triton' or 'torch'")
     if be == "cuda":  # the kernel checks the values (as segment_topk_scores)
-        return _rank_cuda(s, item_to_group, ptr if isinstance(ptr, np.ndarray) else p, k)
+        return _rank_cuda(s, item_to_group, ptr if isinstance(ptr, np.ndarray) else p, k,
+                          read_flag=validate != "none")
     deferred = Deferred()
     check_finite(s, "item_scores", allow_inf=True)
     g = _rank_groups(item_to_group, dev, deferred)
@@ -309,7 +323,7 @@ def _vec_ok(D: int, *ts) -> bool:
     return all(t.data_ptr() % 16 == 0 and (D * t.element_size()) % 16 == 0 for t in ts)
 
 
-def _topk_cuda(q, c, cand_ptr, n, cand_ids, M):
+def _topk_cuda(q, c, cand_ptr, n, cand_ids, M, read_flag=True):
     mod = _bk.cuda_module()
     dev = q.device
     B, T = q.shape[0], c.shape[0]
@@ -328,6 +342,8 @@ def _topk_cuda(q, c, cand_ptr, n, cand_ids, M):
                                 device_ptr(ids) if ids is not None else 0, device_ptr(ptr), B, M, n,
                                 _vec_ok(c.shape[1], qf, c), device_ptr(scratch), device_ptr(out_i),
                                 device_ptr(out_s), device_ptr(err), cuda_stream(dev))
+    if not read_flag:  # validate="none": no host sync
+        return out_i, out_s
     flag = int(err.item())  # the one host sync
     if flag < _SCORE_ERROR:
         _topk_checks(q, T, cand_ptr, cand_ids, M)
@@ -338,7 +354,7 @@ def _topk_cuda(q, c, cand_ptr, n, cand_ids, M):
     return out_i, out_s
 
 
-def _rank_cuda(s, item_to_group, ptr, k):
+def _rank_cuda(s, item_to_group, ptr, k, read_flag=True):
     mod = _bk.cuda_module()
     dev = s.device
     M = len(s)
@@ -357,7 +373,7 @@ def _rank_cuda(s, item_to_group, ptr, k):
         mod.segment_max_rank(device_ptr(sf), device_ptr(g), device_ptr(p), B, M, k,
                              device_ptr(slot_keys), device_ptr(slot_vals), device_ptr(out_i),
                              device_ptr(out_s), device_ptr(err), cuda_stream(dev))
-    if int(err.item()) < _NO_ERROR:  # the one host sync
+    if read_flag and int(err.item()) < _NO_ERROR:  # the one host sync (none: validate="none")
         _rank_checks(s, item_to_group, ptr)
         raise RuntimeError("segment_max_rank: the CUDA kernel flagged an input that the checks "
                            "accept (a bug; please report it)")
@@ -384,14 +400,16 @@ _RANK = {"torch": _rank_torch, "cpu": _rank_cpu, "cuda": _rank_cuda, "triton": _
 # ----------------------------------------------------------------------------- operators
 # torch.ops.rasfast.<name> (rasfast/ops/_library.py): the registered kernels repeat the
 # shape checks for direct callers, then run the kernels above.
-def _topk_op(q_emb, cand_emb, cand_ptr, n, cand_ids, backend):
+def _topk_op(q_emb, cand_emb, cand_ptr, n, cand_ids, backend, validate="auto"):
     q, c, ids, ptr = _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids)
-    return _segment_topk_scores(q, c, ptr, check_int_arg(n, "n", 1), ids, backend)
+    return _segment_topk_scores(q, c, ptr, check_int_arg(n, "n", 1), ids, backend,
+                                check_choice(validate, "validate", VALIDATE))
 
 
-def _rank_op(item_scores, item_to_group, ptr, k, backend):
+def _rank_op(item_scores, item_to_group, ptr, k, backend, validate="auto"):
     s, g, p = _rank_args(item_scores, item_to_group, ptr)
-    return _segment_max_rank(s, g, p, check_int_arg(k, "k", 1), backend)
+    return _segment_max_rank(s, g, p, check_int_arg(k, "k", 1), backend,
+                             check_choice(validate, "validate", VALIDATE))
 
 
 def _fake_outputs(B, n, like):
@@ -399,10 +417,10 @@ def _fake_outputs(B, n, like):
 
 
 _TOPK_OP = define("segment_topk_scores(Tensor q_emb, Tensor cand_emb, Tensor cand_ptr, int n, "
-                  "Tensor? cand_ids, str backend) -> (Tensor, Tensor)", _topk_op,
-                  lambda q_emb, cand_emb, cand_ptr, n, cand_ids, backend:
+                  "Tensor? cand_ids, str backend, str validate=\"auto\") -> (Tensor, Tensor)", _topk_op,
+                  lambda q_emb, cand_emb, cand_ptr, n, cand_ids, backend, validate="auto":
                       _fake_outputs(q_emb.shape[0], n, q_emb))
 _RANK_OP = define("segment_max_rank(Tensor item_scores, Tensor item_to_group, Tensor ptr, int k, "
-                  "str backend) -> (Tensor, Tensor)", _rank_op,
-                  lambda item_scores, item_to_group, ptr, k, backend:
+                  "str backend, str validate=\"auto\") -> (Tensor, Tensor)", _rank_op,
+                  lambda item_scores, item_to_group, ptr, k, backend, validate="auto":
                       _fake_outputs(ptr.shape[0] - 1, k, item_scores))
