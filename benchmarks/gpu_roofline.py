@@ -184,6 +184,9 @@ def op_calls(dev, emulate: bool):
     seeds = prob["seeds"]
     calls["triple_beam_search"] = (lambda: rasfast.triple_beam_search((indptr, indices), emb, q, seeds,
                                                                       max_neighbors=50, backend=be), [emb])
+    calls["triple_beam_search validate='none'"] = (
+        lambda: rasfast.triple_beam_search((indptr, indices), emb, q, seeds, max_neighbors=50, backend=be,
+                                           validate="none"), [emb])
 
     Bq, M, Ds = (64, 64 * 200, 384) if not emulate else (4, 40, 16)
     qs = torch.randn(Bq, Ds, generator=g).to(dev)

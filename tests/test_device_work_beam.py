@@ -114,6 +114,40 @@ def test_device_csr_is_checked_on_its_first_search_only():
     assert w.syncs == 2, w.summary()
 
 
+def test_validate_none_no_sync_same_result_and_bad_ids_stay_in_bounds():
+    """validate="none": no host read at all once a device CSR has had its first search (the
+    call can be captured in a CUDA graph); the reference's result on good input; bad
+    neighbour and seed ids give an unspecified result without an error or an out-of-bounds
+    access (`make test-asan` runs this file against the AddressSanitizer build)."""
+    seed = fresh_seed()
+    graph, emb, q, seeds = problem(seed)
+    dev_graph = tuple(torch.from_numpy(a) for a in graph)
+    want = reference(graph, emb, q, seeds)
+    rasfast.triple_beam_search(dev_graph, emb, q, seeds, backend="cuda", **KW)  # checks the CSR
+    for sd in (seeds, seed_forms(seeds)["device (ptr, ids)"]):
+        with count_device_work(watch=[emb]) as w:
+            got = rasfast.triple_beam_search(dev_graph, emb, q, sd, backend="cuda", validate="none", **KW)
+        assert w.syncs == 0 and w.watched_reads == 0 and w.kernels == 1, (seed, w.summary())
+        assert_same(got, want)
+    rng = np.random.default_rng(seed)
+    bad_indices = graph[1].copy()
+    bad_indices[rng.integers(0, len(bad_indices), 20)] = 10 ** 6   # out of range (and unsorted)
+    ptr, ids = seed_forms(seeds)["device (ptr, ids)"]
+    bad_ids, bad_ptr = ids.clone(), ptr.clone()
+    bad_ids[::3] = -7
+    bad_ptr[1:-1] = torch.from_numpy(rng.integers(-20, 3 * len(ids), len(ptr) - 2))
+    nan_emb = emb.clone()
+    nan_emb[::5] = float("nan")
+    for g, e, sd in (((graph[0], bad_indices), emb, seeds), (graph, emb, (bad_ptr, bad_ids)),
+                     (graph, nan_emb, seeds)):
+        got = rasfast.triple_beam_search(g, e, q, sd, backend="cuda", validate="none", **KW)
+        assert tuple(got.sequences.shape) == (q.shape[0], KW["beam_width"], KW["max_len"])
+    with pytest.raises(ValueError):  # the default still reads the flag
+        rasfast.triple_beam_search((graph[0], bad_indices), emb, q, seeds, backend="cuda", **KW)
+    with pytest.raises(ValueError, match="validate"):
+        rasfast.triple_beam_search(graph, emb, q, seeds, backend="cuda", validate="off", **KW)
+
+
 def test_launches_do_not_grow_with_the_batch():
     graph, emb, q, seeds = problem(fresh_seed(), B=64)
     with count_device_work() as w:

@@ -109,6 +109,7 @@ def test_opcheck_triple_beam_search(B, n, b, L):
     ids = torch.randint(0, n, (int(ptr[-1]),), generator=g)
     for backend, mn in (("cpu", None), ("torch", 2)):
         check("triple_beam_search", (indptr, indices, emb, q, ptr, ids, b, L, 2.0 * b, mn, backend))
+    check("triple_beam_search", (indptr, indices, emb, q, ptr, ids, b, L, 2.0 * b, None, "cpu", "none"))
 
 
 def _encoder(din=6, hidden=8, heads=2, layers=2, edge_dim=3, seed=0):

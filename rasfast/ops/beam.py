@@ -112,7 +112,7 @@ def _passage_table(passage_ids) -> np.ndarray:
 def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, max_len: int = 2,
                        gamma: Optional[float] = None, max_neighbors: Optional[int] = None,
                        scoring: str = "sum", encoder=None, texts=None,
-                       backend: str = "auto") -> BeamResult:
+                       backend: str = "auto", validate: str = "auto") -> BeamResult:
     """GEAR's diverse triple beam search (Algorithm 1), batched over queries.
 
     Args:
@@ -144,6 +144,13 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
             min(max_neighbors, ceil(gamma) + b) candidates per beam in shared memory and
             raises ValueError when that (or b * max_len) exceeds its limit. triton: Triton
             candidate scoring with the reference's selection logic.
+        validate: "auto" (= "full"): every value the search reads is checked (on cuda by
+            the kernel, read with its error flag: the call's one host synchronisation).
+            "none": backend cuda does not read the flag, so a search has no host
+            synchronisation (after a device CSR's first search, which reads its offsets once)
+            and can be captured in a CUDA graph; bad neighbour or seed ids and non-finite rows
+            then give an unspecified result, never an out-of-bounds access (the kernel skips
+            them; seed offsets reach it clamped). Other backends check as under "auto".
 
     Returns:
         :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
@@ -154,16 +161,20 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
     """
     if scoring == "sum" and isinstance(q_emb, torch.Tensor) and traced(q_emb, triple_emb):
         return _traced_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
-                              max_neighbors, backend)
+                              max_neighbors, backend, validate)
     return _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
-                               max_neighbors, scoring, encoder, texts, backend)
+                               max_neighbors, scoring, encoder, texts, backend, validate)
+
+
+VALIDATE = ("auto", "full", "none")
 
 
 def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
-                        max_neighbors, scoring, encoder, texts, backend) -> BeamResult:
+                        max_neighbors, scoring, encoder, texts, backend, validate="auto") -> BeamResult:
     """The eager op (and the kernel of ``torch.ops.rasfast.triple_beam_search``)."""
     kind = kind_of(q_emb)
     scoring = check_choice(scoring, "scoring", ("sum", "text"))
+    validate = check_choice(validate, "validate", VALIDATE)
     q = as_tensor(q_emb, "q_emb")
     check_float(q, "q_emb")
     check_rank(q, "q_emb", 2, "[B, D]")
@@ -220,7 +231,8 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
     else:
         emb = emb.contiguous()
         if be == "cuda":
-            out = _cuda(indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args, deferred)
+            out = _cuda(indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args, deferred,
+                        read_flag=validate != "none")
         else:
             deferred.raise_now()
             out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
@@ -533,7 +545,7 @@ def _device_decay(decay: torch.Tensor, key, dev: torch.device) -> torch.Tensor:
     return out
 
 
-def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
+def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None, read_flag=True):
     mod = _bk.cuda_module()
     if not hasattr(mod, "beam_search"):
         raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
@@ -557,6 +569,8 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None):
                         len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
                         device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
                         device_ptr(err), cuda_stream(dev))
+    if not read_flag:  # validate="none": no host sync (the kernel skipped what it flagged)
+        return seqs, scores, lengths, counts
     # the one host sync of a search: the kernel's error flag, with the deferred input checks
     code, where = (deferred or Deferred()).read(err)
     if code == 5:      # a query's |q| is not finite: read q to say which way (an error path)
@@ -593,14 +607,15 @@ _IMPLS = {"torch": _torch, "cpu": _cpu, "cuda": _cuda, "triton": _triton}
 # shapes; the registered kernel runs the eager search (all its checks included).
 
 def _beam_op(indptr, indices, triple_emb, q_emb, seed_ptr, seed_ids, beam_width, max_len,
-             gamma, max_neighbors, backend):
+             gamma, max_neighbors, backend, validate="auto"):
     r = _triple_beam_search((indptr, indices), triple_emb, q_emb, (seed_ptr, seed_ids),
-                            beam_width, max_len, gamma, max_neighbors, "sum", None, None, backend)
+                            beam_width, max_len, gamma, max_neighbors, "sum", None, None, backend,
+                            validate)
     return r.sequences, r.scores, r.lengths, r.num_beams
 
 
 def _beam_fake(indptr, indices, triple_emb, q_emb, seed_ptr, seed_ids, beam_width, max_len,
-               gamma, max_neighbors, backend):
+               gamma, max_neighbors, backend, validate="auto"):
     B = q_emb.shape[0]
     i64 = dict(dtype=torch.int64)
     return (q_emb.new_empty((B, beam_width, max_len), **i64),
@@ -610,12 +625,12 @@ def _beam_fake(indptr, indices, triple_emb, q_emb, seed_ptr, seed_ids, beam_widt
 
 _OP = define("triple_beam_search(Tensor indptr, Tensor indices, Tensor triple_emb, Tensor q_emb, "
              "Tensor seed_ptr, Tensor seed_ids, int beam_width, int max_len, float gamma, "
-             "int? max_neighbors, str backend) -> (Tensor, Tensor, Tensor, Tensor)",
+             "int? max_neighbors, str backend, str validate=\"auto\") -> (Tensor, Tensor, Tensor, Tensor)",
              _beam_op, _beam_fake)
 
 
 def _traced_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma, max_neighbors,
-                   backend) -> BeamResult:
+                   backend, validate="auto") -> BeamResult:
     """The traced call: tensors and shapes checked here, values by the operator's kernel."""
     q = as_tensor(q_emb, "q_emb")
     check_float(q, "q_emb")
@@ -661,4 +676,4 @@ def _traced_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma, 
     if max_neighbors is not None:
         max_neighbors = check_int_arg(max_neighbors, "max_neighbors", 1)
     return BeamResult(*_OP(indptr, indices, emb, q, seed_ptr, seed_ids, b, L, gamma,
-                           max_neighbors, backend))
+                           max_neighbors, backend, check_choice(validate, "validate", VALIDATE)))
