@@ -372,6 +372,61 @@ def graph_ms(x, k) -> float:
     return ms
 
 
+def op_capture(dev, emulate: bool):
+    """The ops with ``validate="none"`` captured in a CUDA graph and replayed on new queries:
+    each replay must equal a fresh eager call, and the replay's device time is set beside
+    the eager call's (what the host's launch work costs the op)."""
+    if emulate:
+        return {"note": "not on the emulator"}
+    from beam_graph import make_problem
+    g = torch.Generator().manual_seed(7)
+    out = {}
+    B, per, D = 64, 300, 384
+    q = torch.randn(B, D, generator=g).to(dev)
+    cand = torch.randn(B * per, D, generator=g).to(dev)
+    ptr = (torch.arange(B + 1) * per).to(dev)
+    groups = torch.randint(0, 500, (B * per,), generator=g).to(dev)
+    P = make_problem(20_000, 128, 256, 20, seed=3)
+    graph = tuple(torch.from_numpy(a).to(dev) for a in P["graph"])
+    emb = torch.from_numpy(P["triple_emb"]).to(dev)
+    bq = torch.from_numpy(P["q_emb"]).to(dev)
+    sptr = torch.arange(257, device=dev) * 20
+    sids = torch.from_numpy(np.concatenate(P["seeds"]).astype(np.int64)).to(dev)
+    rasfast.triple_beam_search(graph, emb, bq, (sptr, sids), backend="cuda")  # the CSR's one check
+    cases = {
+        "segment_topk_scores": (q, lambda: rasfast.segment_topk_scores(q, cand, ptr, 10, backend="cuda",
+                                                                      validate="none")),
+        "segment_max_rank": (None, lambda: rasfast.segment_max_rank((cand[:, 0] * q[0, 0]).contiguous(),
+                                                                    groups, ptr, 10, backend="cuda",
+                                                                    validate="none")),
+        "triple_beam_search": (bq, lambda: (lambda r: (r.sequences, r.scores))(rasfast.triple_beam_search(
+            graph, emb, bq, (sptr, sids), backend="cuda", validate="none"))),
+    }
+    for name, (static, fn) in cases.items():
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            cg = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(cg):
+                got = fn()
+            ok = True
+            for seed in range(3):
+                src = static if static is not None else q
+                src.copy_(torch.randn(src.shape, generator=torch.Generator().manual_seed(seed)).to(dev))
+                cg.replay()
+                want = fn()
+                ok &= all(torch.equal(a, b) for a, b in zip(got, want))
+            out[name] = {"replays_match": bool(ok), "replay_ms": device_ms(cg.replay, 20, False),
+                         "eager_ms": device_ms(fn, 20, False)}
+        except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
+            out[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return out
+
+
 def segment_bytes(B: int, M: int, D: int, elem: int, ids: bool) -> int:
     """The least an exact segment_topk_scores moves (docs/gpu.md, "Segment ops on the GPU"):
     every candidate row once, the queries, the ids if any (the offsets and the B x n output
@@ -505,7 +560,9 @@ def markdown(res) -> str:
           "all-equal, 2% NaN x sizes x smallest/largest sorted and unsorted).", ""]
     if fails:
         L += ["Failures:", ""] + [f"- {f}" for f in fails[:30]] + [""]
-    L += [f"CUDA graph: {res['graph']}", "", "## select_k timings", "",
+    L += [f"CUDA graph: {res['graph']}", "",
+          "Other ops with validate='none', captured and replayed on new queries (replays_match: "
+          f"equal to a fresh eager call): {res.get('capture')}", "", "## select_k timings", "",
           "Median of 20 calls (CUDA events), inputs rotated over copies past the L2 cache. "
           "cuda graph = the same call captured and replayed (device time without host gaps). "
           "GB/s = the input's bytes (read once: the least an exact select moves) / graph time; share = "
@@ -600,6 +657,8 @@ def main(argv=None) -> int:
     print("parity", res["parity"][0], "ok,", len(res["parity"][1]), "failed", res["parity"][1][:10], flush=True)
     res["graph"] = graph_capture(dev, a.emulate)
     print("graph", res["graph"], flush=True)
+    res["capture"] = op_capture(dev, a.emulate)
+    print("capture", res["capture"], flush=True)
     res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
     try:
         res["segment"] = segment_timings(dev, a.emulate)
