@@ -100,6 +100,16 @@ def main(argv=None):
         sp, si = sp.to(dev), si.to(dev)
         kern_ms, _ = cuda_time(lambda: beam_op._cuda(indptr, indices, e, qf, qn, sp, si, a), args.repeats)
         rows.append((f"cuda, {name} embeddings", call_ms, kern_ms))
+    # the one-sort step's buffer (csrc/beam/beam_cuda.cpp plan_grouped): its shared memory
+    # costs resident blocks, its single sort saves barriers -- measured, not assumed
+    for cap3 in ("0", "1024", "2048"):
+        os.environ["RASFAST_BEAM_COMBINED"] = cap3
+        out = rasfast.triple_beam_search(graph, emb, q, seeds_ptr, backend="cuda", **kw)
+        parity[f"cuda float32, RASFAST_BEAM_COMBINED={cap3}"] = same(out, cpu)
+        c_ms, _ = cuda_time(lambda: rasfast.triple_beam_search(graph, emb, q, seeds_ptr, backend="cuda", **kw),
+                            args.repeats)
+        rows.append((f"cuda, float32, RASFAST_BEAM_COMBINED={cap3}", c_ms, float("nan")))
+    os.environ.pop("RASFAST_BEAM_COMBINED")
     list_ms, _ = cuda_time(lambda: rasfast.triple_beam_search(graph, emb, q, seeds, backend="cuda", **kw),
                            args.repeats)
     rows.append(("cuda, float32, seeds as a list of 1024 GPU arrays", list_ms, float("nan")))

@@ -176,6 +176,25 @@ def test_cuda_random_floats_and_errors():
 
 
 @cuda_kernels
+@pytest.mark.parametrize("combined", ["0", "64", "2048"])
+def test_cuda_step_paths_match_reference(combined, monkeypatch):
+    """The kernel's two ways through a step -- all beams' rows in one sort (when they fit the
+    combined buffer) and beam by beam -- each equal the reference: RASFAST_BEAM_COMBINED
+    sizes the buffer (0: beam by beam always; 64: the one-sort step only for short rows)."""
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_BEAM_COMBINED", combined)
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        p = make_problem(rng, 120, 9, 6, idx_dtype=np.int32 if seed % 2 else np.int64)
+        pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+                  q=p["q"].to(GPU_DEVICE))
+        for b, max_len, mn in ((4, 3, None), (7, 4, 3)):
+            kw = dict(beam_width=b, max_len=max_len, max_neighbors=mn)
+            assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw))
+
+
+@cuda_kernels
 @pytest.mark.parametrize("gamma", [None, 7.3])
 def test_cuda_pool_merged_per_group_and_rows_over_chunks(gamma):
     """The kernel's sizes where its design branches: 50 beams whose candidates fill the pool

@@ -1,6 +1,7 @@
 // pybind11 binding of the CUDA triple_beam_search (kernel in beam_search.cu). Takes raw
 // device pointers allocated by torch in Python; checks the sizes it can check here.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "beam/beam_cuda.h"
@@ -38,11 +39,13 @@ BeamCudaArgs plan(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L, int64_t
   a.cap = pow2_at_least(big_m + a.chunk);
   a.group = 1;
   a.cap2 = pow2_at_least(b + a.m_step);
+  a.cap3 = 0;
   return a;
 }
 
 constexpr size_t kMaxSmem = 160 * 1024;  // opt-in limit common to sm_80 (163 KB) and sm_90
 constexpr int64_t kMaxPool = 2048;       // pool entries (16 bytes each) merged in one sort
+constexpr int64_t kMaxCombined = 2048;   // candidates of all beams sorted together (16 bytes each)
 
 // The plan, with as many beams per pool merge as the pool's cap and shared memory allow:
 // one merge (a bitonic sort of the pool) per `group` beams instead of one per beam. The
@@ -56,6 +59,23 @@ BeamCudaArgs plan_grouped(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L,
     t.cap2 = pow2_at_least(b + t.group * t.m_step);
     if (t.cap2 > kMaxPool || beam_search_smem_bytes(t) > kMaxSmem) break;
     a = t;
+  }
+  // the one-sort step for beams whose rows are short together: as large a buffer as fits
+  // (it only adds shared memory: a plan that did not fit without it keeps cap3 = 0).
+  // RASFAST_BEAM_COMBINED caps it (0: off) -- for benchmarks weighing its shared memory
+  // (fewer resident blocks) against its fewer barriers on a GPU.
+  int64_t top = kMaxCombined;
+  if (const char* env = std::getenv("RASFAST_BEAM_COMBINED")) {
+    const int64_t v = std::atoll(env);
+    top = v < 0 ? 0 : (v < kMaxCombined ? v : kMaxCombined);
+  }
+  for (int64_t c3 = pow2_at_least(top + 1) / 2; c3 >= 64; c3 >>= 1) {
+    BeamCudaArgs t = a;
+    t.cap3 = c3;
+    if (beam_search_smem_bytes(t) <= kMaxSmem) {
+      a = t;
+      break;
+    }
   }
   return a;
 }
@@ -118,7 +138,7 @@ void bind(py::module_& m) {
           const BeamCudaArgs a = plan_grouped(n, D, 1, b, L, max_nb, decay_len, max_deg);
           py::dict d;
           d["m_step"] = a.m_step; d["chunk"] = a.chunk; d["cap"] = a.cap;
-          d["group"] = a.group; d["cap2"] = a.cap2;
+          d["group"] = a.group; d["cap2"] = a.cap2; d["cap3"] = a.cap3;
           return d;
         }, py::arg("n"), py::arg("D"), py::arg("beam_width"), py::arg("max_len"),
         py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),

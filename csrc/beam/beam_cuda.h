@@ -21,6 +21,8 @@ struct BeamCudaArgs {
   int64_t cap;     // power of two >= max(m_seed, m_step) + chunk  (kv buffer)
   int64_t group;   // beams whose candidates are pooled before one merge into the top b
   int64_t cap2;    // power of two >= b + group * m_step           (global pool)
+  int64_t cap3;    // all beams' rows scored and sorted together when their lengths sum to
+                   // at most cap3 (a power of two; 0: every step beam by beam)
   // device pointers
   const int64_t* indptr;
   const void* indices;

@@ -7,7 +7,11 @@
 // two of M + the row's length, not the widest row's buffer). The top M get their rank decay
 // (float64, like every backend) and join a pool; after every `group` beams (as many as fit:
 // the binding's plan_grouped) one bitonic sort of (~double_key(d), id, beam) triples merges
-// the pool into the query's running global top-b -- one merge per group, not per beam. M = min(max_neighbors, T + b, max degree) is exact
+// the pool into the query's running global top-b -- one merge per group, not per beam.
+// When all the beams' rows fit `cap3` together, a step instead scores every candidate of
+// every beam at once (warps over the concatenated rows), sorts them in one bitonic sort by
+// (beam, value desc, id) -- each beam's range is then its own order, a candidate's rank its
+// place there -- and merges the lot with one pool sort (the one-sort step). M = min(max_neighbors, T + b, max degree) is exact
 // (see csrc/beam/beam_cpu.cpp for why). Running sums live in global scratch. Ties and
 // arithmetic follow rasfast/reference/beam.py, so results equal the other backends.
 #include <cstdint>
@@ -33,6 +37,17 @@ __device__ __forceinline__ bool pool_less(const PoolEntry& a, const PoolEntry& b
   if (a.dkey != b.dkey) return a.dkey < b.dkey;
   if (a.id != b.id) return a.id < b.id;
   return a.parent < b.parent;
+}
+
+struct CombEntry {  // one candidate of the one-sort step: ascending = (beam, value desc, id)
+  uint64_t key;
+  uint32_t beam;
+  uint32_t pad;
+};
+
+__device__ __forceinline__ bool comb_less(const CombEntry& a, const CombEntry& b) {
+  if (a.beam != b.beam) return a.beam < b.beam;
+  return a.key < b.key;
 }
 
 // Order-preserving double -> uint64 (-0.0 == +0.0), inverted so larger d sorts first.
@@ -120,8 +135,11 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
   PoolEntry* pool = reinterpret_cast<PoolEntry*>(smem);                  // [cap2]
   uint64_t* buf = reinterpret_cast<uint64_t*>(pool + cap2);              // [cap]
   int64_t* seq_buf = reinterpret_cast<int64_t*>(buf + cap);              // [2, b, L]
-  float* s_buf = reinterpret_cast<float*>(seq_buf + 2 * b * L);          // [2, b]
-  __shared__ int sh_nb, sh_next, sh_dup;
+  int64_t* off = seq_buf + 2 * b * L;                                    // [b + 1]
+  int64_t* poff = off + b + 1;                                           // [b + 1]
+  CombEntry* comb = reinterpret_cast<CombEntry*>(poff + b + 1);          // [cap3]
+  float* s_buf = reinterpret_cast<float*>(comb + a.cap3);                // [2, b]
+  __shared__ int sh_nb, sh_next, sh_dup, sh_fast;
 
   const int64_t qi = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -225,8 +243,81 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
     for (int i = threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
     __syncthreads();
     const int64_t nvis = nb * step;
+    // the key of candidate edge e of row [rs, re) of triple `last`, for the beam with sum u
+    // and value sv (kNone when it is excluded; errors flagged) -- by the whole warp
+    auto candidate_key = [&](int64_t e, int64_t rs, int64_t last, const float* uj, float sv) {
+      const int64_t t = (int64_t)indices[e];
+      uint64_t key = kNone;
+      if (t < 0 || t >= a.n) {
+        if (lane == 0) set_error(a.err, 1, t);
+      } else if (e > rs && (int64_t)indices[e - 1] >= t) {
+        if (lane == 0) set_error(a.err, 2, last);
+      } else {
+        bool seen = false;
+        for (int64_t k = lane; k < nvis; k += 32)
+          seen |= seq[(k / step) * L + (k % step)] == t;
+        if (!__any_sync(0xffffffffu, seen)) {
+          float dot, nn;
+          warp_score_parts<DT>(emb + t * D, uj, q, D, dot, nn);
+          if (isfinite(dot) && isfinite(nn)) key = value_key(sv + cosine(dot, nn, qn), (uint32_t)t);
+          else if (lane == 0) set_error(a.err, 3, t);
+        }
+      }
+      return key;
+    };
+    // One sort for the step when every beam's row fits the combined buffer together (and
+    // their kept candidates the pool): the rows' lengths and prefix offsets, by one thread
+    // (nb <= b is small).
+    if (threadIdx.x == 0) {
+      int64_t tot = 0, ptot = b;
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t last = seq[j * L + step - 1];
+        const int64_t d = a.indptr[last + 1] - a.indptr[last];
+        off[j] = tot;
+        poff[j] = ptot;
+        tot += d;
+        ptot += d < m_step ? d : m_step;
+      }
+      off[nb] = tot;
+      poff[nb] = ptot;
+      sh_fast = a.cap3 > 0 && tot <= a.cap3 && ptot <= cap2;
+    }
+    __syncthreads();
+    const bool fast = sh_fast != 0;
+    if (fast) {
+      // every candidate of every beam scored at once (warps over the concatenated rows), one
+      // sort by (beam, value desc, id): beam j's candidates then sit at [off[j], off[j+1])
+      // in its own order, so a candidate's rank is its place there -- as in the beam-by-beam
+      // path, whose running top m_step of a row is the first m_step of that order
+      const int64_t total = off[nb];
+      for (int64_t f = warp; f < total; f += kWarps) {
+        int64_t lo = 0, hi = nb - 1;  // the beam of f: the last j with off[j] <= f
+        while (lo < hi) {
+          const int64_t mid = (lo + hi + 1) >> 1;
+          if (off[mid] <= f) lo = mid; else hi = mid - 1;
+        }
+        const int64_t last = seq[lo * L + step - 1];
+        const int64_t rs = a.indptr[last];
+        const uint64_t key = candidate_key(rs + (f - off[lo]), rs, last, u + lo * D, s[lo]);
+        if (lane == 0) comb[f] = CombEntry{key, (uint32_t)lo, 0u};
+      }
+      const int P3 = pow2_at_least(total > 2 ? (int)total : 2);
+      for (int64_t f = total + threadIdx.x; f < P3; f += blockDim.x) comb[f] = CombEntry{kNone, ~0u, 0u};
+      __syncthreads();
+      bitonic_sort(comb, P3, [](const CombEntry& x, const CombEntry& y) { return comb_less(x, y); });
+      for (int64_t f = threadIdx.x; f < total; f += blockDim.x) {
+        const CombEntry ce = comb[f];
+        const int64_t j = ce.beam, r = f - off[ce.beam];
+        if (ce.key == kNone || r >= m_step) continue;
+        const double d = (double)key_value(ce.key) * a.decay[r < a.tail ? r : a.tail];
+        pool[poff[j] + r] = PoolEntry{desc_double_key(d), (uint32_t)(ce.key & 0xffffffffu), (uint32_t)j};
+      }
+      __syncthreads();
+      bitonic_sort(pool, pow2_at_least((int)poff[nb]),
+                   [](const PoolEntry& x, const PoolEntry& y) { return pool_less(x, y); });
+    }
     int pooled = 0;  // beams whose candidates sit in the pool, not yet merged
-    for (int64_t j = 0; j < nb; ++j) {
+    for (int64_t j = 0; j < nb && !fast; ++j) {
       const int64_t last = seq[j * L + step - 1];
       const int64_t rs = a.indptr[last], re = a.indptr[last + 1];
       const float* uj = u + j * D;
@@ -242,23 +333,7 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
         for (int c = warp; c < chunk; c += kWarps) {
           const int64_t e = base + c;
           if (e >= re) break;
-          const int64_t t = (int64_t)indices[e];
-          uint64_t key = kNone;
-          if (t < 0 || t >= a.n) {
-            if (lane == 0) set_error(a.err, 1, t);
-          } else if (e > rs && (int64_t)indices[e - 1] >= t) {
-            if (lane == 0) set_error(a.err, 2, last);
-          } else {
-            bool seen = false;
-            for (int64_t k = lane; k < nvis; k += 32)
-              seen |= seq[(k / step) * L + (k % step)] == t;
-            if (!__any_sync(0xffffffffu, seen)) {
-              float dot, nn;
-              warp_score_parts<DT>(emb + t * D, uj, q, D, dot, nn);
-              if (isfinite(dot) && isfinite(nn)) key = value_key(sj + cosine(dot, nn, qn), (uint32_t)t);
-              else if (lane == 0) set_error(a.err, 3, t);
-            }
-          }
+          const uint64_t key = candidate_key(e, rs, last, uj, sj);
           if (lane == 0) buf[m_step + c] = key;
         }
         __syncthreads();
@@ -338,8 +413,11 @@ void launch_typed(const BeamCudaArgs& a, size_t smem, cudaStream_t stream) {
 }  // namespace
 
 size_t beam_search_smem_bytes(const BeamCudaArgs& a) {
+  // the kernel's layout: 16-byte entries first and after the 8-byte arrays (an even count
+  // of int64s: 2bL + 2(b + 1)), floats last
   return (size_t)a.cap2 * sizeof(PoolEntry) + (size_t)a.cap * sizeof(uint64_t) +
-         (size_t)2 * a.b * a.L * sizeof(int64_t) + (size_t)2 * a.b * sizeof(float);
+         (size_t)2 * a.b * a.L * sizeof(int64_t) + (size_t)2 * (a.b + 1) * sizeof(int64_t) +
+         (size_t)a.cap3 * sizeof(CombEntry) + (size_t)2 * a.b * sizeof(float);
 }
 
 void beam_search_launch(const BeamCudaArgs& a, cudaStream_t stream) {
