@@ -259,17 +259,18 @@ __device__ int block_select_smallest(unsigned long long* buf, int64_t count, int
   return take;
 }
 
-// Block b's clamped offsets; flags bad offsets (block 0 also checks both ends).
-__device__ __forceinline__ void segment_bounds(const int64_t* ptr, int64_t B, int64_t M, int64_t b,
-                                               int64_t* s, int64_t* e, unsigned long long* err) {
+// This block's query segment [s, e), clamped into [0, M]; flags bad offsets (block 0 also
+// checks both ends). False for the one block of an empty batch (B == 0), which only checks.
+__device__ __forceinline__ bool block_segment(const int64_t* ptr, int64_t B, int64_t M, int64_t* s,
+                                              int64_t* e, unsigned long long* err) {
+  const int64_t b = blockIdx.x;
+  if (b == 0 && threadIdx.x == 0 && (ptr[0] != 0 || ptr[B] != M)) atomicMin(err, kInputError);
+  if (b >= B) return false;
   const int64_t s0 = ptr[b], e0 = ptr[b + 1];
   if (threadIdx.x == 0 && e0 < s0) atomicMin(err, kInputError);
   *s = clamp64(s0, 0, M);
   *e = clamp64(e0, *s, M);
-}
-
-__device__ __forceinline__ void check_ends(const int64_t* ptr, int64_t B, int64_t M, unsigned long long* err) {
-  if (blockIdx.x == 0 && threadIdx.x == 0 && (ptr[0] != 0 || ptr[B] != M)) atomicMin(err, kInputError);
+  return true;
 }
 
 __global__ void topk_select_kernel(const float* __restrict q, int64_t D, const int64_t* __restrict ptr,
@@ -278,13 +279,11 @@ __global__ void topk_select_kernel(const float* __restrict q, int64_t D, const i
                                    unsigned long long* err) {
   __shared__ unsigned long long buf[kMaxN];
   __shared__ SelectShared sh;
-  check_ends(ptr, B, M, err);
+  int64_t s, e;
+  if (!block_segment(ptr, B, M, &s, &e, err)) return;
   const int64_t b = blockIdx.x;
-  if (b >= B) return;  // the grid has one block when B == 0, for check_ends
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
     if (!isfinite(q[b * D + d])) atomicMin(err, kInputError);
-  int64_t s, e;
-  segment_bounds(ptr, B, M, b, &s, &e, err);
   const float* sc = scratch + s;
   const int take = block_select_smallest(buf, e - s, n, sh,
                                          [&](int64_t j) { return make_key(sc[j], (uint32_t)j); });
@@ -310,11 +309,9 @@ __global__ void max_rank_kernel(const float* __restrict scores, const int64_t* _
                                 unsigned long long* err) {
   __shared__ unsigned long long buf[kMaxN];
   __shared__ SelectShared sh;
-  check_ends(ptr, B, M, err);
-  const int64_t b = blockIdx.x;
-  if (b >= B) return;
   int64_t s, e;
-  segment_bounds(ptr, B, M, b, &s, &e, err);
+  if (!block_segment(ptr, B, M, &s, &e, err)) return;
+  const int64_t b = blockIdx.x;
   const int64_t len = e - s, cap = 2 * len, base = 2 * s;
   unsigned long long* keys = slot_keys + base;
   unsigned int* vals = slot_vals + base;
