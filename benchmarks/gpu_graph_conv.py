@@ -29,7 +29,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    # tf32: float32 tensors with torch's TF32 matmuls on (torch.backends.cuda.matmul.allow_tf32),
+    # for PyG and rasfast alike: both project with cuBLAS GEMMs, so this is their TF32 path
+    # (rasfast's attention kernel stays float32 FMAs)
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "tf32", "bfloat16"])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -39,7 +42,8 @@ def main():
     backends = [b for b in ("cuda", "triton") if info[b]["available"]]
     rows = []
     for dtype_name in args.dtypes:
-        dtype = getattr(torch, dtype_name)
+        dtype = torch.float32 if dtype_name == "tf32" else getattr(torch, dtype_name)
+        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
         convs, norms, _ = make_modules(device=dev)
         convs = [c.to(dtype) for c in convs]
         norms = [n.to(dtype) for n in norms]
@@ -61,6 +65,7 @@ def main():
                 rows.append({"dtype": dtype_name, "graphs": graphs, "impl": k, "ms": med[k] * 1e3,
                              "speedup_vs_pyg": med["PyG"] / med[k], "rel_err": errs.get(k)})
                 print(rows[-1], flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "graph_conv_gpu.json"), "w") as f:
         json.dump({"machine": machine_info(), "rows": rows}, f, indent=2)
