@@ -491,13 +491,20 @@ def test_empty_inputs(backend):
     assert np.isneginf(r.scores).all()
 
 
-def test_cuda_launch_plan_without_a_device():
+def test_cuda_launch_plan_without_a_device(monkeypatch):
     """Host-side checks of the CUDA binding (run wherever the module is built)."""
     if not rasfast.backends()["cuda"]["built"]:
         pytest.skip("rasfast._cuda not built")
     mod = rasfast.dispatch.cuda_module()
+    # the benchmark's shape: the one-sort step's 2,048-candidate buffer (32 KB) on top of the
+    # beam-by-beam buffers (< 16 KB); RASFAST_BEAM_COMBINED=0 leaves it out
     small = mod.beam_search_smem(200_000, 384, 10, 2, 100, 21, 791)
-    assert 0 < small < 16 * 1024
+    assert 32 * 1024 < small < 48 * 1024 and small <= mod.beam_max_smem
+    assert mod.beam_plan(n=200_000, D=384, beam_width=10, max_len=2, max_neighbors=100, decay_len=21,
+                         max_deg=791)["cap3"] == 2048
+    monkeypatch.setenv("RASFAST_BEAM_COMBINED", "0")
+    assert 0 < mod.beam_search_smem(200_000, 384, 10, 2, 100, 21, 791) < 16 * 1024
+    monkeypatch.delenv("RASFAST_BEAM_COMBINED")
     assert mod.beam_search_smem(200_000, 384, 64, 4, 100, 129, 791) > small
     args = dict(indptr=0, indices=0, idx64=True, emb=0, dtype_code=0, n=10, D=4, q=0, qnorm=0,
                 B=0, seed_ptr=0, seed_ids=0, beam_width=10, max_len=2, max_neighbors=0, decay=0,
