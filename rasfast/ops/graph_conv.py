@@ -599,15 +599,17 @@ def _epilogue_t(agg, skip, w_beta, ln_w, ln_b, concat, has_norm, eps, relu):
     return torch.relu(out) if relu else out
 
 
-def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct, e_rows=None):
+def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct, e_rows=None, gt=None):
     """Per CSR edge: (q_dst [E,H,C], k_src + e, v_src + e, alpha [E,H], e_rows or None).
-    ``e_rows``: the forward's projected edge rows, when it kept them."""
+    ``e_rows``: the forward's projected edge rows, when it kept them; ``gt``: the dtype of
+    the edge projection's GEMM operands when it is recomputed (default ``ct``)."""
     hc, n = h * c, nodes.shape[0]
     q, k, v = (nodes[:, i * hc:(i + 1) * hc].view(n, h, c) for i in range(3))
     kj, vj = k[graph.src], v[graph.src]
     if ea is not None:
         if e_rows is None:
-            e_rows = graph.rows(ea).to(ct) @ w_edge.to(ct).t()          # [U or E, HC]
+            gt = ct if gt is None else gt
+            e_rows = graph.rows(ea).to(gt) @ w_edge.to(gt).t()          # [U or E, HC]
         e_rows = e_rows.to(ct)
         e = e_rows[graph.row_of_edge].view(-1, h, c)
         kj += e
@@ -688,6 +690,17 @@ class _ConvFn(torch.autograd.Function):
         return (None, None, None) + grads
 
 
+def gemm_dtype(x) -> torch.dtype:
+    """The dtype of the backward's GEMM operands for an input ``x``: a bfloat16 input's own
+    (and a float16 one's on a GPU), as autograd through the torch layers, PyG's included,
+    runs them -- the GEMMs accumulate in float32 and are what a training step's time is (on
+    an H100, float32 operands run at 67 TFLOPS without TF32, bfloat16 at ~800); float32
+    (float64) otherwise. The per-edge softmax terms and the scatter sums stay in float32."""
+    if x.dtype == torch.bfloat16 or (x.dtype == torch.float16 and x.device.type != "cpu"):
+        return x.dtype
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x: bool,
                    need_ea: bool, out=None, e_rows=None):
     """Gradients (x, edge_attr, the layer's 12 tensors) from the forward's intermediates.
@@ -699,6 +712,8 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     if relu and out is not None:
         gout, relu = gout * (out > 0), False
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    gt = gemm_dtype(x)
+    mm = lambda a, b: a.to(gt) @ b.to(gt)  # noqa: E731  (the result in gt)
     n, h, c = x.shape[0], w.heads, w.channels
     hc, f = h * c, w.out_channels
     nodes, agg = nodes.to(ct), agg.to(ct)
@@ -718,7 +733,7 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_lw = next(gs) if lw is not None else None
     g_lb = next(gs) if lb is not None else None
     # 2. attention
-    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct, e_rows)
+    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct, e_rows, gt)
     dA = d_agg[graph.dst]                                                  # [E, H, C]
     d_alpha = torch.einsum("ehc,ehc->eh", dA, vj)
     del vj
@@ -734,24 +749,23 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_edge = g_ea = None
     if ea is not None:
         de = dkj.add_(dvj).view(-1, hc)                                     # [E, HC]
-        rows = graph.rows(ea).to(ct)
+        rows = graph.rows(ea)
         if need_ea:  # each edge_attr row is read by one edge (csr.eid is a permutation)
             g_ea = torch.empty((de.shape[0], rows.shape[1]), dtype=ea.dtype, device=x.device)
-            g_ea.index_copy_(0, graph.csr.eid, (de @ w.w_edge.to(ct)).to(ea.dtype))
+            g_ea.index_copy_(0, graph.csr.eid, mm(de, w.w_edge).to(ea.dtype))
         de_rows = torch.zeros((rows.shape[0], hc), dtype=ct, device=x.device).index_add_(
             0, graph.row_of_edge, de)
         del de, dkj, dvj
-        g_edge = de_rows.t() @ rows
+        g_edge = mm(de_rows.t(), rows)
     d_nodes = torch.cat([dq.view(n, hc), dk.view(n, hc), dv.view(n, hc)]
                         + ([d_skip] if d_skip is not None else []), 1)
     # 3. the packed projection
-    xc = x.to(ct)
-    g_wp = d_nodes.t() @ xc
+    g_wp = mm(d_nodes.t(), x)
     g_bp = d_nodes.sum(0)
     g_x = None
     if need_x:
-        wp, _ = _packed(w, ct)
-        g_x = (d_nodes @ wp).to(x.dtype)
+        wp, _ = _packed(w, gt)
+        g_x = mm(d_nodes, wp).to(x.dtype)
     sl = [slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, 3 * hc), slice(3 * hc, 3 * hc + f)]
     by_name = {"w_query": g_wp[sl[0]], "b_query": g_bp[sl[0]], "w_key": g_wp[sl[1]],
                "b_key": g_bp[sl[1]], "w_value": g_wp[sl[2]], "b_value": g_bp[sl[2]],
