@@ -66,7 +66,7 @@ def torch_width(work: int) -> Iterator[None]:
         return
     # torch sets a thread's width on its first parallel call (lazy init); done here, that
     # init cannot overwrite the width set below
-    torch.get_num_threads()
+    torch.get_num_threads()  # first torch call on this Python thread: torch sets its width
     saved, outer = mod.enter_threads(int(work))
     mkl = _mkl_set_local()
     mkl_saved = None if mkl is None else mkl(torch.get_num_threads())
@@ -99,8 +99,23 @@ def op_work(args, kwargs) -> int:
     return sum(_elements(a) for a in args) + sum(_elements(v) for v in kwargs.values())
 
 
+_LEAN: list = []
+
+
+def _lean_parts():
+    """(the CPU module or None, MKL's per-thread setter or None), looked up once."""
+    if not _LEAN:
+        _LEAN.append((_cpu_module(), _mkl_set_local()))
+    return _LEAN[0]
+
+
 def follows_width_rule(fn: F) -> F:
-    """Runs ``fn`` (a public op) under :func:`torch_width` of its arguments' elements."""
+    """Runs ``fn`` (a public op) under :func:`torch_width` of its arguments' elements.
+
+    The same steps as :func:`torch_width`, inlined: the generator-based context manager
+    cost about 10-15 us a call more than the calls it makes (measured on segment_max_rank at
+    16 x 60 items: 72 us bare, 89 us under torch_width, 80 us inlined), a fifth of a
+    per-question op."""
     @functools.wraps(fn)
     def op(*args, **kwargs):
         first = args[0] if args else None
@@ -108,8 +123,18 @@ def follows_width_rule(fn: F) -> F:
             return fn(*args, **kwargs)
         if torch.compiler.is_compiling():  # traced: the op's kernel sets its own width when
             return fn(*args, **kwargs)     # the graph runs; nothing to set while tracing
-        with torch_width(op_work(args, kwargs)):
+        mod, mkl = _LEAN[0] if _LEAN else _lean_parts()
+        if mod is None:
             return fn(*args, **kwargs)
+        torch.get_num_threads()  # first torch call on this Python thread: torch sets its width
+        saved, outer = mod.enter_threads(op_work(args, kwargs))
+        mkl_saved = None if mkl is None else mkl(torch.get_num_threads())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if mkl_saved is not None:
+                mkl(mkl_saved)
+            mod.exit_threads(saved, outer)
     return op  # type: ignore[return-value]
 
 
