@@ -517,3 +517,27 @@ def test_cuda_launch_plan_without_a_device(monkeypatch):
         mod.beam_search(**dict(args, n=2**31))
     with pytest.raises(ValueError, match="null"):
         mod.beam_search(**dict(args, B=1))
+
+
+def test_graph_object_keeps_its_device_copy():
+    """A graph object with host arrays (a TripleGraph) is copied to a device once: later
+    searches reuse the copy, and replacing an array makes a fresh one (the meta device
+    stands in for a GPU: the copy logic is the same, no data moves)."""
+    from rasfast.ops import beam as beam_op
+    rng = np.random.default_rng(0)
+    n = 30
+    deg = rng.integers(0, 5, n)
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    indices = rng.integers(0, n, int(indptr[-1])).astype(np.int64)
+    g = SimpleNamespace(indptr=indptr, indices=indices)
+    meta = torch.device("meta")
+    p1, i1, d1 = beam_op._graph(g, n, meta)
+    p2, i2, d2 = beam_op._graph(g, n, meta)
+    assert p1.device == meta and i1.device == meta
+    assert p2 is p1 and i2 is i1 and d1 == d2 == int(deg.max())
+    g.indices = indices.copy()  # a new array: a new copy
+    _, i3, _ = beam_op._graph(g, n, meta)
+    assert i3 is not i1
+    # a plain pair of arrays has no owner to keep a copy on
+    q1 = beam_op._graph((indptr, indices), n, meta)[0]
+    assert beam_op._graph((indptr, indices), n, meta)[0] is not q1

@@ -268,7 +268,9 @@ def _graph_arrays(graph, n: Optional[int], dev: torch.device):
 
 # A device CSR is checked (one host sync) on its first search only: the result is kept on the
 # indptr tensor, under its version (an in-place change bumps it), data pointer and nnz.
-# A graph object (a TripleGraph) with host arrays keeps (indptr, indices, max_deg) the same way.
+# A graph object (a TripleGraph) with host arrays keeps (indptr, indices, max_deg) the same way,
+# with its arrays' copy on each device it was searched on (kept while the arrays are the same
+# objects; like the max degree, an in-place change of a host array is not seen).
 _CSR_ATTR = "_rasfast_csr_check"
 
 
@@ -304,18 +306,27 @@ def _graph(graph, n: Optional[int], dev: torch.device):
     if is_host(raw_ptr, dev):
         hit = getattr(owner, _CSR_ATTR, None) if owner is not None else None
         if hit is not None and hit[0] is raw_ptr and hit[1] is raw_idx:
-            max_deg = hit[2]
+            max_deg, copies = hit[2], hit[3]
+            if dev in copies:  # this graph object's arrays, copied to dev by an earlier search
+                return copies[dev] + (max_deg,)
         else:
             a = raw_ptr if isinstance(raw_ptr, np.ndarray) else indptr.numpy()  # host memory
             max_deg = _check_indptr(int(a[0]), int(a[-1]), nnz,
                                     len(a) > 1 and bool((a[1:] < a[:-1]).any()),
                                     int(np.diff(a).max()) if len(a) > 1 else 0)
+            copies = {}
             if owner is not None:
                 try:
-                    setattr(owner, _CSR_ATTR, (raw_ptr, raw_idx, max_deg))
+                    setattr(owner, _CSR_ATTR, (raw_ptr, raw_idx, max_deg, copies))
                 except (AttributeError, TypeError):
                     pass
-        indptr = to_device(indptr.long(), dev)
+        indptr = to_device(indptr.long(), dev).contiguous()
+        if dev.type != "cpu":
+            # a graph object keeps its device copy (DESIGN.md s.11: nothing per search that a
+            # graph needs once): a 200k-triple graph's ~13 MB of indices would otherwise go
+            # through a pinned staging copy and the bus on every search
+            copies[dev] = (indptr, to_device(indices, dev).contiguous())
+            return copies[dev] + (max_deg,)
     else:
         raw = indptr  # the caller's tensor: the cache's key
         indptr = to_device(indptr, dev).long().contiguous()
