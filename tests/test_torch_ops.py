@@ -215,6 +215,31 @@ def _encode_module():
     return _Encode(_encoder(seed=9))
 
 
+def test_compile_question_graphs_to_vectors_fullgraph():
+    """RAS's graph building as the loop calls it: the question graphs' numeric half
+    (batch_graphs: offsets, concatenation; a torch composition, so it needs no operator of its
+    own) and the encoder compile into one graph with the registered pool operator. The
+    string half (entities -> ids, encoding) runs before, outside torch."""
+    from rasfast.encode import HashingEncoder
+    from rasfast.models.question_graph import batch_graphs, build_question_graph
+    enc = HashingEncoder(dim=24)
+    graphs = [build_question_graph([("a", "r", "b"), ("b", "s", "c"), ("c", "r", "a")], encoder=enc),
+              build_question_graph([("x", "r", "y")], encoder=enc)]
+    torch.manual_seed(2)
+    m = GraphEncoder(in_channels=24, hidden=16, heads=2, num_layers=2, edge_dim=24,
+                     llm_hidden=None).eval()
+
+    def vectors(gs):
+        return m.encode_batch(*batch_graphs(gs), backend="cpu")
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = vectors(graphs)
+        got = torch.compile(vectors, fullgraph=True, backend="aot_eager")(graphs)
+    assert got.shape == (2, 16)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_export_graph_encoder_forward():
     enc = _encode_module()
     x, ei, ea, gp = _batch([5, 3], seed=4)
