@@ -57,6 +57,7 @@ def _steps(graphs: int, per_question: bool, dtype, dev=torch.device("cuda")):
         return step
 
     fns = {"pyg": pyg_step, "rasfast cuda": enc_step(fused), "torch reference": enc_step("torch")}
+    truth = _fp32_grads(graphs, per_question, dev) if dtype != torch.float32 else None
     errs, want = {}, None
     for name, f in list(fns.items()):  # a method that fails is reported, the others still run
         try:
@@ -67,11 +68,26 @@ def _steps(graphs: int, per_question: bool, dtype, dev=torch.device("cuda")):
             continue
         mods_ = convs if name == "pyg" else enc.convs
         got = [p.grad.clone() for c in mods_ for p in (c.lin_query.weight, c.lin_value.weight)]
+        if truth is not None:  # a half-precision step: how far each method is from float32
+            errs[f"{name} vs float32"] = max(rel_err(a, b) for a, b in zip(got, truth))
         if name == "pyg":
             want = got
         elif want is not None:
             errs[name] = max(rel_err(a, b) for a, b in zip(got, want))
     return fns, errs
+
+
+def _fp32_grads(graphs: int, per_question: bool, dev):
+    """The query/value weights' gradients of PyG's float32 step on the same modules and
+    batch (make_modules and make_batch are seeded): the truth a bfloat16 step is held to."""
+    convs, norms, projector = make_modules(device=dev)
+    for m in (*convs, *norms, projector):
+        m.float().train()
+    x, ei, ea, ptr = make_batch(graphs, device=dev)
+    pooled = pyg_pool(convs, norms, x.float(), ei, ea.float(), ptr)
+    v = pooled.mean(0, keepdim=True) if per_question else pooled
+    projector(v).float().square().mean().backward()
+    return [p.grad.clone() for c in convs for p in (c.lin_query.weight, c.lin_value.weight)]
 
 
 def _time(fns, repeats):
@@ -116,9 +132,11 @@ def main():
         json.dump(res, f, indent=1, default=str)
     L = ["# Graph encoder training step on a GPU (forward + backward)", "", header_markdown(), "",
          "Median ms of 20 CUDA-event-timed steps, interleaved; gradient error = max relative error "
-         "of the query/value weights' gradients against PyG's.", "",
-         "| dtype | graphs | PyG ms | rasfast cuda ms | torch reference ms | vs PyG | vs reference | grad err (cuda, torch) |",
-         "|---|---|---:|---:|---:|---:|---:|---|"]
+         "of the query/value weights' gradients against PyG's in the same dtype; for bfloat16 also "
+         "against PyG's float32 step on the same modules and batch (the truth: PyG, rasfast cuda, "
+         "torch reference).", "",
+         "| dtype | graphs | PyG ms | rasfast cuda ms | torch reference ms | vs PyG | vs reference | grad err vs PyG (cuda, torch) | grad err vs float32 (PyG, cuda, torch) |",
+         "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         if "error" in r:
             L.append(f"| {r['dtype']} | {r['graphs']} | error: {r['error']} |")
@@ -128,7 +146,8 @@ def main():
         g = lambda name: f"{e[name]:.1e}" if isinstance(e.get(name), float) else "-"
         L.append(f"| {r['dtype']} | {r['graphs']} | {f('pyg')} | {f('rasfast cuda')} | "
                  f"{f('torch reference')} | **{r['speedup_vs_pyg']:.2f}x** | {r['speedup_vs_reference']:.2f}x | "
-                 f"{g('rasfast cuda')}, {g('torch reference')} |")
+                 f"{g('rasfast cuda')}, {g('torch reference')} | "
+                 f"{g('pyg vs float32')}, {g('rasfast cuda vs float32')}, {g('torch reference vs float32')} |")
     with open(out + ".md", "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))
