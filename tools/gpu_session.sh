@@ -112,8 +112,8 @@ roofline)
   timeout "${ROOF_S:-210}" $PY benchmarks/gpu_roofline.py --out "$OUT/gpu_roofline" >"$OUT/roofline.log" 2>&1
   echo "roofline rc=$?"
   grep -E "^\| (select|theme|triple|segment|graph)|^\| [0-9]|parity|Ceilings|DRAM|CUDA graph" "$OUT/roofline.log" | tail -45
-  if [ "${BENCHES-beam graph_conv theme}" != "" ]; then  # BENCHES= skips the stage
-    timeout "${BENCH_S:-150}" bash "$me" bench ${BENCHES:-beam graph_conv theme} >"$OUT/bench_stage.log" 2>&1
+  if [ "${BENCHES-beam graph_conv theme graph_train}" != "" ]; then  # BENCHES= skips the stage
+    timeout "${BENCH_S:-150}" bash "$me" bench ${BENCHES:-beam graph_conv theme graph_train} >"$OUT/bench_stage.log" 2>&1
     echo "bench stage rc=$?"; grep -E "^(==|\|)" "$OUT/bench_stage.log" | tail -30
   fi
   xdist=""; $PY -c "import xdist" 2>/dev/null && xdist="-n ${TEST_PROCS:-8}"
