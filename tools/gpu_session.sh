@@ -10,7 +10,7 @@
 #   tools/gpu_session.sh all              # every stage above, each under its own time limit
 #   tools/gpu_session.sh roofline         # the prepared roofline run (issue 38), < 8 minutes:
 #                                         # build, benchmarks/gpu_roofline.py, the theme/beam/
-#                                         # graph_conv benchmarks, the kernel tests; one tarball.
+#                                         # graph_conv/graph_train benchmarks, the kernel tests; one tarball.
 #                                         # Without a GPU: gpu_roofline.py on the CUDA emulator.
 #
 # On a lent machine that goes back after a short idle time, run `all` in ONE call: a second
