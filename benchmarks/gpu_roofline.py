@@ -28,6 +28,7 @@ mean nothing. ``make test`` runs it so (tests/test_gpu_roofline.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -238,6 +239,8 @@ def make_rows(B, N, mode, dtype, dev, seed):
         x = 1 + 1e-3 * torch.rand(B, N, generator=g)
     elif mode == "const":
         x = torch.full((B, N), 2.5)
+    elif mode == "descending":  # every entry beats the filtered pass's threshold (its worst)
+        x = torch.arange(N, 0, -1, dtype=torch.float32).repeat(B, 1)
     else:  # nan
         x = torch.randn(B, N, generator=g)
         x[torch.rand(B, N, generator=g) < 0.02] = float("nan")
@@ -246,11 +249,11 @@ def make_rows(B, N, mode, dtype, dev, seed):
 
 def parity_sweep(dev, emulate: bool):
     cases = ([(1, 1, 1), (3, 4_099, 1), (2, 100_003, 2_048), (2, 100_003, 2_049), (5, 33_333, 10_000),
-              (1, 3_000_001, 777), (300, 1_001, 50), (2, 1 << 20, 1 << 19)]
+              (1, 3_000_001, 777), (300, 1_001, 50), (2, 1 << 20, 1 << 19), (4, 1_000_003, 256)]
              if not emulate else [(1, 1, 1), (3, 4_099, 7), (2, 9_001, 2_049), (5, 333, 100)])
     n_ok, fails = 0, []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for mode in ("randn", "ties", "narrow", "const", "nan"):
+        for mode in ("randn", "ties", "narrow", "const", "descending", "nan"):
             for B, N, k in cases:
                 x = make_rows(B, N, mode, dtype, dev, seed=B * N + k)
                 for largest, sorted_ in ((False, True), (True, True), (False, False)):
@@ -345,6 +348,11 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                 r["topk_host_us"] = host_us(lambda: torch.topk(nxt(), k, dim=1, largest=False, sorted=True),
                                             10 if not emulate else 2, emulate)
                 r["graph_ms"] = graph_ms(xs[0], k) if not emulate else None
+                if k <= FILTER_K:  # the radix passes at the same k, in the same run
+                    with _env("RASFAST_SELECT_FILTER_K", "0"):
+                        r["radix_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
+                                                  rounds, emulate)
+                        r["radix_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 r["speedup"] = r["topk_ms"] / r["cuda_ms"]
                 r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
                 r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
@@ -355,6 +363,22 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
             if not emulate:
                 torch.cuda.empty_cache()
     return rows
+
+
+FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK: k up to it takes the filtered pass
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
 
 
 def graph_ms(x, k) -> float:
@@ -500,7 +524,7 @@ def ncu_select(emulate: bool):
     if emulate or exe is None:
         return {"skipped": "no GPU" if emulate else "ncu not on the PATH"}
     cmd = [exe, "--csv", "--clock-control", "none",
-           "--kernel-name", "regex:radix_pass|write_selected|sort_rows_small|decode_sorted|RadixSort",
+           "--kernel-name", "regex:filter_topk|radix_pass|write_selected|sort_rows_small|decode_sorted|RadixSort",
            "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum",
            sys.executable, os.path.abspath(__file__), "--ncu-probe"]
     try:
@@ -532,6 +556,13 @@ def ncu_probe():
 
 
 # ------------------------------------------------------------------------------- report
+
+def _radix_cell(r) -> str:
+    if "radix_ms" not in r:
+        return "-"
+    g = r.get("radix_graph_ms")
+    return f"{r['radix_ms']:.3f} ({g:.3f})" if g else f"{r['radix_ms']:.3f}"
+
 
 def markdown(res) -> str:
     L = ["# The roofline run: host syncs of every op; select_k against torch.topk and the roof", "",
@@ -567,10 +598,11 @@ def markdown(res) -> str:
           "cuda graph = the same call captured and replayed (device time without host gaps). "
           "GB/s = the input's bytes (read once: the least an exact select moves) / graph time; share = "
           "of the measured copy bandwidth. host us = the CPU's microseconds per call, no sync "
-          "(torch.topk's in brackets).", "",
+          "(torch.topk's in brackets). k <= 256 takes the filtered pass (one read of each row); "
+          "radix = the radix passes at the same k (RASFAST_SELECT_FILTER_K=0), eager and graph ms.", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
-          "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | radix ms (graph) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
         g = r.get("graph_ms")
         gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
@@ -579,7 +611,8 @@ def markdown(res) -> str:
         L.append(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | {r['topk_ms']:.3f} | "
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
-                 f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) |")
+                 f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
+                 f"{_radix_cell(r)} |")
     L += ["", "## segment_topk_scores (cuda) against torch", "",
           "Equal-length segments, so the torch peer is one padded bmm + topk (its best case; "
           "ragged segments need padding or a loop); with cand_ids, the peer gathers the rows "
@@ -606,8 +639,9 @@ def markdown(res) -> str:
     L += ["", "## Nsight Compute: DRAM bytes of one select_k call (16 x 1M float32, k = 10)", ""]
     if "kernels" in n and n["kernels"]:
         L += [f"DRAM read {n['dram_read_bytes'] / 1e6:,.1f} MB, written {n['dram_write_bytes'] / 1e6:,.1f} MB; "
-              f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read (the design reads the rows "
-              "twice in the radix passes and once in the write pass: ~3x).", "",
+              f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read (k = 10 takes the filtered "
+              "pass, which reads each row once; the radix passes read it twice, and the write pass "
+              "a third time when the first filter's buffer overflows).", "",
               "| kernel | read MB | written MB | us |", "|---|---|---|---|"]
         for k in n["kernels"]:
             L.append(f"| {k['name']} | {k.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "

@@ -5,7 +5,8 @@ index bits), one write pass and the sort: no host synchronisation, no allocation
 torch (one workspace tensor from its caching allocator), no torch op over x (values come
 out of the kernel). Before the rebuild (commit c04cd47), a 4 x 5,000 float32 call at k = 10
 counted 12 kernels, 1 memset, 4 torch ops (a NaN pass over x and a gather), 1 sync and 7
-allocations.
+allocations. For k <= 256 a call is two launches (the filtered pass and the merge), no
+memset (eighth session; the radix passes stay reachable with RASFAST_SELECT_FILTER_K=0).
 """
 import math
 
@@ -22,7 +23,12 @@ pytestmark = [pytest.mark.cuda_emu,
               pytest.mark.skipif(not EMULATED, reason="needs the CUDA emulator (RASFAST_CUDA_EMU=1)")]
 
 
-def _launch_budget(N, k, key_bits, sorted_):
+FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK
+
+
+def _launch_budget(N, k, key_bits, sorted_, filtered=True):
+    if filtered and k <= FILTER_K:
+        return 2  # the filtered pass and the merge: no memset, sorted either way
     passes = math.ceil((key_bits + max(0, math.ceil(math.log2(N)))) / 11)
     sort = 0
     if sorted_:
@@ -30,10 +36,17 @@ def _launch_budget(N, k, key_bits, sorted_):
     return 1 + passes + 1 + sort
 
 
+@pytest.mark.parametrize("filtered", [True, False])
 @pytest.mark.parametrize("dtype,key_bits", [(torch.float32, 32), (torch.float16, 16), (torch.bfloat16, 16)])
 @pytest.mark.parametrize("B,N,k,sorted_", [(4, 5_000, 10, True), (3, 9_001, 3_000, True),
-                                           (2, 4_097, 100, False), (1, 1, 1, True)])
-def test_select_k_is_sync_free_and_allocation_free(dtype, key_bits, B, N, k, sorted_):
+                                           (2, 4_097, 100, False), (1, 1, 1, True),
+                                           (2, 30_001, 256, True), (2, 30_001, 257, True)])
+def test_select_k_is_sync_free_and_allocation_free(monkeypatch, filtered, dtype, key_bits, B, N, k,
+                                                   sorted_):
+    """k <= 256 takes the filtered pass (2 launches; 8 for 4 x 5,000 float32 at k = 10 on the
+    radix passes, which RASFAST_SELECT_FILTER_K=0 keeps there for this comparison)."""
+    if not filtered:
+        monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "0")
     x = torch.randn(B, N).to(dtype)
     with count_device_work(watch=[x]) as work:
         vals, idx = rasfast.select_k(x, k, sorted=sorted_, backend="cuda")
@@ -41,7 +54,7 @@ def test_select_k_is_sync_free_and_allocation_free(dtype, key_bits, B, N, k, sor
     assert work.allocs == 0, work.summary()
     assert work.watched_reads == 0, work.summary()  # no validation pass, no gather over x
     assert work.torch_ops == 0, work.summary()
-    assert work.launches <= _launch_budget(N, k, key_bits, sorted_), work.summary()
+    assert work.launches <= _launch_budget(N, k, key_bits, sorted_, filtered), work.summary()
     want = ref_select(x, k, False, sorted_)
     if sorted_:
         assert torch.equal(idx, want)

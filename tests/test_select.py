@@ -212,6 +212,60 @@ def test_gpu_matches_reference(backend, dtype, mode):
         check(x, k, False, False, backend)
 
 
+# k <= 256: the cuda backend's filtered pass (one read of the row, two launches) and the
+# radix passes it replaced there (RASFAST_SELECT_FILTER_K=0), at sizes where a row has one
+# block or many, its blocks hold fewer entries than k, rows start off 16-byte alignment (odd
+# N), k sits at the filter's limit; every input order, including the filter's worst
+# (descending rows: every entry beats the threshold), and NaN ranked above +inf.
+SMALL_K_CASES = [(1, 1, 1), (3, 999, 1), (2, 4097, 256), (5, 9_001, 37), (2, 30_001, 255),
+                 (1, 40_000, 3)]
+
+
+def _nan_input(B, N, dtype, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, generator=g)
+    x[torch.rand(B, N, generator=g) < 0.01] = float("nan")
+    return x.to(dtype).to(device)
+
+
+def _check_nan_ranked_last(x, k, largest, backend):
+    """NaN ranks above +inf (ties by index): first for largest, after everything else."""
+    vals, idx = select_k(x, k, largest=largest, backend=backend)
+    xc = x.cpu().float()
+    for r in range(x.shape[0]):
+        nan = torch.nonzero(torch.isnan(xc[r])).flatten()
+        rest = xc[r].clone()
+        rest[torch.isnan(rest)] = -float("inf") if largest else float("inf")
+        if largest:
+            m = min(k, nan.numel())
+            want = torch.cat([nan[:m], ref_select(rest[None], k - m, True, True)[0]]) if k > m else nan[:m]
+        else:
+            want = ref_select(rest[None], k, False, True)[0]
+        assert torch.equal(idx[r].cpu(), want), (r, x.shape, k, largest)
+    assert same_bits(vals.cpu(), torch.gather(x, 1, idx).cpu())
+
+
+@cuda_kernels
+@pytest.mark.parametrize("path", ["filtered", "radix"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "ascending", "const", "narrow", "nan"])
+def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype, mode):
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    if path == "radix":
+        monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "0")
+    for B, N, k in SMALL_K_CASES:
+        if mode == "nan":
+            x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
+            for largest in (False, True):
+                _check_nan_ranked_last(x, k, largest, "cuda")
+            continue
+        x = make_input(B, N, mode, dtype, seed=N + k, device=GPU_DEVICE)
+        for largest in (False, True):
+            check(x, k, largest, True, "cuda")
+        check(x, k, True, False, "cuda")
+
+
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_torch_backend_matches_reference(dtype):

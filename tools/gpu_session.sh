@@ -128,10 +128,10 @@ select-probe)
   # A short follow-up after a select kernel change: build, Nsight Compute's speed-of-light,
   # occupancy and warp-stall sections of the two row passes, then parity and timings.
   bash "$0" build >"$OUT/build_stage.log" 2>&1 || { tail -40 "$OUT/build_stage.log"; exit 1; }
-  timeout 90 ncu --clock-control none -k regex:radix_pass --launch-count 2 \
+  timeout 90 ncu --clock-control none -k regex:"filter_topk|radix_pass" --launch-count 2 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
     $PY benchmarks/gpu_roofline.py --ncu-probe >"$OUT/ncu_select.txt" 2>&1
-  grep -E "radix_pass|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Block Limit|Stall|Warp Cycles|Issued" \
+  grep -E "filter_topk|radix_pass|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Block Limit|Stall|Warp Cycles|Issued" \
     "$OUT/ncu_select.txt" | head -60
   timeout 100 $PY benchmarks/gpu_roofline.py --select-only ${PROBE_ARGS:---quick} --out "$OUT/select_probe" 2>&1 | tail -32
   ;;

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -466,17 +467,157 @@ __device__ __forceinline__ void bitonic_sort_shared(unsigned long long* sk, int 
   }
 }
 
+// ---- small k: one filtered pass -------------------------------------------------------
+// For k <= kFilterK every block keeps the k smallest composites of its chunk of the row in
+// shared memory and a threshold, the k-th of them once it has k: an entry enters the buffer
+// only below the threshold, and when the buffer would overflow it is sorted and cut back to
+// k, which lowers the threshold. On random data the threshold is the k-th of the first few
+// thousand entries after one or two cuts, and almost nothing passes after that, so the row
+// is read once, with one compare per entry (the radix passes read it twice: on the H100,
+// 57 and 52 us at 37-41% of the copy rate for 16 x 1M float32). The same design as the
+// "filtered" warp-sort select that RAFT/cuVS use for small k, at block granularity. A
+// second launch sorts each row's blocks' candidates on chip (sort_rows_small) and writes the
+// first k. Two launches, no memset; the worst input (every entry beats the threshold: a
+// row in descending order for the k smallest) costs one cut per kFilterCap - kFilterK
+// entries.
+constexpr int kFilterK = 256;
+constexpr int kFilterCap = 4096;     // composites in a block's buffer (32 KB)
+constexpr int kFilterMerge = 4096;   // candidates per row the merge sorts on chip (32 KB)
+constexpr int kFilterThreads = 256;
+constexpr int kFilterEntries = 8;    // entries per thread and step from 16-byte loads
+
+// Sorts the buffer's first min(*cnt, cap) composites, keeps the k smallest and makes the
+// k-th the threshold (none while fewer than k). Every thread of the block calls it, after a
+// barrier that follows every write of *cnt.
+__device__ __forceinline__ void filter_cut(unsigned long long* buf, unsigned* cnt,
+                                           unsigned long long* thr, int k) {
+  const unsigned n = min(*cnt, (unsigned)kFilterCap);
+  int pow2 = 1;
+  while (pow2 < (int)n) pow2 <<= 1;
+  for (int i = (int)n + threadIdx.x; i < pow2; i += blockDim.x) buf[i] = ~0ull;
+  __syncthreads();
+  bitonic_sort_shared(buf, pow2);  // ends with a barrier
+  if (threadIdx.x == 0) {
+    *cnt = min(n, (unsigned)k);
+    *thr = n >= (unsigned)k ? buf[k - 1] : ~0ull;
+  }
+  __syncthreads();
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kFilterThreads)
+filter_topk(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
+            int ibits, unsigned long long* cand) {
+  using W = typename RawKey<D>::W;
+  constexpr int E = 16 / (int)sizeof(W);
+  constexpr int NL = kFilterEntries / E;   // 16-byte loads per thread and step
+  constexpr int S = NL * E + 1;            // entries per thread and step: the loads, 1 scalar
+  static_assert(kFilterThreads * S <= kFilterCap - kFilterK, "one cut per step must make room");
+  __shared__ unsigned long long buf[kFilterCap];
+  __shared__ unsigned cnt;
+  __shared__ unsigned long long thr;
+  // over[s % 3]: some entry of step s found the buffer full. Three slots, so that the reset
+  // of a step's flag (thread 0, one step later) never meets a write or a read of it.
+  __shared__ unsigned over[3];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    if (threadIdx.x == 0) {
+      cnt = 0;
+      thr = ~0ull;
+      over[0] = over[1] = over[2] = 0;
+    }
+    __syncthreads();
+    const W* row = x + (size_t)r * (size_t)n;
+    int64_t lo, hi;
+    chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
+    // 16-byte loads over [a, b), scalars over the head [lo, a) and the tail [b, hi)
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(row + lo);
+    int64_t head = (int64_t)(((16 - (addr & 15)) & 15) / sizeof(W));
+    if (addr % sizeof(W) != 0) head = hi - lo;  // never for a tensor's storage: all scalar
+    head = min(head, hi - lo);
+    const int64_t a = lo + head;
+    const int64_t nvec = (hi - a) / E;
+    const int64_t b = a + nvec * E;
+    const int64_t nscalar = head + (hi - b);
+    const int64_t vstep = (int64_t)blockDim.x * NL;
+    const int64_t steps = max((nvec + vstep - 1) / vstep, (nscalar + blockDim.x - 1) / blockDim.x);
+    for (int64_t s = 0; s < steps; ++s) {
+      V16 pack[NL];
+      int64_t vi[NL];
+#pragma unroll
+      for (int u = 0; u < NL; ++u) {
+        const int64_t v = s * vstep + (int64_t)u * blockDim.x + threadIdx.x;
+        vi[u] = v < nvec ? a + v * E : -1;
+        if (v < nvec) pack[u] = *reinterpret_cast<const V16*>(row + vi[u]);
+      }
+      const int64_t t = s * blockDim.x + threadIdx.x;
+      const int64_t si = t < nscalar ? (t < head ? lo + t : b + (t - head)) : -1;
+      const W sw = si >= 0 ? row[si] : W(0);
+      // entry j: word and index
+      auto word = [&](int j) -> W {
+        if (j == S - 1) return sw;
+        const int u = j / E, e = j % E;
+        return (W)(pack[u].w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4)));
+      };
+      auto index = [&](int j) -> int64_t { return j == S - 1 ? si : (vi[j / E] < 0 ? -1 : vi[j / E] + j % E); };
+      auto comp = [&](int j) -> unsigned long long {
+        return ((unsigned long long)RawKey<D>::key(word(j), largest) << ibits) | (unsigned long long)index(j);
+      };
+      const unsigned long long T = thr;
+      unsigned pend = 0;
+#pragma unroll
+      for (int j = 0; j < S; ++j)
+        if (index(j) >= 0 && comp(j) < T) pend |= 1u << j;
+      // stores what fits; what does not stays pending (its slot is past the buffer)
+      auto store = [&]() {
+        const unsigned np = (unsigned)__popc(pend);
+        if (!__any_sync(kFull, np != 0)) return;
+        unsigned slot = warp_reserve(&cnt, np);
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          if (pend & (1u << j)) {
+            if (slot < (unsigned)kFilterCap) {
+              buf[slot] = comp(j);
+              pend &= ~(1u << j);
+            }
+            ++slot;
+          }
+        }
+      };
+      store();
+      if (pend) over[s % 3] = 1;
+      __syncthreads();
+      if (threadIdx.x == 0) over[(s + 2) % 3] = 0;  // step s - 1's flag: read before the barrier
+      if (over[s % 3]) {  // the same for the whole block
+        filter_cut(buf, &cnt, &thr, k);
+        const unsigned long long T2 = thr;
+#pragma unroll
+        for (int j = 0; j < S; ++j)
+          if ((pend & (1u << j)) && comp(j) >= T2) pend &= ~(1u << j);
+        store();  // fits: at most kFilterThreads * S <= kFilterCap - k entries after a cut
+      }
+    }
+    __syncthreads();
+    if (cnt > (unsigned)k) filter_cut(buf, &cnt, &thr, k);  // the same for the whole block
+    const unsigned kept = min(cnt, (unsigned)kFilterCap);
+    unsigned long long* out = cand + ((size_t)r * gridDim.x + blockIdx.x) * (size_t)k;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < (int)kept ? buf[i] : ~0ull;
+    __syncthreads();  // buf, cnt, thr and over are reset for the next row
+  }
+}
+
 // Sorted output for k <= kSmallSortK: one block per row sorts its composites on chip.
+// The filtered path's merge uses it too: each row's `per_row` candidates (every block's k
+// best, ~0 for none) sorted, the first k written.
 template <DType D>
 __global__ void __launch_bounds__(kSortThreads)
-sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t k, int pow2, int ibits,
-                const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, int64_t k, int pow2,
+                int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
                 typename RawKey<D>::W* out_vals) {
   extern __shared__ unsigned long long sk[];
   const unsigned long long imask = low_bits(ibits);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     for (int i = threadIdx.x; i < pow2; i += blockDim.x)
-      sk[i] = i < k ? keys[(size_t)r * (size_t)k + i] : ~0ull;
+      sk[i] = i < per_row ? keys[(size_t)r * (size_t)per_row + i] : ~0ull;
     __syncthreads();
     bitonic_sort_shared(sk, pow2);
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
@@ -538,22 +679,70 @@ int blocks_per_row(int64_t rows, int64_t n) {
   return (int)std::max<int64_t>(1, std::min<int64_t>({by_size, by_fill, 1024}));
 }
 
+// Blocks per row of the filtered pass: a wave of resident blocks over all rows, at least
+// 4096 entries each, and at most kFilterMerge candidates per row for the merge.
+template <DType D>
+int filter_blocks_per_row(int64_t rows, int64_t n, int64_t k) {
+  static int resident[3] = {0, 0, 0};
+  int& per_sm = resident[(int)D];
+  if (per_sm == 0) {
+    int b = 0;
+    RASFAST_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, filter_topk<D>, kFilterThreads, 0));
+    per_sm = std::max(1, b);
+  }
+  const int64_t by_size = (n + 4095) / 4096;
+  const int64_t by_fill = std::max<int64_t>(1, ((int64_t)per_sm * sm_count()) / std::max<int64_t>(rows, 1));
+  const int64_t by_merge = std::max<int64_t>(1, kFilterMerge / std::max<int64_t>(k, 1));
+  return (int)std::max<int64_t>(1, std::min<int64_t>({by_size, by_fill, by_merge, 1024}));
+}
+
+int filter_blocks(DType dt, int64_t rows, int64_t n, int64_t k) {
+  int nb = 1;
+  RASFAST_DISPATCH_DTYPE(dt, D, { nb = filter_blocks_per_row<D>(rows, n, k); })
+  return nb;
+}
+
+// The largest k of the filtered pass: kFilterK, or RASFAST_SELECT_FILTER_K (0: never; for
+// tests and benchmarks that weigh the two paths at the same k).
+int64_t filter_k_limit() {
+  if (const char* env = std::getenv("RASFAST_SELECT_FILTER_K")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && v >= 0) return std::min<int64_t>(v, kFilterK);
+  }
+  return kFilterK;
+}
+
 size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
 
-// The workspace: [state | histograms | tickets] (zeroed) | candidate buffers | sort keys.
+// The workspace: [state | histograms | tickets] (zeroed) | candidate buffers | sort keys;
+// for the filtered pass (k <= kFilterK) only its candidates, rows x blocks x k composites.
 struct Layout {
   int K = 32, ibits = 0, tb = 0;
   int64_t cap = 0, group = 1;
   bool small_sort = false, device_sort = false;
+  bool filter = false;
+  int filter_blocks = 0;
   size_t st = 0, hist = 0, arrived = 0, zero_bytes = 0, buf = 0, keys = 0, keys_out = 0,
          temp = 0, temp_bytes = 0, total = 0;
 };
 
-Layout layout_for(int key_bits, int64_t rows, int64_t n, int64_t k, bool sorted) {
+int key_bits_of(DType dt) { return dt == DType::F32 ? 32 : 16; }
+
+Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
   Layout L;
-  L.K = key_bits;
+  L.K = key_bits_of(dt);
   L.ibits = bits_for(n);
   L.tb = L.K + L.ibits;
+  // filtered: ~0 marks "no candidate", so a real composite must stay below it (tb <= 63)
+  if (k <= filter_k_limit() && L.tb <= 63) {
+    L.filter = true;
+    L.filter_blocks = filter_blocks(dt, rows, n, k);
+    L.keys = 0;
+    L.total = std::max<size_t>(align_up(sizeof(unsigned long long) * (size_t)rows *
+                                        (size_t)L.filter_blocks * (size_t)k), 256);
+    return L;
+  }
   L.cap = std::max<int64_t>(std::min<int64_t>(n, 4096), (n + 7) / 8);
   L.small_sort = sorted && k <= kSmallSortK;
   L.device_sort = sorted && !L.small_sort;
@@ -593,19 +782,32 @@ Layout layout_for(int key_bits, int64_t rows, int64_t n, int64_t k, bool sorted)
   return L;
 }
 
-int key_bits_of(DType dt) { return dt == DType::F32 ? 32 : 16; }
-
 template <DType D>
 void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool largest, bool sorted,
                      int64_t* out, void* out_vals_v, void* ws, size_t ws_bytes, cudaStream_t stream) {
   using W = typename RawKey<D>::W;
   const W* x = static_cast<const W*>(xv);
   W* out_vals = static_cast<W*>(out_vals_v);
-  const Layout L = layout_for(RawKey<D>::K, rows, n, k, sorted);
+  static_assert(RawKey<D>::K == (D == DType::F32 ? 32 : 16), "key_bits_of must agree with RawKey");
+  const Layout L = layout_for(D, rows, n, k, sorted);
   if (ws_bytes < L.total)
     throw std::invalid_argument("select_k: workspace of " + std::to_string(ws_bytes) +
                                 " bytes, needs " + std::to_string(L.total));
   char* base = static_cast<char*>(ws);
+  if (L.filter) {
+    unsigned long long* cand = reinterpret_cast<unsigned long long*>(base + L.keys);
+    const dim3 fgrid(L.filter_blocks, (unsigned)std::min<int64_t>(rows, 65535));
+    filter_topk<D><<<fgrid, kFilterThreads, 0, stream>>>(x, rows, n, (int)k, largest, L.ibits, cand);
+    RASFAST_CUDA_CHECK(cudaGetLastError());
+    const int64_t per_row = (int64_t)L.filter_blocks * k;
+    int pow2 = 1;
+    while (pow2 < per_row) pow2 <<= 1;
+    sort_rows_small<D><<<(unsigned)std::min<int64_t>(rows, 65535), kSortThreads,
+                         sizeof(unsigned long long) * pow2, stream>>>(cand, rows, per_row, k, pow2,
+                                                                       L.ibits, x, n, out, out_vals);
+    RASFAST_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   SelState* st = reinterpret_cast<SelState*>(base + L.st);
   unsigned* hist = reinterpret_cast<unsigned*>(base + L.hist);
   unsigned* arrived = reinterpret_cast<unsigned*>(base + L.arrived);
@@ -640,7 +842,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     while (pow2 < k) pow2 <<= 1;
     const int sort_grid = (int)std::min<int64_t>(rows, 65535);
     sort_rows_small<D><<<sort_grid, kSortThreads, sizeof(unsigned long long) * pow2, stream>>>(
-        keys, rows, k, pow2, L.ibits, x, n, out, out_vals);
+        keys, rows, k, k, pow2, L.ibits, x, n, out, out_vals);
     RASFAST_CUDA_CHECK(cudaGetLastError());
   } else if (mode == 2) {
     unsigned long long* keys_out = reinterpret_cast<unsigned long long*>(base + L.keys_out);
@@ -662,7 +864,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
 
 size_t select_k_cuda_workspace(int dtype_code, int64_t rows, int64_t n, int64_t k, bool sorted) {
   if (rows == 0) return 0;
-  return layout_for(key_bits_of(static_cast<DType>(dtype_code)), rows, n, k, sorted).total;
+  return layout_for(static_cast<DType>(dtype_code), rows, n, k, sorted).total;
 }
 
 void select_k_cuda_launch(const void* x, int dtype_code, int64_t rows, int64_t n, int64_t k,
