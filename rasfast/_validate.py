@@ -11,6 +11,7 @@ import math
 import numbers
 from typing import Callable, Iterable, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ._arrays import FLOAT_DTYPES
@@ -40,6 +41,10 @@ def check_dim(t: torch.Tensor, name: str, dim: int, size: int, what: str) -> Non
         raise ValueError(f"{name}: dim {dim} must equal {what} ({size}), got shape {tuple(t.shape)}")
 
 
+_NUMPY_ELEMS = 1 << 16
+_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
+
+
 def check_finite(t: torch.Tensor, name: str, allow_inf: bool = False,
                  chunk_elems: int = 1 << 22) -> None:
     """NaN is always rejected (it has no place in an ordering); +-inf only if not allowed.
@@ -56,6 +61,17 @@ def check_finite(t: torch.Tensor, name: str, allow_inf: bool = False,
                              else f"{name}: contains NaN or infinite values")
         return
     flat = t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+    if flat.numel() <= _NUMPY_ELEMS and flat.dtype in _NUMPY_DTYPES:
+        # a per-question array (a few queries): numpy's min/max (which propagate NaN; an inf is
+        # the min or the max) cost ~2 us where torch's isfinite + all cost ~25 us on the CPU
+        a = flat.detach().numpy()
+        lo, hi = a.min(), a.max()
+        if np.isnan(lo) or np.isnan(hi):
+            raise ValueError(f"{name}: contains NaN" if allow_inf
+                             else f"{name}: contains NaN or infinite values")
+        if not allow_inf and not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"{name}: contains NaN or infinite values")
+        return
     for start in range(0, flat.numel(), chunk_elems):
         part = flat[start:start + chunk_elems]
         if allow_inf:

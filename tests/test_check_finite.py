@@ -31,6 +31,34 @@ def test_nonfinite_flag(dtype):
         assert not bool(nonfinite_flag(y[:3]))
 
 
+@pytest.mark.parametrize("dtype", DTYPES + (torch.float64,))
+@pytest.mark.parametrize("numel", [1, 33, (1 << 16), (1 << 16) + 1])   # the numpy path and past it
+def test_check_finite_cpu_paths(dtype, numel):
+    """CPU check_finite, on small arrays through numpy's min/max, on larger ones (and
+    bfloat16) through torch: the same verdicts on NaN, +-inf and -0.0, in any layout."""
+    from rasfast import _validate
+    x = torch.randn(numel).to(dtype)
+    x[0] = -0.0
+    check_finite(x, "x")
+    check_finite(x.view(1, -1).t(), "x")
+    for bad, is_nan in ((float("nan"), True), (float("inf"), False), (float("-inf"), False)):
+        y = x.clone()
+        y[numel // 2] = bad
+        with pytest.raises(ValueError, match="x: contains NaN or infinite values"):
+            check_finite(y, "x")
+        if is_nan:
+            with pytest.raises(ValueError, match="x: contains NaN$"):
+                check_finite(y, "x", allow_inf=True)
+        else:
+            check_finite(y, "x", allow_inf=True)
+        if numel > 1:   # a strided view that holds the bad entry
+            with pytest.raises(ValueError):
+                check_finite(y[numel // 2::2], "x")
+    g = x.clone().requires_grad_()
+    check_finite(g, "x")   # a leaf that requires grad (numpy needs detach)
+    assert _validate._NUMPY_ELEMS == 1 << 16
+
+
 def test_check_all_finite_names_the_culprit():
     a, b = torch.zeros(4, 3), torch.zeros(5, 3)
     check_all_finite(a=a, b=b)
