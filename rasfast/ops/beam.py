@@ -217,7 +217,7 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
     if be == "cuda":   # the kernel computes |q| and flags a non-finite one (no pass here)
         qnorm = None
     else:
-        qnorm = torch.sqrt((qf * qf).sum(dim=1))
+        qnorm = _ref.sqrt_rn((qf * qf).sum(dim=1))
         if qnorm.numel():  # NaN/inf in q, or an overflow: one flag (the message costs a read then)
             deferred.add([~torch.isfinite(qnorm).all()], lambda v: _q_error(qf) if v[0] else None)
 

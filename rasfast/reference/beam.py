@@ -107,6 +107,16 @@ def cosine(q: torch.Tensor, qnorm: torch.Tensor, u: torch.Tensor) -> torch.Tenso
     return cosine_from_parts(u @ q, (u * u).sum(dim=1), qnorm)
 
 
+def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
+    """The float32 square root correctly rounded, as C++'s std::sqrt and CUDA's sqrtf give it:
+    through float64 (53 >= 2 * 24 + 2 bits, so rounding the double root gives the float
+    one). torch's own float32 sqrt on the CPU is not always correctly rounded: torch 2.13 on
+    a Zen 4 gives 1.6201852560 for sqrt(2.625), one ulp above 1.6201851368; the beam
+    backends then disagreed in the last bit and, on a near-tie, in the order of two
+    sequences (a ~3% flaky test)."""
+    return torch.sqrt(x.double()).to(x.dtype)
+
+
 def cosine_from_parts(dot: torch.Tensor, nn: torch.Tensor, qnorm: torch.Tensor) -> torch.Tensor:
     """dot / (|q| * sqrt(nn)), 0 where the denominator is 0.
 
@@ -116,7 +126,7 @@ def cosine_from_parts(dot: torch.Tensor, nn: torch.Tensor, qnorm: torch.Tensor) 
     if not (torch.isfinite(dot).all() and torch.isfinite(nn).all()):
         raise ValueError("triple_emb: a row read by the search contains NaN/inf values "
                          "(or its squared norm overflows float32)")
-    den = qnorm * torch.sqrt(nn)
+    den = qnorm * sqrt_rn(nn)
     return torch.where(den > 0, dot / torch.where(den > 0, den, torch.ones_like(den)),
                        torch.zeros_like(dot))
 
