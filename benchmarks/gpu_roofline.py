@@ -204,6 +204,8 @@ def op_calls(dev, emulate: bool):
     specs = normalise_layers([(convs[0], norms[0]), (convs[1], norms[1]), convs[2]])
     xb, ei, ea, gptr = make_batch(64 if not emulate else 2, device=dev, dim=dim)
     calls["graph_transformer_pool"] = (lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend=be), [xb])
+    calls["graph_transformer_pool validate='none'"] = (
+        lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend=be, validate="none"), [xb])
     return calls
 
 
@@ -417,6 +419,14 @@ def op_capture(dev, emulate: bool):
     sptr = torch.arange(257, device=dev) * 20
     sids = torch.from_numpy(np.concatenate(P["seeds"]).astype(np.int64)).to(dev)
     rasfast.triple_beam_search(graph, emb, bq, (sptr, sids), backend="cuda")  # the CSR's one check
+    try:  # RAS's encoder at 64 graphs, device edge_index and graph_ptr (PyG builds the layers)
+        from graph_conv_workload import make_batch, make_modules
+        convs, norms, _ = make_modules(device=dev)
+        gx, gei, gea, gptr = make_batch(64, device=dev)
+        glayers = [(c, n) for c, n in zip(convs, norms)] + list(convs[len(norms):])
+    except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
+        gx = None
+        out["graph_transformer_pool"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     cases = {
         "segment_topk_scores": (q, lambda: rasfast.segment_topk_scores(q, cand, ptr, 10, backend="cuda",
                                                                       validate="none")),
@@ -426,6 +436,9 @@ def op_capture(dev, emulate: bool):
         "triple_beam_search": (bq, lambda: (lambda r: (r.sequences, r.scores))(rasfast.triple_beam_search(
             graph, emb, bq, (sptr, sids), backend="cuda", validate="none"))),
     }
+    if gx is not None:
+        cases["graph_transformer_pool"] = (gx, lambda: (rasfast.graph_transformer_pool(
+            gx, gei, gea, gptr, glayers, backend="cuda", validate="none"),))
     for name, (static, fn) in cases.items():
         try:
             s = torch.cuda.Stream()

@@ -129,6 +129,33 @@ def test_graph_transformer_pool_budget_and_reference(form):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_graph_transformer_pool_validate_none_reads_nothing():
+    """validate="none": device index arrays are clamped, not checked, and nothing is read
+    back (0 syncs, so the call can be captured in a CUDA graph; 21 -> 16 launches); a good
+    input gives the same result, a bad id no error and no read out of bounds."""
+    seed = fresh_seed()
+    x, ei, ea, ptr = batch_problem(seed)
+    ls = layers()
+    want = rasfast.graph_transformer_pool(x, ei, ea, ptr, ls, backend="cuda")
+    with count_device_work() as w:
+        got = rasfast.graph_transformer_pool(x, ei, ea, ptr, ls, backend="cuda", validate="none")
+    assert w.syncs == 0 and w.allocs == 0 and w.launches <= 16, (seed, w.summary())
+    assert torch.equal(got, want)
+    bad, bad_ptr = ei.clone(), ptr.clone()
+    bad[0, 3], bad[1, 5] = x.shape[0] + 7, -4
+    bad_ptr[2] = bad_ptr[3] + 1
+    with count_device_work() as w:
+        out = rasfast.graph_transformer_pool(x, bad, ea, bad_ptr, ls, backend="cuda", validate="none")
+    assert w.syncs == 0 and out.shape == want.shape and bool(torch.isfinite(out).all())
+    with pytest.raises(ValueError, match="edges: node ids must lie in"):
+        rasfast.graph_transformer_pool(x, bad, ea, ptr, ls, backend="cuda")
+    with pytest.raises(ValueError, match="validate"):
+        rasfast.graph_transformer_pool(x, ei, ea, ptr, ls, backend="cuda", validate="some")
+    with count_device_work() as w:   # transformer_conv too
+        rasfast.transformer_conv(x, ei, ea, ls[0][0], backend="cuda", validate="none")
+    assert w.syncs == 0, w.summary()
+
+
 def test_csr_tuple_input_budget():
     x, ei, ea = layer_problem(fresh_seed())
     m = conv(32, 16, 4, 16)

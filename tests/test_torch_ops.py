@@ -139,9 +139,11 @@ def test_opcheck_graph_ops(sizes):
     args = enc._layer_args()
     for backend in ("cpu", "torch"):
         check("graph_transformer_pool", (x, ei, None, ea, gp, *args, backend))
+    check("graph_transformer_pool", (x, ei, None, ea, gp, *args, "cpu", "none"))
     # one layer (with its LayerNorm and ReLU), as an edge_index and as a CSR
     conv_args = flat_layers(enc.layer_specs()[:1])
     check("transformer_conv", (x, ei, None, ea, *conv_args, "cpu"))
+    check("transformer_conv", (x, ei, None, ea, *conv_args, "cpu", "full"))
     order = torch.sort(ei[1], stable=True).indices
     indptr = torch.searchsorted(ei[1][order], torch.arange(x.shape[0] + 1))
     check("transformer_conv", (x, indptr, ei[0][order].contiguous(), ea[order], *conv_args, "cpu"))

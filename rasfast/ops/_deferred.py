@@ -100,6 +100,28 @@ class Deferred:
             self._values, self._checks = [], []
 
 
+class Unchecked(Deferred):
+    """``validate="none"``: device arrays are not checked and nothing is read (no sync, so
+    the op can be captured in a CUDA graph); :func:`check_ptr` and :func:`check_ids` still
+    return safe copies (clamped into range), so a bad value cannot make a kernel read out
+    of bounds: it gives an unspecified result instead of an error. Host arrays are checked
+    as always (that costs no device work)."""
+
+    def add(self, values, check) -> None:
+        pass
+
+    def read(self, extra: Optional[torch.Tensor] = None) -> List[int]:
+        return []
+
+    def raise_now(self) -> None:
+        pass
+
+
+def deferred_for(validate: str) -> Deferred:
+    """The checks' collector for a ``validate`` mode ("none": :class:`Unchecked`)."""
+    return Unchecked() if validate == "none" else Deferred()
+
+
 def check_ptr(p, name: str, total: int, total_what: str, dev: torch.device,
               deferred: Deferred, start_end_msg: Optional[str] = None,
               monotone_msg: Optional[str] = None) -> torch.Tensor:
@@ -130,8 +152,9 @@ def check_ptr(p, name: str, total: int, total_what: str, dev: torch.device,
             return ValueError(mono)
         return None
 
-    dec = (t[1:] < t[:-1]).any() if t.numel() > 1 else torch.zeros((), dtype=torch.bool, device=dev)
-    deferred.add([t[0], t[-1], dec], check)
+    if not isinstance(deferred, Unchecked):
+        dec = (t[1:] < t[:-1]).any() if t.numel() > 1 else torch.zeros((), dtype=torch.bool, device=dev)
+        deferred.add([t[0], t[-1], dec], check)
     return torch.cummax(t.clamp(0, total), 0).values
 
 
@@ -153,8 +176,9 @@ def check_ids(ids, name: str, lo: int, hi: int, dev: torch.device, deferred: Def
         mn, mx = v
         return ValueError(message(mn, mx)) if mn < lo or mx >= hi else None
 
-    mn, mx = torch.aminmax(t)
-    deferred.add([mn, mx], check)
+    if not isinstance(deferred, Unchecked):
+        mn, mx = torch.aminmax(t)
+        deferred.add([mn, mx], check)
     return t.clamp(lo, max(lo, hi - 1)).long()
 
 

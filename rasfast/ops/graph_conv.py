@@ -24,12 +24,12 @@ import torch.nn.functional as F
 
 from .. import dispatch as _bk
 from .._arrays import DTYPE_CODES, FLOAT_DTYPES, as_tensor, kind_of, to_kind
-from .._validate import (check_bool_arg, check_float, check_int, check_rank, check_same_device,
+from .._validate import (check_bool_arg, check_choice, check_float, check_int, check_rank, check_same_device,
                          check_same_dtype)
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule, torch_width
-from ._deferred import Deferred, check_ids, check_ptr
+from ._deferred import Deferred, check_ids, check_ptr, deferred_for
 from . import _library
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
@@ -139,6 +139,7 @@ def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device,
 # float64 is accepted for gradcheck: the compiled backends run it in torch (the kernels
 # take float32/float16/bfloat16), through the same autograd layers
 _DTYPES = FLOAT_DTYPES + (torch.float64,)
+VALIDATE = ("auto", "full", "none")
 
 
 def _check_x(x, in_channels: int) -> torch.Tensor:
@@ -190,7 +191,7 @@ def _check_norm(norm, width: int, name: str):
 def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
                      concat: Optional[bool] = None, beta: Optional[bool] = None,
                      root_weight: Optional[bool] = None, norm=None, relu: bool = False,
-                     backend: str = "auto"):
+                     backend: str = "auto", validate: str = "auto"):
     """One TransformerConv layer (same function as torch_geometric's, same weights).
 
     Args:
@@ -210,6 +211,12 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
             grad: ``ConvWeights`` built from live parameters; PyG modules and state dicts
             give detached weights): the compiled ones through a composed backward (see
             "autograd" below), "torch" through the reference's torch ops.
+        validate: "auto" | "full" (the same: every index checked, on a GPU in one read
+            after the kernels) | "none": index arrays on the device are not checked and
+            nothing is read back (no host sync, so the call can be captured in a CUDA
+            graph); they are clamped into range, so a bad id cannot make a kernel read out
+            of bounds, but gives an unspecified result instead of an error. Host (numpy)
+            arrays are always checked.
 
     Returns:
         [N, heads*C] (concat) or [N, C], in x's dtype and kind. Nodes without incoming
@@ -222,9 +229,10 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
     if traced(xt):
         nw = _check_norm(norm, w.out_channels, "norm")
         spec = [(w, nw, check_bool_arg(relu, "relu"))]
-        return to_kind(_traced_call(_CONV_OP, xt, edges, edge_attr, None, spec, backend), kind)
+        return to_kind(_traced_call(_CONV_OP, xt, edges, edge_attr, None, spec, backend, validate),
+                       kind)
     # index checks of device arrays: read once after the kernels (no sync before them)
-    deferred = Deferred()
+    deferred = deferred_for(check_choice(validate, "validate", VALIDATE))
     csr = as_csr(edges, xt.shape[0], xt.device, deferred)
     ea = _check_edge_attr(edge_attr, w, csr, xt)
     nw = _check_norm(norm, w.out_channels, "norm")
@@ -249,7 +257,7 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
 
 @follows_width_rule
 def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
-                           backend: str = "auto"):
+                           backend: str = "auto", validate: str = "auto"):
     """All layers over a batch of graphs, then each graph's node mean: [num_graphs, out].
 
     Args:
@@ -259,7 +267,8 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
             from 0 to N). Empty graphs pool to zeros (as PyG's global_mean_pool).
         layers: sequence of layers, each ``conv`` or ``(conv, norm)`` (LayerNorm then ReLU
             after that layer) or ``(conv, norm, relu)``; conv as ``weights`` above.
-        backend: as in :func:`transformer_conv`.
+        backend, validate: as in :func:`transformer_conv` (``validate`` covers graph_ptr
+            too).
 
     Returns:
         [G, out_channels of the last layer] in x's dtype and kind.
@@ -268,9 +277,9 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
     kind = kind_of(x)
     xt = _check_x(x, specs[0][0].in_channels)
     if traced(xt):
-        return to_kind(_traced_call(_POOL_OP, xt, edges, edge_attr, graph_ptr, specs, backend),
-                       kind)
-    deferred = Deferred()  # as in transformer_conv
+        return to_kind(_traced_call(_POOL_OP, xt, edges, edge_attr, graph_ptr, specs, backend,
+                                    validate), kind)
+    deferred = deferred_for(check_choice(validate, "validate", VALIDATE))  # as in transformer_conv
     csr = as_csr(edges, xt.shape[0], xt.device, deferred)
     gp = check_graph_ptr(graph_ptr, xt.shape[0], xt.device, deferred)
     for i, (w, _, _) in enumerate(specs):
@@ -434,19 +443,20 @@ def _edges_arg(edges, csr_src):
 
 
 def _conv_op(x, edges, csr_src, edge_attr, weights, heads, channels, concat, has_norm, eps,
-             relu, backend):
+             relu, backend, validate="auto"):
     (w, nw, r), = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
     with torch.no_grad():  # the operator's autograd is registered (register_autograd below)
         return transformer_conv.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr, w,
-                                            norm=nw, relu=r, backend=backend)
+                                            norm=nw, relu=r, backend=backend, validate=validate)
 
 
 def _pool_op(x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels, concat,
-             has_norm, eps, relu, backend):
+             has_norm, eps, relu, backend, validate="auto"):
     specs = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
     with torch.no_grad():
         return graph_transformer_pool.__wrapped__(x, _edges_arg(edges, csr_src), edge_attr,
-                                                  graph_ptr, specs, backend=backend)
+                                                  graph_ptr, specs, backend=backend,
+                                                  validate=validate)
 
 
 def _out_width(heads, channels, concat):
@@ -455,17 +465,18 @@ def _out_width(heads, channels, concat):
 
 _CONV_OP = define(
     "transformer_conv(Tensor x, Tensor edges, Tensor? csr_src, Tensor? edge_attr, "
-    + _LAYER_ARGS + ") -> Tensor", _conv_op,
+    + _LAYER_ARGS + ", str validate=\"auto\") -> Tensor", _conv_op,
     lambda x, edges, csr_src, edge_attr, weights, heads, channels, concat, has_norm, eps, relu,
-    backend: x.new_empty((x.shape[0], _out_width(heads, channels, concat))))
+    backend, validate="auto": x.new_empty((x.shape[0], _out_width(heads, channels, concat))))
 _POOL_OP = define(
     "graph_transformer_pool(Tensor x, Tensor edges, Tensor? csr_src, Tensor? edge_attr, "
-    "Tensor graph_ptr, " + _LAYER_ARGS + ") -> Tensor", _pool_op,
+    "Tensor graph_ptr, " + _LAYER_ARGS + ", str validate=\"auto\") -> Tensor", _pool_op,
     lambda x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels, concat, has_norm,
-    eps, relu, backend: x.new_empty((graph_ptr.shape[0] - 1, _out_width(heads, channels, concat))))
+    eps, relu, backend, validate="auto":
+        x.new_empty((graph_ptr.shape[0] - 1, _out_width(heads, channels, concat))))
 
 
-def _traced_call(op, xt, edges, edge_attr, graph_ptr, specs, backend):
+def _traced_call(op, xt, edges, edge_attr, graph_ptr, specs, backend, validate="auto"):
     """The traced call of either operator: shapes checked here, values by its kernel."""
     if isinstance(edges, (tuple, list)):
         if len(edges) != 2:
@@ -495,19 +506,21 @@ def _traced_call(op, xt, edges, edge_attr, graph_ptr, specs, backend):
             raise ValueError(f"layers[{i}]: in_channels {w.in_channels} != previous layer's output "
                              f"{specs[i - 1][0].out_channels}")
     args = flat_layers(specs)
+    validate = check_choice(validate, "validate", VALIDATE)
     if graph_ptr is None:
-        return op(xt, first, src, ea, *args, backend)
+        return op(xt, first, src, ea, *args, backend, validate)
     gp = as_tensor(graph_ptr, "graph_ptr")
     check_int(gp, "graph_ptr")
     check_rank(gp, "graph_ptr", 1, "[num_graphs + 1]")
-    return op(xt, first, src, ea, gp, *args, backend)
+    return op(xt, first, src, ea, gp, *args, backend, validate)
 
 
-def pool_operator(x, edge_index, edge_attr, graph_ptr, layer_args, backend: str = "auto"):
+def pool_operator(x, edge_index, edge_attr, graph_ptr, layer_args, backend: str = "auto",
+                  validate: str = "auto"):
     """``torch.ops.rasfast.graph_transformer_pool`` on an edge_index and the flat layer
     arguments (:func:`flat_layers`' tuple): for callers that hold the layers as modules
     under tracing (``GraphEncoder`` under torch.compile / torch.export)."""
-    return _POOL_OP(x, edge_index, None, edge_attr, graph_ptr, *layer_args, backend)
+    return _POOL_OP(x, edge_index, None, edge_attr, graph_ptr, *layer_args, backend, validate)
 
 
 # ----------------------------------------------------------------------------- autograd
@@ -837,7 +850,7 @@ def train_pool(x, edges, edge_attr, graph_ptr, layers: Sequence, dropout: float 
 # intermediates) before the composed backward: about one extra forward per step, for
 # traced training only (eager training keeps the intermediates, see _ConvFn).
 def _backward_op(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels,
-                 concat, has_norm, eps, relu, backend, needs):
+                 concat, has_norm, eps, relu, backend, validate, needs):
     specs = _specs_of(weights, heads, channels, concat, has_norm, eps, relu)
     leaf = lambda t, need: (None if t is None else t.detach().requires_grad_(need))  # noqa: E731
     xg = leaf(x, needs[0])
@@ -850,10 +863,11 @@ def _backward_op(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, 
         if graph_ptr is None:
             (w, nw, r), = live
             out = transformer_conv.__wrapped__(xg, _edges_arg(edges, csr_src), eag, w, norm=nw,
-                                               relu=r, backend=backend)
+                                               relu=r, backend=backend, validate=validate)
         else:
             out = graph_transformer_pool.__wrapped__(xg, _edges_arg(edges, csr_src), eag,
-                                                     graph_ptr, live, backend=backend)
+                                                     graph_ptr, live, backend=backend,
+                                                     validate=validate)
         gs = iter(torch.autograd.grad(out, ins, grad, allow_unused=True) if ins else ())
     res = []
     for t in [xg, eag] + ts:
@@ -863,14 +877,15 @@ def _backward_op(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, 
 
 
 def _backward_fake(grad, x, edges, csr_src, edge_attr, graph_ptr, weights, heads, channels,
-                   concat, has_norm, eps, relu, backend, needs):
+                   concat, has_norm, eps, relu, backend, validate, needs):
     return [t.new_empty(t.shape) if t is not None and nd and not (i >= 2 and _absent(t))
             else x.new_empty(0) for i, (t, nd) in enumerate(zip([x, edge_attr] + list(weights), needs))]
 
 
 _BACKWARD_OP = define(
     "graph_conv_backward(Tensor grad, Tensor x, Tensor edges, Tensor? csr_src, "
-    "Tensor? edge_attr, Tensor? graph_ptr, " + _LAYER_ARGS + ", bool[] needs) -> Tensor[]",
+    "Tensor? edge_attr, Tensor? graph_ptr, " + _LAYER_ARGS + ", str validate, bool[] needs) "
+    "-> Tensor[]",
     _backward_op, _backward_fake)
 
 
@@ -889,13 +904,17 @@ def _op_backward(ctx, grad, pool: bool):
     wneed = list(wneed) if isinstance(wneed, (list, tuple)) else [bool(wneed)] * len(weights)
     needs = [bool(need[0]), bool(need[3])] + [bool(v) and not _absent(t)
                                               for v, t in zip(wneed, weights)]
-    gs = _BACKWARD_OP(grad.contiguous(), x, edges, csr_src, ea, gp, weights, *rest, needs)
+    # rest: heads .. backend, and validate when the caller gave it (a schema default is not
+    # in ctx.inputs); the backward operator takes it always
+    layer_rest = list(rest) + ["auto"] * (8 - len(rest))
+    gs = _BACKWARD_OP(grad.contiguous(), x, edges, csr_src, ea, gp, weights, *layer_rest, needs)
     none = lambda g, nd: g if nd else None  # noqa: E731
     gx, gea = none(gs[0], needs[0]), none(gs[1], needs[1])
     gw = [none(g, nd) for g, nd in zip(gs[2:], needs[2:])]
-    if pool:
-        return (gx, None, None, gea, None, gw) + (None,) * len(rest)
-    return (gx, None, None, gea, gw) + (None,) * len(rest)
+    out = ((gx, None, None, gea, None, gw) if pool else (gx, None, None, gea, gw)) + (None,) * len(rest)
+    # one gradient per argument the caller passed: ctx.inputs has the schema's defaults
+    # (validate) filled in, needs_input_grad has the caller's arguments only
+    return out[:len(need)]
 
 
 if not getattr(_library, "_graph_conv_autograd", False):  # once (a module reload keeps it)
