@@ -25,6 +25,11 @@ import torch
 
 from ..dispatch import cuda_emulated
 
+# The ``validate=`` modes of the ops that check device values this way (segment, beam, graph):
+# "auto" = "full" (every value checked, read once), "none" (nothing read: capturable).
+# The theme ops add "queries" (rasfast/ops/theme.py).
+VALIDATE = ("auto", "full", "none")
+
 # one check: the number of int64 values it added and the function that turns them into an
 # error (or None)
 _Check = Callable[[Sequence[int]], Optional[Exception]]

@@ -22,7 +22,7 @@ from .._validate import (check_choice, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import beam as _ref
 from .._threads import follows_width_rule
-from ._deferred import Deferred, check_ids, check_ptr, is_host, to_device
+from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, is_host, to_device
 from ._library import define, traced
 
 
@@ -164,9 +164,6 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
                               max_neighbors, backend, validate)
     return _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,
                                max_neighbors, scoring, encoder, texts, backend, validate)
-
-
-VALIDATE = ("auto", "full", "none")
 
 
 def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, gamma,

@@ -29,7 +29,7 @@ from .._validate import (check_bool_arg, check_choice, check_float, check_int, c
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule, torch_width
-from ._deferred import Deferred, check_ids, check_ptr, deferred_for
+from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, deferred_for
 from . import _library
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
@@ -139,7 +139,6 @@ def check_graph_ptr(graph_ptr, num_nodes: int, device: torch.device,
 # float64 is accepted for gradcheck: the compiled backends run it in torch (the kernels
 # take float32/float16/bfloat16), through the same autograd layers
 _DTYPES = FLOAT_DTYPES + (torch.float64,)
-VALIDATE = ("auto", "full", "none")
 
 
 def _check_x(x, in_channels: int) -> torch.Tensor:

@@ -25,13 +25,13 @@ from .._validate import (check_choice, check_dim, check_finite, check_float, che
                          check_rank, check_same_device)
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
-from ._deferred import Deferred, check_ids, check_ptr, is_host
+from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, is_host
 from ._library import define, traced
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
-# validate=: "none" skips the CUDA path's read of its kernels' error flag (no host sync)
-VALIDATE = ("auto", "full", "none")
+# validate= (VALIDATE, ops/_deferred.py): "none" skips the CUDA path's read of its kernels'
+# error flag (no host sync)
 
 
 # ----------------------------------------------------------------------------- validation
