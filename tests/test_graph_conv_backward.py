@@ -15,6 +15,8 @@
 - GraphEncoder training goes through the fused layers (the reference layers are made to
   raise), with and without dropout, and its loss falls.
 """
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -160,7 +162,9 @@ def test_gradcheck_conv_float64(cfg):
     assert torch.autograd.gradcheck(fn, vals, eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
-def _grads_f32(layers, x, ei, ea, gp, backend, seed):
+def _grads(layers, x, ei, ea, gp, backend, seed, mode=None):
+    """(output, gradients of x, edge_attr and every layer tensor) for a random output
+    gradient; ``mode``: a dispatch mode the backward runs under."""
     ts = [t.detach().clone().requires_grad_() if t is not None else None for t in _flat(layers)]
     xg = x.clone().requires_grad_()
     eag = None if ea is None else ea.clone().requires_grad_()
@@ -169,9 +173,10 @@ def _grads_f32(layers, x, ei, ea, gp, backend, seed):
         out = ref.graph_transformer_pool(xg, ei, eag, gp, specs)
     else:
         out = rasfast.graph_transformer_pool(xg, ei, eag, gp, specs, backend=backend)
-    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
     leaves = [t for t in [xg, eag] + ts if t is not None]
-    return out, torch.autograd.grad(out, leaves, gy, allow_unused=True)
+    with mode if mode is not None else contextlib.nullcontext():
+        return out, torch.autograd.grad(out, leaves, gy, allow_unused=True)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -181,8 +186,8 @@ def test_float32_grads_match_reference(seed):
     sizes = [int(v) for v in torch.randint(0, 30, (5,), generator=g)]
     x, ei, ea, gp = _graph(g, sizes, 1 + seed % 4, 12, cfg["edge_dim"], torch.float32,
                            repeat_rows=6 if seed % 2 else 0)
-    out, got = _grads_f32(layers, x, ei, ea, gp, "cpu", seed)
-    want, exp = _grads_f32(layers, x, ei, ea, gp, "ref", seed)
+    out, got = _grads(layers, x, ei, ea, gp, "cpu", seed)
+    want, exp = _grads(layers, x, ei, ea, gp, "ref", seed)
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
     scale = max(float(b.abs().max()) for b in exp if b is not None)
     for a, b in zip(got, exp):
@@ -200,8 +205,8 @@ def test_grouped_edge_rows_are_used_and_exact():
     x, ei, ea, gp = _graph(g, [40, 33], 3, 8, 3, torch.float32, repeat_rows=5)
     graph = gc._EdgeGraph(gc.as_csr(ei, x.shape[0], x.device), ea, x.shape[0])
     assert graph.groups is not None and graph.groups.distinct.shape[0] == 5
-    _, got = _grads_f32(layers, x, ei, ea, gp, "cpu", 0)
-    _, exp = _grads_f32(layers, x, ei, ea, gp, "ref", 0)
+    _, got = _grads(layers, x, ei, ea, gp, "cpu", 0)
+    _, exp = _grads(layers, x, ei, ea, gp, "ref", 0)
     for a, b in zip(got, exp):
         if b is not None and a is not None:
             torch.testing.assert_close(a, b, rtol=2e-3, atol=1e-4)
@@ -386,18 +391,8 @@ def _bf16_grads(layers, x, ei, ea, gp, backend):
                        *[None if t is None else t.bfloat16() for t in gc._layer_tensors(w, None)[:10]]),
            None if nw is None else NormWeights(nw.weight.bfloat16(), nw.bias.bfloat16(), nw.eps), r)
           for w, nw, r in layers]
-    ts = [t.detach().clone().requires_grad_() if t is not None else None for t in _flat(lb)]
-    xg = x.bfloat16().requires_grad_()
-    eag = None if ea is None else ea.bfloat16().requires_grad_()
-    specs = _specs(lb, ts)
-    if backend == "ref":
-        out = ref.graph_transformer_pool(xg, ei, eag, gp, specs)
-    else:
-        out = rasfast.graph_transformer_pool(xg, ei, eag, gp, specs, backend=backend)
-    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).bfloat16()
-    leaves = [t for t in [xg, eag] + ts if t is not None]
-    with _MatmulDtypes() as mode:
-        got = torch.autograd.grad(out, leaves, gy, allow_unused=True)
+    mode = _MatmulDtypes()
+    _, got = _grads(lb, x.bfloat16(), ei, None if ea is None else ea.bfloat16(), gp, backend, 0, mode)
     return got, mode.seen
 
 
@@ -408,7 +403,7 @@ def test_bfloat16_backward_gemms_run_in_bfloat16(cfg):
     as close to the float32 step's as the reference layers' bfloat16 autograd is."""
     g, layers = _build(cfg, seed=11, din=24, dtype=torch.float32)
     x, ei, ea, gp = _graph(g, [40, 17, 33], 3, 24, cfg["edge_dim"], torch.float32)
-    _, want = _grads_f32(layers, x, ei, ea, gp, "cpu", 0)
+    _, want = _grads(layers, x, ei, ea, gp, "cpu", 0)
     got, seen = _bf16_grads(layers, x, ei, ea, gp, "cpu")
     base, _ = _bf16_grads(layers, x, ei, ea, gp, "ref")
     big = [d for rows, d in seen if rows >= min(x.shape[0], ei.shape[1])]

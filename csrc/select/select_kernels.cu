@@ -115,6 +115,28 @@ __device__ __forceinline__ void chunk_of(int64_t n, int blk, int nblk, int64_t* 
   *hi = min(n, *lo + chunk);
 }
 
+// row[lo, hi) split for 16-byte loads: a scalar head [lo, a), whole vectors [a, b) (nvec of
+// them, 16 / sizeof(W) entries each), a scalar tail [b, hi); nscalar = head + tail.
+struct VecSplit {
+  int64_t head, a, nvec, b, nscalar;
+};
+
+template <class W>
+__device__ __forceinline__ VecSplit vec_split(const W* row, int64_t lo, int64_t hi) {
+  constexpr int E = 16 / (int)sizeof(W);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + lo);
+  int64_t head = (int64_t)(((16 - (addr & 15)) & 15) / sizeof(W));
+  if (addr % sizeof(W) != 0) head = hi - lo;  // never for a tensor's storage: all scalar
+  head = min(head, hi - lo);
+  VecSplit v;
+  v.head = head;
+  v.a = lo + head;
+  v.nvec = (hi - v.a) / E;
+  v.b = v.a + v.nvec * E;
+  v.nscalar = head + (hi - v.b);
+  return v;
+}
+
 // Calls f(w, i0, m) for the words of row[lo, hi): w[0..m) are entries i0, i0 + 1, ...
 // Every thread of the block calls f equally often (m may be 0), so f may use warp
 // collectives. 16-byte loads between a scalar head and tail.
@@ -122,14 +144,8 @@ template <class W, class F>
 __device__ __forceinline__ void for_words(const W* row, int64_t lo, int64_t hi, F& f) {
   constexpr int E = 16 / (int)sizeof(W);
   W w[kVec];
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + lo);
-  int64_t head = (int64_t)(((16 - (addr & 15)) & 15) / sizeof(W));
-  if (addr % sizeof(W) != 0) head = hi - lo;  // never for a tensor's storage: all scalar
-  head = min(head, hi - lo);
-  const int64_t a = lo + head;
-  const int64_t nvec = (hi - a) / E;
-  const int64_t b = a + nvec * E;
-  const int64_t nscalar = (a - lo) + (hi - b);
+  const VecSplit sp = vec_split(row, lo, hi);
+  const int64_t a = sp.a, nvec = sp.nvec, b = sp.b, nscalar = sp.nscalar;
   for (int64_t t0 = 0; t0 < nscalar; t0 += blockDim.x) {
     const int64_t t = t0 + threadIdx.x;
     int64_t i = 0;
@@ -530,14 +546,8 @@ filter_topk(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool
     int64_t lo, hi;
     chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
     // 16-byte loads over [a, b), scalars over the head [lo, a) and the tail [b, hi)
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(row + lo);
-    int64_t head = (int64_t)(((16 - (addr & 15)) & 15) / sizeof(W));
-    if (addr % sizeof(W) != 0) head = hi - lo;  // never for a tensor's storage: all scalar
-    head = min(head, hi - lo);
-    const int64_t a = lo + head;
-    const int64_t nvec = (hi - a) / E;
-    const int64_t b = a + nvec * E;
-    const int64_t nscalar = head + (hi - b);
+    const VecSplit sp = vec_split(row, lo, hi);
+    const int64_t head = sp.head, a = sp.a, nvec = sp.nvec, b = sp.b, nscalar = sp.nscalar;
     const int64_t vstep = (int64_t)blockDim.x * NL;
     const int64_t steps = max((nvec + vstep - 1) / vstep, (nscalar + blockDim.x - 1) / blockDim.x);
     for (int64_t s = 0; s < steps; ++s) {
