@@ -74,14 +74,18 @@ test-emu: $(STAMP)
 	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
 
 # The emulated CUDA tests against an AddressSanitizer build of rasfast._cuda_emu (out-of-bounds
-# reads and writes of global and shared memory in the real kernels; about 5 minutes here).
+# reads and writes of global and shared memory in the real kernels; about 15 minutes here).
+# libstdc++ is preloaded with libasan: python does not link it, so without it ASan finds no
+# __cxa_throw to intercept and aborts ("CHECK failed ... real___cxa_throw") on the first C++
+# exception any module throws, e.g. a bad-input test's in rasfast._C.
 ASAN_DIR := build/asan
 test-asan: $(STAMP)
 	cmake -S . -B $(ASAN_DIR) -DRASFAST_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
 	  -DPython_EXECUTABLE=$(abspath $(VPY)) -Dpybind11_DIR=$$($(VPY) -m pybind11 --cmakedir) >/dev/null
 	cmake --build $(ASAN_DIR) --target _cuda_emu -j 2
-	LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 \
 	  RASFAST_CUDA_EMU=$$(ls $(abspath $(ASAN_DIR))/_cuda_emu*.so) \
 	  $(VPY) -m pytest -q -m cuda_emu --ignore=tests/test_cuda_emu_meta.py --capture=sys --timeout=1800 $(PYTEST_ARGS)
 
