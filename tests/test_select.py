@@ -126,6 +126,19 @@ def test_cpu_long_row_half(dtype):
     check_many_k(x, [3, 5000, 150_000], largest=True)
 
 
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "const", "narrow"])
+@pytest.mark.parametrize("N", [4096, 4097, 9_001])
+def test_cpu_short_row_boundary(mode, N):
+    """Rows up to 4,096 entries take the filter path for any k (csrc/select/row_select.h
+    kShortRow); longer ones with k * 256 > N the radix path: both sides of the boundary,
+    every k regime, both directions."""
+    x = make_input(3, N, mode, torch.float32, seed=N)
+    for k in (1, 17, 255, N // 2, N - 1, N):
+        check(x, k, False, True, "cpu")
+        check(x, k, True, True, "cpu")
+        check(x, k, False, False, "cpu")
+
+
 def test_cpu_many_rows_batch():
     for mode in ("randn", "narrow"):
         x = make_input(9, 120_001, mode, torch.float32, seed=1)  # B * N >= 2^20: rows in parallel
