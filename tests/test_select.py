@@ -127,13 +127,13 @@ def test_cpu_long_row_half(dtype):
 
 
 @pytest.mark.parametrize("mode", ["randn", "ties", "descending", "const", "narrow"])
-@pytest.mark.parametrize("N", [4096, 4097, 9_001])
+@pytest.mark.parametrize("N", [1024, 1025, 4096, 4097, 9_001])
 def test_cpu_short_row_boundary(mode, N):
-    """Rows up to 4,096 entries take the filter path for any k (csrc/select/row_select.h
-    kShortRow); longer ones with k * 256 > N the radix path: both sides of the boundary,
-    every k regime, both directions."""
+    """Rows up to 4,096 entries take the filter path for k <= N / 8 (any k up to 1,024
+    entries; csrc/select/row_select.h kShortRow), the others with k * 256 > N the radix
+    path: both sides of each boundary, every k regime, both directions."""
     x = make_input(3, N, mode, torch.float32, seed=N)
-    for k in (1, 17, 255, N // 2, N - 1, N):
+    for k in (1, 17, 255, N // 8, N // 8 + 1, N // 2, N - 1, N):
         check(x, k, False, True, "cpu")
         check(x, k, True, True, "cpu")
         check(x, k, False, False, "cpu")

@@ -444,11 +444,13 @@ bool select_one_row(const typename KeyTraits<D>::Raw* row, int64_t n, int64_t k,
                     RowScratch& s) {
   const uint32_t flip = largest ? KeyTraits<D>::kMask : 0u;
   bool nan = false;
-  // Short rows (a question's few hundred candidates) take the filter path whatever k: its
-  // fill, one nth_element and a short stream cost ~2 us for 500 entries, where the radix
-  // path's histogram passes cost ~9 us a row (4 x 500 float32 at k = 10, the C++ call:
-  // 36-42 -> 11 us, Zen 4)
-  const bool short_row = n <= kShortRow;
+  // Short rows (a question's few hundred candidates) take the filter path: its fill, one
+  // nth_element and a short stream beat the radix path's histogram passes there. The C++
+  // call, float32, Zen 4, radix -> filter: 4 x 500 at k = 10 36-42 -> 11 us, k = 250
+  // 47 -> 20; 64 x 300 at k = 10 489 -> 119; 4 x 4,096 at k = 30 71 -> 28, k = 512
+  // 87 -> 75; 4 x 1,024 at k = 1,000 91 -> 51. Not for k near n on the longer ones: at
+  // 4 x 4,096, k = 2,000 the filter path took 376 us, the radix path 125.
+  const bool short_row = n <= kShortRow && (k * 8 <= n || n <= 1024);
   if ((k * 256 <= n && k <= 16384) || short_row) {
     const int T = std::max(1, std::min<int>(threads, (int)(n / 32768)));
     if ((int)s.bufs.size() < T) s.bufs.resize((size_t)T);
