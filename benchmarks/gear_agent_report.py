@@ -11,7 +11,7 @@ there, the LLM rows and every EM/F1 come from the ``rasfast eval qa`` per-questi
 is, but for the machine line,
 
     .venv/bin/rasfast eval qa --report --layout gear-agent --dataset musique,hotpotqa --llm local \\
-        --llm-ctx 8192 --reader-prompts round3 --cache-dir C --md OUT.md --json OUT.json
+        --llm-ctx 8192 --cache-dir C --md OUT.md --json OUT.json
 
 (OUT_analysis.md, the hand-written reading of the numbers, is appended when it exists).
 """
@@ -34,8 +34,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", required=True)
     ap.add_argument("--datasets", nargs="+", default=["musique", "hotpotqa"])
     ap.add_argument("--llm", default="local")
-    ap.add_argument("--reader-prompts", default="round3",
-                    help="the reader the records were read with: round3 (the committed records), current, or an id")
+    ap.add_argument("--reader-prompts", default="current",
+                    help="the reader the records were read with: current (the committed records), round3 (the "
+                         "committed records read before the yes/no answer-shape rule), or an id")
     ap.add_argument("--out", default=str(RESULTS / "gear_agent"))
     args = ap.parse_args(argv)
     from rasfast.qa_eval import llm_label

@@ -6,7 +6,7 @@ compressed copies kept in benchmarks/results/qa_records) and prints the tables. 
 adds the committed defaults and the machine header; the same tables come from
 
     .venv/bin/rasfast eval qa --report --layout qa-local --dataset musique,hotpotqa \\
-        --kirag-aligner musique=29cf4f04b089b742 --reader-prompts round3 --llm local --llm-ctx 8192 \\
+        --kirag-aligner musique=29cf4f04b089b742 --llm local --llm-ctx 8192 \\
         --cache-dir benchmarks/results/qa_records --before benchmarks/results/qa_local_records \\
         [--update benchmarks/results/qa_local.md] [--json benchmarks/results/qa_local.json]
 
@@ -49,9 +49,10 @@ def main(argv=None) -> int:
                     help="the KiRAG aligner trained on questions 1-50 (a directory or content id); "
                          "DATASET=... names the dataset it was trained on, a bare value applies to every dataset")
     ap.add_argument("--llm", default="local")
-    ap.add_argument("--reader-prompts", default="round3",
-                    help="the reader the records were read with: round3 (the committed records, before the "
-                         "yes/no answer-shape rule of issue 40 C), current, or a reader prompt signature")
+    ap.add_argument("--reader-prompts", default="current",
+                    help="the reader the records were read with: current (the committed records), round3 (the "
+                         "committed records read before the yes/no answer-shape rule of issue 40 C), or a reader "
+                         "prompt signature")
     ap.add_argument("--out", default=str(RESULTS / "qa_local"))
     ap.add_argument("--update", metavar="MD",
                     help="rewrite the generated tables inside MD (between its <!-- qa_local_report: NAME --> "

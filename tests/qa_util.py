@@ -2,7 +2,7 @@
 run by tests/qa_eval_worker.py in a subprocess)."""
 from rasfast.data.qa import Passage, QADataset, Question
 from rasfast.llm import LocalLLM
-from rasfast.llm.reader import ANSWER_SHAPE
+from rasfast.llm.reader import ANSWER_SHAPE, YES_NO_SHAPE
 
 PASSAGES = [
     Passage(0, "Velora Studios", "Velora Studios is a game company founded by Mira Okonkwo."),
@@ -44,7 +44,8 @@ class Engine:
         if "ENOUGH" in text:   # the compact planner's task
             reply = "I think we should look further" if self.garble_planner else (
                 "ENOUGH" if "Search 2" in text else "SEARCH: Where was Mira Okonkwo born?")
-        elif " ".join(ANSWER_SHAPE.split()[:6]) not in text and "at most 6 words" not in text:
+        elif (" ".join(ANSWER_SHAPE.split()[:6]) not in text and YES_NO_SHAPE[:40] not in text
+              and "at most 6 words" not in text):
             reply = "none"   # not a reader prompt (contract or one-shot)
         elif any(w in question for w in self.wrong):
             reply = "Oslo"

@@ -27,11 +27,9 @@ def test_qa_local_tables_rebuild_from_the_committed_records(dataset, aligner, tm
     except (OSError, FileNotFoundError, ValueError) as e:
         pytest.skip(f"{dataset} data not available here: {e}")
     md = tmp_path / "tables.md"
-    # the committed records were read before the yes/no answer-shape rule (issue 40 C): the
-    # report names that reader's prompt signature (the current reader's records need a new read)
     argv = ["eval", "qa", "--report", "--layout", "qa-local", "--dataset", dataset, "--questions", "51-100",
             "--llm", "local", "--llm-ctx", "8192", "--cache-dir", str(RESULTS / "qa_records"),
-            "--before", str(RESULTS / "qa_local_records"), "--reader-prompts", "round3", "--md", str(md)]
+            "--before", str(RESULTS / "qa_local_records"), "--reader-prompts", "current", "--md", str(md)]
     if aligner:
         argv += ["--kirag-aligner", f"{dataset}={aligner}"]
     assert main(argv) == 0
@@ -50,11 +48,11 @@ def test_the_report_script_is_the_command_with_the_committed_settings():
     spec.loader.exec_module(mod)
     import argparse
     args = argparse.Namespace(datasets=["musique", "hotpotqa"], questions="51-100", llm="local",
-                              cache_dir="C", reader_prompts="round3", out="O", aligner=["musique=29cf4f04b089b742"],
+                              cache_dir="C", reader_prompts="current", out="O", aligner=["musique=29cf4f04b089b742"],
                               update="benchmarks/results/qa_local.md")
     argv = mod.command(args)
     assert argv[:5] == ["eval", "qa", "--report", "--layout", "qa-local"]
     from rasfast.cli.main import build_parser
     a = build_parser().parse_args(argv)
     assert (a.dataset, a.kirag_aligner, a.reader_prompts, a.llm_ctx, a.update) == (
-        "musique,hotpotqa", "musique=29cf4f04b089b742", "round3", 8192, "benchmarks/results/qa_local.md")
+        "musique,hotpotqa", "musique=29cf4f04b089b742", "current", 8192, "benchmarks/results/qa_local.md")

@@ -92,8 +92,8 @@ def test_qa_local_layout_writes_and_updates_the_marked_tables(report, tmp_path):
     (["--report", "--dataset", "musique", "--systems", "dense,ras@faiss"], "systems: 'ras@faiss': the retriever"),
     (["--report", "--dataset", "musique", "--systems", "ras,ras@bm25"], "systems: ras named twice"),
     (["--report", "--dataset", "musique", "--kirag-aligner", "nq=0123456789abcdef"], "eval qa: --kirag-aligner: 'nq'"),
-    (["--dataset", "musique", "--kirag-aligner", "0123456789abcdef"], "eval qa: --kirag-aligner 0123456789abcdef: "
-                                                                      "not a directory"),
+    (["--dataset", "musique", "--kirag-aligner", "no-such-aligner"], "eval qa: --kirag-aligner no-such-aligner: "
+                                                                     "not a directory"),
     (["--report", "--dataset", "musique", "--layout", "qa-local", "--update", "nowhere.md"],
      "eval qa: --update nowhere.md: no such file"),
 ])

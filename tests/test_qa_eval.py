@@ -424,3 +424,25 @@ def test_records_kept_compressed_load_like_plain_ones(tmp_path):
         f.unlink()
     rep = report_qa(dataset(), ["dense"], "stand-in", cache_dir=tmp_path / "cache", encoder="hashing")
     assert rep["rows"] == out["rows"]
+
+
+def test_a_plain_file_beside_compressed_records_adds_to_them_and_an_empty_one_hides_nothing(tmp_path):
+    """A run over committed ``.jsonl.gz`` records appends to a plain ``.jsonl`` beside them:
+    the load reads both (an empty plain file, made by an append that wrote nothing, once hid
+    the compressed records and every preparation ran again)."""
+    import gzip
+    model = llm()
+    out = run(tmp_path, model, systems=("dense",))
+    for f in (tmp_path / "cache").glob("*.jsonl"):
+        lines = f.read_bytes().splitlines(keepends=True)
+        f.with_name(f.name + ".gz").write_bytes(gzip.compress(b"".join(lines[:2])))
+        f.write_bytes(b"".join(lines[2:]))                       # the third question's record
+    n = model.engine.calls
+    again = run(tmp_path, model, systems=("dense",))
+    assert model.engine.calls == n and again["rows"] == out["rows"]
+    for f in (tmp_path / "cache").glob("*.jsonl"):
+        f.write_bytes(b"")                                       # an empty plain file
+    for rf in (tmp_path / "cache").glob("*.jsonl"):
+        assert len(RecordFile(rf).load()) == 2
+    run(tmp_path, model, systems=("dense",))
+    assert model.engine.calls == n + 1                           # only the third question again

@@ -1,9 +1,11 @@
 """The reader contract keeps yes/no answers (issue 40 C): its answer-shape rule asked only for
 "the entity or value the question asks for", and the 1.5B reader answered comparison
 questions such as "Are X and Y both located in the same country?" with an entity ("Iran",
-"Austria"), losing every yes/no question. Hand-made comparison questions (MuSiQue has none,
-HotpotQA 51-100 only 5): the rule in every prompt, the yes/no question test, the reply's
-post-processing, a read end to end, and HotpotQA's yes/no F1 rule."""
+"Austria"), losing every yes/no question. A first fix named both shapes in one rule, and the
+reader then answered "yes" to "Which actress ...?" (HotpotQA 51), so the rule is now chosen per
+question. Hand-made comparison questions (MuSiQue has none, HotpotQA 51-100 only 5): each
+question's rule in every prompt, the yes/no question test, the reply's post-processing, a read
+end to end, and HotpotQA's yes/no F1 rule."""
 import pytest
 
 from rasfast.llm import reader as R
@@ -30,17 +32,29 @@ NOT_YES_NO = [
 ]
 
 
-def test_the_answer_shape_rule_asks_for_yes_or_no_for_comparison_questions():
-    rule = R.ANSWER_SHAPE.lower()
-    assert "yes or no" in rule and "are x and y both" in rule
-    assert "entity or value the question asks for" in rule          # the other questions keep theirs
-    inputs = [R.ReaderInput(q) for q, _ in COMPARISON] + \
-        [R.ReaderInput(q, [RetrievedPassage(1, "Velora Studios", "Velora Studios is in Lagos.")]) for q, _ in COMPARISON] + \
-        [R.ReaderInput(q, [], [("", [("Velora Studios", "located in", "Nigeria")])]) for q, _ in COMPARISON] + \
-        [R.ReaderInput(q, knowledge="Velora Studios: Nigeria") for q, _ in COMPARISON]
-    for inp in inputs:
-        text = "\n".join(m["content"] for m in R.messages(inp))
-        assert R.ANSWER_SHAPE in text and inp.question in text
+def _inputs(question):
+    return [R.ReaderInput(question), R.ReaderInput(question, [RetrievedPassage(1, "Velora Studios", "Velora Studios is in Lagos.")]),
+            R.ReaderInput(question, [], [("", [("Velora Studios", "located in", "Nigeria")])]),
+            R.ReaderInput(question, knowledge="Velora Studios: Nigeria")]
+
+
+def test_a_comparison_question_is_asked_for_yes_or_no_and_only_that():
+    assert "yes or no" in R.YES_NO_SHAPE.lower() and "yes or no" not in R.ANSWER_SHAPE.lower()
+    assert "entity or value the question asks for" in R.ANSWER_SHAPE
+    for q, _ in COMPARISON:
+        assert R.answer_shape(q) == R.YES_NO_SHAPE
+        for inp in _inputs(q):
+            text = "\n".join(m["content"] for m in R.messages(inp))
+            assert R.YES_NO_SHAPE in text and R.ANSWER_SHAPE not in text and inp.question in text
+
+
+def test_a_question_asking_for_an_entity_never_reads_yes_or_no():
+    # one rule naming both shapes made the 1.5B reader answer "yes" to "Which actress ...?"
+    for q in NOT_YES_NO:
+        assert R.answer_shape(q) == R.ANSWER_SHAPE
+        for inp in _inputs(q):
+            text = "\n".join(m["content"] for m in R.messages(inp))
+            assert R.ANSWER_SHAPE in text and "yes or no" not in text.lower()
 
 
 @pytest.mark.parametrize("question", [q for q, _ in COMPARISON])
@@ -93,7 +107,7 @@ def test_a_read_of_comparison_questions_answers_yes_or_no_and_scores_under_the_h
     got = R.read(llm, [R.ReaderInput(q, [RetrievedPassage(1, "Velora Studios", "Velora Studios is in Lagos.")])
                        for q, _ in COMPARISON[:2]])
     assert [g.answer for g in got] == ["no", "yes"]
-    assert all(R.ANSWER_SHAPE in p for p in llm.prompts)
+    assert all(R.YES_NO_SHAPE in p and R.ANSWER_SHAPE not in p for p in llm.prompts)
     for g, (_, gold) in zip(got, COMPARISON[:2]):
         assert answer_scores(g.answer, [gold], yes_no=True) == {"acc": 1.0, "f1": 1.0, "em": 1.0}
 

@@ -6,9 +6,9 @@ StructRAG's, and the closed-book baseline's -- goes through :func:`read`:
 
 - **one instruction family**: "Answer the question using the <documents | facts |
   knowledge> above", the same best-guess clause, and one **answer-shape rule**
-  (:data:`ANSWER_SHAPE`: yes or no for a question that asks whether something is so, such as
-  the comparison "Are X and Y both ...?", otherwise the entity or value the question asks
-  for, in a few words);
+  per question (:func:`answer_shape`): :data:`YES_NO_SHAPE`, only yes or no, for a question
+  that asks whether something is so, such as the comparison "Are X and Y both ...?";
+  otherwise :data:`ANSWER_SHAPE`, the entity or value the question asks for, in a few words);
 - **one token budget**: :data:`MAX_NEW_TOKENS` generated tokens, greedy;
 - **one post-processing**: :func:`finalize_answer` (first line, no ``Answer:`` prefix, no
   quotes or final period, "the answer is X" -> X, a reply shaped like a triple,
@@ -45,20 +45,31 @@ PASSAGE_CHARS = 1500          # a passage's text is cut here (a few MuSiQue/Hotp
 READERS = ("contract", "one-shot")
 
 READER_SYSTEM = "You answer questions using the context you are given."
-ANSWER_SHAPE = ("Reply with only the answer, in a few words, with no explanation: yes or no if the "
-                "question asks whether something is so (e.g. \"Are X and Y both ...?\", \"Is X ...?\"), "
-                "otherwise the entity or value the question asks for (a name, a date, a number or a "
-                "short phrase).")
+# the answer-shape rule, chosen per question (:func:`answer_shape`). The entity rule is round
+# 3's rule word for word, so a question that is not yes/no gets the prompt it always got; the
+# yes/no rule is a prompt of its own, as one rule naming both shapes made the 1.5B reader
+# answer "yes" to "Which actress ...?" questions (issue 40 C)
+ANSWER_SHAPE = ("Reply with only the entity or value the question asks for, in a few words "
+                "(a name, a date, a number or a short phrase), with no explanation.")
+YES_NO_SHAPE = "The question asks whether something is so: reply with only yes or no, with no explanation."
 BEST_GUESS = "If the context does not contain the answer, give your best guess."
 _NOUN = {"passages": "documents", "facts": "facts", "both": "facts and documents",
          "knowledge": "knowledge"}
 
 
-def instruction(kind: str) -> str:
-    """The contract's instruction for an input of ``kind`` (see :meth:`ReaderInput.kind`)."""
+def answer_shape(question: str = "") -> str:
+    """The answer-shape rule for ``question``: :data:`YES_NO_SHAPE` when it asks whether
+    something is so (:func:`is_yes_no_question`), else :data:`ANSWER_SHAPE`."""
+    return YES_NO_SHAPE if question and is_yes_no_question(question) else ANSWER_SHAPE
+
+
+def instruction(kind: str, question: str = "") -> str:
+    """The contract's instruction for an input of ``kind`` (see :meth:`ReaderInput.kind`) and
+    ``question`` (which picks the answer-shape rule)."""
+    shape = answer_shape(question)
     if kind == "none":
-        return f"Answer the question. {ANSWER_SHAPE} If you are not sure, give your best guess."
-    return f"Answer the question using the {_NOUN[kind]} above. {BEST_GUESS} {ANSWER_SHAPE}"
+        return f"Answer the question. {shape} If you are not sure, give your best guess."
+    return f"Answer the question using the {_NOUN[kind]} above. {BEST_GUESS} {shape}"
 
 
 # GEAR's Appendix J.3 QA prompt, in rasfast's words: the same preamble, one worked example
@@ -162,9 +173,9 @@ def messages(inp: ReaderInput, reader: str = "contract") -> List[Dict[str, str]]
                                             f"{docs}\n\nQuestion: {inp.question}\nAnswer:"}]
     if kind == "none":
         return [{"role": "system", "content": READER_SYSTEM},
-                {"role": "user", "content": f"Question: {inp.question}\n\n{instruction('none')}"}]
+                {"role": "user", "content": f"Question: {inp.question}\n\n{instruction('none', inp.question)}"}]
     return [{"role": "system", "content": READER_SYSTEM},
-            {"role": "user", "content": f"{inp.context_text()}\n\nQuestion: {inp.question}\n\n{instruction(kind)}"}]
+            {"role": "user", "content": f"{inp.context_text()}\n\nQuestion: {inp.question}\n\n{instruction(kind, inp.question)}"}]
 
 
 # -- post-processing --------------------------------------------------------------------------
@@ -353,24 +364,39 @@ class ReadResult:
     shown: ReaderInput        # the input after fitting: exactly what the reader was shown
     error: Optional[str] = None
     exception: Optional[BaseException] = None   # the failed call's exception
+    reused: bool = False      # the reply is an earlier one to the same prompt (``read(known=...)``)
 
 
 def read(llm, inputs: Sequence[ReaderInput], reader: str = "contract",
-         max_new_tokens: int = MAX_NEW_TOKENS) -> List[ReadResult]:
+         max_new_tokens: int = MAX_NEW_TOKENS, known=None) -> List[ReadResult]:
     """The final answers of ``inputs`` through the contract: one batched call, each prompt
-    isolated (a failed prompt is that question's error, never the batch's)."""
+    isolated (a failed prompt is that question's error, never the batch's).
+
+    ``known(messages, fitted_input)``, if given, returns an earlier reply of the same model to
+    exactly these messages (greedy decoding: the reply it would give again), or None; those
+    inputs are not sent to the LLM and their results say ``reused=True``."""
     from .isolated import generate_isolated
     if reader not in READERS:
         raise ValueError(f"reader: expected one of {', '.join(READERS)}, got {reader!r}")
     fitted = [fit_to_context(i, llm, reader, max_new_tokens) for i in inputs]
-    replies, errs = generate_isolated(llm, [messages(i, reader) for i in fitted], max_new_tokens)
+    msgs = [messages(i, reader) for i in fitted]
+    earlier = [known(m, i) if known is not None else None for m, i in zip(msgs, fitted)]
+    ask = [j for j, e in enumerate(earlier) if e is None]
+    replies: List[Optional[str]] = list(earlier)
+    errs: Dict[int, BaseException] = {}
+    if ask:
+        got, got_errs = generate_isolated(llm, [msgs[j] for j in ask], max_new_tokens)
+        for n, j in enumerate(ask):
+            replies[j] = got[n]
+            if n in got_errs:
+                errs[j] = got_errs[n]
     out = []
     for j, (inp, r) in enumerate(zip(fitted, replies)):
         if j in errs or r is None:
             e = errs.get(j)
             out.append(ReadResult(None, None, inp, None if e is None else f"{type(e).__name__}: {e}"[:300], e))
         else:
-            out.append(ReadResult(finalize_answer(r, inp.question), r, inp))
+            out.append(ReadResult(finalize_answer(r, inp.question), r, inp, reused=earlier[j] is not None))
     return out
 
 
@@ -381,4 +407,4 @@ def settings() -> Dict[str, Any]:
 
 __all__ = ["ReaderInput", "ReadResult", "read", "messages", "finalize_answer", "triple_answer",
            "fit_to_context", "order_by_question_graph", "count_tokens", "facts_text", "passages_text",
-           "instruction", "MAX_NEW_TOKENS", "ANSWER_SHAPE", "READERS", "settings", "is_yes_no_question"]
+           "instruction", "answer_shape", "MAX_NEW_TOKENS", "ANSWER_SHAPE", "YES_NO_SHAPE", "READERS", "settings", "is_yes_no_question"]

@@ -10,8 +10,8 @@
   between their markers, ``--before DIR`` adds a previous round's records;
 - ``gear-agent``: ``benchmarks/results/gear_agent.md`` (:mod:`.gear_report`).
 
-``--kirag-aligner`` names the KiRAG aligner by its directory or (with ``--report``) its
-content id, and ``DATASET=...`` gives it to one dataset only; ``--reader-prompts round3``
+``--kirag-aligner`` names the KiRAG aligner by its directory or its content id (enough for a
+report, and for a run whose KiRAG preparations are all cached: a rerun of the read phase), and ``DATASET=...`` gives it to one dataset only; ``--reader-prompts round3``
 reports records read by the committed round-3 reader."""
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def add_args(e) -> None:
                    help="GEAR agent rounds (default: the paper's, 4 on MuSiQue, 2 on HotpotQA/2Wiki)")
     e.add_argument("--kirag-aligner", default=None, metavar="[DATASET=]DIR",
                    help="KiRAG's trained aligner (rasfast kirag train --out DIR; default: zero-shot MiniLM); with "
-                        "--report also its content id (16 hex digits); DATASET=... for one dataset only, "
+                        "--report, or a run whose KiRAG preparations are cached, its content id (16 hex digits); "
+                        "DATASET=... for one dataset only, "
                         "several comma-separated")
     e.add_argument("--graphllm", default=None, metavar="DIR",
                    help="the trained GraphLLM (rasfast graphllm train --out DIR) that system ras-graphllm plans "
@@ -135,9 +136,9 @@ def cmd_eval_qa(args) -> int:
     if cache is not None and cache.exists() and not cache.is_dir():
         return _fail(f"eval qa: --cache-dir {args.cache_dir}: not a directory")
     for al in dict.fromkeys(a for a in aligners.values() if a):
-        if not pathlib.Path(al).is_dir() and not (report and _ALIGNER_ID.match(al)):
+        if not pathlib.Path(al).is_dir() and not _ALIGNER_ID.match(al):
             return _fail(f"eval qa: --kirag-aligner {al}: not a directory (expected a saved aligner: rasfast "
-                         f"kirag train --out DIR" + (", or with --report its 16-hex-digit id)" if report else ")"))
+                         f"kirag train --out DIR, or its 16-hex-digit id)")
     if getattr(args, "graphllm", None) and not pathlib.Path(args.graphllm).is_dir():
         return _fail(f"eval qa: --graphllm {args.graphllm}: not a directory (expected a run of rasfast graphllm "
                      "train --out DIR)")

@@ -31,6 +31,9 @@ DEFAULT_N_CTX = 4096          # the local model's context size unless --llm-ctx 
 # the reader contract's prompt signature before the yes/no answer-shape rule (issue 40 C):
 # the committed round-3 records (benchmarks/results/qa_records) were read with it
 READER_PROMPTS_ROUND3 = "d1a975aed2077a05"
+# earlier reader signatures whose records a run may take unchanged prompts' replies from
+# (:mod:`.reuse`)
+EARLIER_READER_PROMPTS = (READER_PROMPTS_ROUND3,)
 
 
 def _safe(name: str) -> str:
@@ -157,4 +160,4 @@ def cache_file(dataset: str, system: str, llm_name: str, settings: Dict[str, Any
 
 
 __all__ = ["EvalConfig", "cache_file", "prompt_signature", "default_prompt_style", "default_gear_iters", "MINILM",
-           "PROMPT_STYLES", "DEFAULT_N_CTX", "READER_PROMPTS_ROUND3"]
+           "PROMPT_STYLES", "DEFAULT_N_CTX", "READER_PROMPTS_ROUND3", "EARLIER_READER_PROMPTS"]

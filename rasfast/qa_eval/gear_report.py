@@ -157,10 +157,10 @@ def gear_agent_report(datasets, cache, label, *, encoder="minilm", data_root=Non
     from ..data.qa import load_dataset
     from ..encode import make_encoder
     from ..systems.gear.agent import MAX_ITERS
-    from .config import READER_PROMPTS_ROUND3
+    from .report_md import reader_prompts_id
     from .systems import knowledge_index
     cache = pathlib.Path(cache)
-    rp = {"round3": READER_PROMPTS_ROUND3, "current": None}.get(reader_prompts, reader_prompts)
+    rp = reader_prompts_id(reader_prompts)
     enc = make_encoder(encoder)
     report = {"llm": label, "datasets": {}}
     md = ["# GEAR: its retrievers and its agent, against the paper's tables", ""]

@@ -72,14 +72,19 @@ class RecordFile:
         """qid -> its first complete record. A torn last line is skipped (and noted)."""
         self.torn, self.duplicates, self.bad_lines = False, 0, 0
         done: Dict[str, dict] = {}
+        # records kept compressed (benchmarks/results) come first; a plain file beside them
+        # holds what was appended since (an empty one, made by an append, hides nothing)
         gz = self.path.with_name(self.path.name + ".gz")
-        if not self.path.is_file() and gz.is_file():   # records kept compressed (benchmarks/results)
+        data = b""
+        if gz.is_file():
             import gzip
             data = gzip.decompress(gz.read_bytes())
-        elif not self.path.is_file():
+            if data and not data.endswith(b"\n"):
+                data += b"\n"
+        if self.path.is_file():
+            data += self.path.read_bytes()
+        elif not gz.is_file():
             return done
-        else:
-            data = self.path.read_bytes()
         lines = data.split(b"\n")
         if lines and lines[-1] != b"":       # bytes after the last newline: a torn record
             self.torn = True

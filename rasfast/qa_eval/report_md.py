@@ -93,7 +93,7 @@ BLOCK = "<!-- qa_local_report: {} -->"
 BLOCK_END = "<!-- /qa_local_report -->"
 
 
-def blocks_for(name, args_questions, cache, label, aligner, reader_prompts="round3", *, settings=MAIN,
+def blocks_for(name, args_questions, cache, label, aligner, reader_prompts=None, *, settings=MAIN,
                before_dir=None, data_root=None, n_ctx=None, encoder=None):
     """The generated tables of one dataset: [(block name, heading, [lines])], and its JSON.
     ``settings``: the (system, base retriever) pairs of the main table, several retrievers in

@@ -18,10 +18,11 @@ def _role_table():
     nonempty = lambda t: bool(rd.finalize_answer(t))  # noqa: E731
     return [(rd.ONE_SHOT_RULE, "reader.one-shot", nonempty),
             (rd.ANSWER_SHAPE, "reader", nonempty),
+            (rd.YES_NO_SHAPE, "reader", nonempty),
             *role_rows()]
 
 
-def _prompt_text(p) -> str:
+def prompt_text(p) -> str:
     if isinstance(p, str):
         return p
     try:
@@ -51,14 +52,14 @@ class RoleRecorder:
         return getattr(self.llm, name)
 
     def role(self, prompt) -> str:
-        text = _prompt_text(prompt)
+        text = prompt_text(prompt)
         for marker, role, _ in self.table:
             if marker and marker[:120] in text:
                 return role
         return "other"
 
     def _record(self, role: str, prompt, reply) -> None:
-        self.log.append({"role": role, "prompt": cut_text(_prompt_text(prompt)),
+        self.log.append({"role": role, "prompt": cut_text(prompt_text(prompt)),
                          "reply": None if isinstance(reply, BaseException) else cut_text(str(reply)),
                          **({"error": f"{type(reply).__name__}: {reply}"[:300]}
                             if isinstance(reply, BaseException) else {})})
@@ -97,4 +98,4 @@ class RoleRecorder:
         return {r: [self.calls[r], self.unparsed[r], self.failed[r]] for r in sorted(roles)}
 
 
-__all__ = ["RoleRecorder"]
+__all__ = ["RoleRecorder", "prompt_text"]

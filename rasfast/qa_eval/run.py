@@ -7,9 +7,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .config import MINILM, PROMPT_STYLES, EvalConfig, cache_file, default_prompt_style, prompt_signature
+from .config import EARLIER_READER_PROMPTS, MINILM, PROMPT_STYLES, EvalConfig, cache_file, default_prompt_style, prompt_signature
 from .signatures import code_signature, constants_signature
 from .records import SCHEMA, RecordFile, cut_text, remeasure, shown_record, upgrade
+from .reuse import earlier_records, known_reply, reused_usage
 from .systems import PREP, SYSTEMS, Prepared, get_spec, make_preparer, reader_input
 from .tables import ANSWER_DEPTHS, RECALL_KS, paired_against, summarise
 
@@ -138,9 +139,10 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
     from ..data.qa import load_dataset
     from ..encode import make_encoder
     from .roles import RoleRecorder
-    from .systems import knowledge_id, knowledge_index, load_aligner_dir
+    from .systems import knowledge_id, knowledge_index
     systems = list(systems)
     _check_common(dataset, systems)
+    _check_graph_llm(graphllm, systems)
     rng = parse_questions(questions, limit)
     from ..llm.local import cache_dir as default_cache
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache() / "eval_qa"
@@ -161,8 +163,13 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
                           retriever=retriever, k=k, max_iters=max_iters, gear_iters=gear_iters,
                           kirag_aligner=kirag_aligner, router=_router_id(ki), encoder=enc.name,
                           knowledge=knowledge_id(ds, model_free), graphllm=graphllm)
-    aligner = load_aligner_dir(kirag_aligner) if (kirag_aligner and "kirag" in systems) else None
-    gl = _graph_llm_roles(graphllm, systems)
+    lazy: Dict[str, Any] = {}   # the aligner and GraphLLM, loaded when a preparation must run
+
+    def needs(key, load):
+        if key not in lazy:
+            lazy[key] = load()
+        return lazy[key]
+
     rec_llm = RoleRecorder(llm, prompt_style=cfg.prompt_style)
     by_pid = {p.pid: p for p in ds.passages}
     ctx = _Ctx(llm, rec_llm, k, yes_no, by_pid, cfg.prompt_style, reader, retriever)
@@ -177,28 +184,40 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
                 log(f"{name}: {f.path.name} ends in a torn record (an interrupted run); it is repaired "
                     f"before anything is appended, and that question runs again")
         todo = [q for q in qs if q.qid not in done]
-        if todo and PREP[name] not in preparers:
-            try:
+
+        def preparer(name=name):
+            """``name``'s preparer, made when the first question without a cached preparation
+            needs it (a rerun of the read phase alone loads no aligner or GraphLLM)."""
+            if PREP[name] not in preparers:
+                aligner = (needs("aligner", lambda: _load_aligner(kirag_aligner))
+                           if (kirag_aligner and get_spec(name).family == "kirag") else None)
+                gl = needs("graphllm", lambda: _graph_llm_roles(graphllm, systems))
                 preparers[PREP[name]] = make_preparer(name, rec_llm, ki, enc, k, max_iters, retriever=retriever,
                                                       gear_iters=cfg.gear_iters, kirag_aligner=aligner,
                                                       graphllm=gl)
-            except (ValueError, ImportError) as e:
-                skipped[name] = str(e)
-                log(f"{name}: skipped ({e})")
-                continue
+            return preparers[PREP[name]]
+        if todo:
+            preps = pf.load()
+            if any(q.qid not in preps for q in todo):
+                try:
+                    preparer()
+                except (ValueError, ImportError) as e:
+                    skipped[name] = str(e)
+                    log(f"{name}: skipped ({e})")
+                    continue
         bar = None
         if progress and todo:
             from tqdm import tqdm
             bar = tqdm(total=len(qs), initial=len(qs) - len(todo), desc=f"{ds.name} {name}", unit="q",
                        file=sys.stderr, dynamic_ncols=True)
         if todo:
-            preps = pf.load()
+            ctx.earlier = earlier_records(cache, cfg, name, EARLIER_READER_PROMPTS)
             with rf.open_for_append() as out, pf.open_for_append() as pout:
                 for q in todo:
                     if q.qid in preps:
                         prep = Prepared.from_json(preps[q.qid]["prepared"])
                     else:
-                        prep = _prepare(preparers[PREP[name]], q, ctx)
+                        prep = _prepare(preparer(), q, ctx)
                         pout.write({"qid": q.qid, "schema": SCHEMA, "prepared": prep.to_json()})
                         preps[q.qid] = {"prepared": prep.to_json()}
                     recd = _read_one(name, q, prep, ctx)
@@ -219,14 +238,31 @@ def evaluate_qa(dataset, systems: Sequence[str], llm, llm_name: str, limit: Opti
             "skipped": skipped, "duplicates": dups, "cache": str(cache), "records": recs_by}
 
 
+def _load_aligner(aligner):
+    """The saved KiRAG aligner ``aligner`` names; an id (no directory) serves only questions
+    whose preparation is cached, so a question that needs one is refused by name."""
+    from .systems import load_aligner_dir
+    if not pathlib.Path(str(aligner)).is_dir():
+        raise ValueError(f"--kirag-aligner {aligner}: an aligner's id serves only questions whose KiRAG "
+                         f"preparation is cached; preparing one needs the aligner's directory "
+                         f"(rasfast kirag train --out DIR)")
+    return load_aligner_dir(aligner)
+
+
+def _check_graph_llm(graphllm: Optional[str], systems: Sequence[str]) -> bool:
+    """Whether a system needs the trained GraphLLM (the ``ras-graphllm`` family); one that
+    needs it without ``graphllm`` is refused (ValueError), before anything runs."""
+    needs = [s for s in systems if get_spec(s).family == "ras-graphllm"]
+    if needs and not graphllm:
+        raise ValueError(f"--systems {needs[0]}: needs --graphllm DIR (a run of `rasfast graphllm train`)")
+    return bool(needs)
+
+
 def _graph_llm_roles(graphllm: Optional[str], systems: Sequence[str]):
     """``(planner, answerer)`` of the trained GraphLLM in ``graphllm`` when a system needs one
     (the ``ras-graphllm`` family), else None; a system that needs one without it is refused."""
-    needs = [s for s in systems if get_spec(s).family == "ras-graphllm"]
-    if not needs:
+    if not _check_graph_llm(graphllm, systems):
         return None
-    if not graphllm:
-        raise ValueError(f"--systems {needs[0]}: needs --graphllm DIR (a run of `rasfast graphllm train`)")
     from ..llm.adapters import trained_graph_llm
     return trained_graph_llm(str(graphllm))
 
@@ -235,6 +271,7 @@ class _Ctx:
     def __init__(self, llm, rec_llm, k, yes_no, by_pid, style, reader, retriever):
         self.llm, self.rec_llm, self.k, self.yes_no = llm, rec_llm, k, yes_no
         self.by_pid, self.style, self.reader, self.retriever = by_pid, style, reader, retriever
+        self.earlier: Dict[str, Any] = {}   # {qid: (signature, record)} of the system read now (.reuse)
 
 
 def _router_id(ki) -> Optional[str]:
@@ -322,6 +359,7 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
     spec = get_spec(name)
     u = _Usage(ctx)
     answer, reply, shown, err = None, None, None, prep.error
+    reply_from = None
     if spec.own_answer:   # the system answered itself (its GraphLLM): no reader
         answer = reply = prep.answer
         shown = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get) if prep.error is None else None
@@ -330,14 +368,21 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
         shown = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get) if prep.error is None else None
     elif prep.error is None:
         inp = reader_input(name, q.question, prep, ctx.k, ctx.by_pid.get)
+        sig, prev = ctx.earlier.get(q.qid, (None, None))
+        known = known_reply(prev, q.answers) if prev is not None else None
         try:
-            r = read(ctx.rec_llm, [inp], ctx.reader)[0]
+            r = read(ctx.rec_llm, [inp], ctx.reader, known=known)[0]
             answer, reply, shown, err = r.answer, r.reply, r.shown, (f"reader: {r.error}" if r.error else None)
+            reply_from = sig if r.reused else None
         except Exception as e:  # noqa: BLE001 - e.g. the one-shot reader refusing a triples input
             shown, err = inp, f"reader: {type(e).__name__}: {e}"[:300]
-    usage = _add_usage(prep.usage or {}, u.done())
+    read_usage = u.done()
+    if reply_from is not None:   # the earlier record's call, tokens and seconds
+        read_usage, read_ms = reused_usage(prev, prep.usage)
+    usage = _add_usage(prep.usage or {}, read_usage)
     timings = dict(prep.timings or {})
-    timings["read (model)"] = round(1000 * (usage["seconds"] - (prep.usage or {}).get("seconds", 0.0)), 3)
+    timings["read (model)"] = (round(read_ms, 3) if reply_from is not None else
+                               round(1000 * (usage["seconds"] - (prep.usage or {}).get("seconds", 0.0)), 3))
     m = answer_scores(answer or "", q.answers, yes_no=ctx.yes_no)
     pids = [int(p) for p, _ in prep.ranked]
     texts = [ctx.by_pid[p].content for p in prep.retrieved if p in ctx.by_pid]
@@ -350,7 +395,8 @@ def _read_one(name: str, q, prep: Prepared, ctx: "_Ctx", offline_answer=None) ->
             "retriever": (spec.own_retriever or ctx.retriever) if spec.retrieves else None,
             **prep.trail, "steps": prep.steps,
             "answer_retrieved": answer_in_texts(q.answers, texts) if spec.retrieves else False,
-            **shown_record(shown, q.answers), **usage, "timings": timings}
+            **shown_record(shown, q.answers), **usage, "timings": timings,
+            **({"reply_from": reply_from} if reply_from is not None else {})}
 
 
 def single_record(system: str, question: str, llm, ki, encoder, *, golds: Sequence[str] = (), k: int = 5,
