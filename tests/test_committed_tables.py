@@ -56,3 +56,22 @@ def test_the_report_script_is_the_command_with_the_committed_settings():
     a = build_parser().parse_args(argv)
     assert (a.dataset, a.kirag_aligner, a.reader_prompts, a.llm_ctx, a.update) == (
         "musique,hotpotqa", "musique=29cf4f04b089b742", "current", 8192, "benchmarks/results/qa_local.md")
+
+
+def test_the_answer_shape_table_rebuilds_from_its_committed_records(tmp_path):
+    """benchmarks/results/answer_shape_rule.md (issue 40 C, 2WikiMultihopQA questions nobody
+    had read) from its per-question records, through the script's --report (no model)."""
+    import importlib.util
+    from rasfast.data.qa import load_dataset
+    try:
+        load_dataset("2wikimultihopqa")
+    except (OSError, FileNotFoundError, ValueError) as e:
+        pytest.skip(f"2wikimultihopqa data not available here: {e}")
+    spec = importlib.util.spec_from_file_location("answer_shape_rule", ROOT / "benchmarks" / "answer_shape_rule.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "rule"
+    assert mod.main(["--report", "--cache-dir", str(RESULTS / "answer_shape_records"), "--out", str(out)]) == 0
+    table = lambda text: [x for x in text.splitlines() if x.startswith(("|", "- yes/no", "- other"))]  # noqa: E731
+    got, committed = table(out.with_suffix(".md").read_text()), table((RESULTS / "answer_shape_rule.md").read_text())
+    assert len(got) >= 10 and got == committed
