@@ -84,3 +84,15 @@ def test_gpu_check_finite_syncs_once():
     x[4_999_999, 3] = float("nan")
     with pytest.raises(ValueError, match="x: contains NaN"):
         check_finite(x, "x", allow_inf=True)
+
+
+def test_check_same_device_names_every_array_when_they_differ():
+    import torch
+    from rasfast._validate import check_same_device
+    a, b, c = torch.zeros(2), torch.zeros(2), torch.empty(2, device="meta")
+    assert check_same_device(a=a) == torch.device("cpu")
+    assert check_same_device(a=a, b=b) == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"arrays must be on one device, got a on cpu, b on cpu, c on meta"):
+        check_same_device(a=a, b=b, c=c)
+    with pytest.raises(ValueError, match=r"got c on meta, a on cpu"):
+        check_same_device(c=c, a=a)
