@@ -1,4 +1,5 @@
-"""The build produced what this machine can build: _C always, _cuda wherever nvcc exists."""
+"""The build produced what this machine can build: _C and _torch_ops always, _cuda wherever
+nvcc exists."""
 import importlib
 import os
 import shutil
@@ -18,6 +19,15 @@ def test_cpu_module_built():
     c = importlib.import_module("rasfast._C")
     assert c.omp_max_threads() >= 1
     assert hasattr(c, "select_k")
+
+
+def test_torch_operator_kernels_built_for_the_installed_torch():
+    """rasfast._torch_ops (csrc/torch_ops/) is built whenever torch is importable at build
+    time, which `make install` guarantees; its stamp names the torch it was built against."""
+    folder = os.path.dirname(importlib.import_module("rasfast._C").__file__)
+    assert os.path.exists(os.path.join(folder, "_torch_ops.so"))
+    with open(os.path.join(folder, "_torch_ops.torch-version")) as f:
+        assert f.read().strip() == torch.__version__
 
 
 @pytest.mark.skipif(not nvcc_present(), reason="no CUDA compiler on this machine")

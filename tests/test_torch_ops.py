@@ -252,9 +252,10 @@ def test_export_graph_encoder_forward():
         assert torch.equal(ep.module()(*args), enc(*args))
 
 
-def test_eager_public_op_does_not_go_through_the_dispatcher():
-    """Eager calls run the kernel function directly (no dispatcher cost, the inner torch work
-    visible to dispatch modes); fake tensors go through the operator."""
+def test_fake_tensors_go_through_the_operator():
+    """Fake tensors (and compiling) take the operator and its fake kernel; eager calls on
+    real tensors run the kernels (the C++ operator kernel or the Python kernel function,
+    tests/test_native_ops.py)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:
         x = mode.from_tensor(torch.randn(3, 40))

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/entry_points.h"
+
 #include <omp.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -473,26 +475,9 @@ int64_t segment_topk_scores(py::array_t<float> q, py::array emb, int code, py::a
 }
 
 // ---------------------------------------------------------------------------- max rank
-void segment_max_rank(py::array_t<float> scores, py::array groups, py::array ptr, int64_t k,
-                      py::array out_ids, py::array out_scores) {
-  require(k >= 1, "k: must be >= 1");
-  check_buffer(scores, "item_scores", 1, 4);
-  const int64_t M = scores.shape(0);
-  check_buffer(groups, "item_to_group", 1, 8, {M});
-  require(ptr.ndim() == 1 && ptr.shape(0) >= 1, "ptr: expected B + 1 >= 1 entries");
-  check_buffer(ptr, "ptr", 1, 8);
-  const int64_t B = ptr.shape(0) - 1;
-  check_buffer(out_ids, "out_ids", 2, 8, {B, k});
-  check_buffer(out_scores, "out_scores", 2, 4, {B, k});
-  const int64_t* p = const_ptr<int64_t>(ptr);
-  require(p[0] == 0 && p[B] == M, "ptr: must run from 0 to len(item_scores)");
-  for (int64_t b = 0; b < B; ++b) require(p[b + 1] >= p[b], "ptr: must be non-decreasing");
-  ThreadScope threads_scope(M * 32);  // serial below the grain (common/parallel.h)
-  const float* s = scores.data();
-  const int64_t* g = const_ptr<int64_t>(groups);
-  int64_t* oi = mutable_ptr<int64_t>(out_ids);
-  float* os = mutable_ptr<float>(out_scores);
-  py::gil_scoped_release nogil;
+// Per query: items reduced to groups by max, the top k groups (score desc, group asc).
+void max_rank_impl(const float* s, int64_t M, const int64_t* g, const int64_t* p, int64_t B,
+                   int64_t k, int64_t* oi, float* os) {
 #pragma omp parallel if (parallel_worth_it(M * 32))
   {
     std::vector<std::pair<int64_t, float>> items;
@@ -522,6 +507,29 @@ void segment_max_rank(py::array_t<float> scores, py::array groups, py::array ptr
   }
 }
 
+void segment_max_rank(py::array_t<float> scores, py::array groups, py::array ptr, int64_t k,
+                      py::array out_ids, py::array out_scores) {
+  require(k >= 1, "k: must be >= 1");
+  check_buffer(scores, "item_scores", 1, 4);
+  const int64_t M = scores.shape(0);
+  check_buffer(groups, "item_to_group", 1, 8, {M});
+  require(ptr.ndim() == 1 && ptr.shape(0) >= 1, "ptr: expected B + 1 >= 1 entries");
+  check_buffer(ptr, "ptr", 1, 8);
+  const int64_t B = ptr.shape(0) - 1;
+  check_buffer(out_ids, "out_ids", 2, 8, {B, k});
+  check_buffer(out_scores, "out_scores", 2, 4, {B, k});
+  const int64_t* p = const_ptr<int64_t>(ptr);
+  require(p[0] == 0 && p[B] == M, "ptr: must run from 0 to len(item_scores)");
+  for (int64_t b = 0; b < B; ++b) require(p[b + 1] >= p[b], "ptr: must be non-decreasing");
+  ThreadScope threads_scope(M * 32);  // serial below the grain (common/parallel.h)
+  const float* s = scores.data();
+  const int64_t* g = const_ptr<int64_t>(groups);
+  int64_t* oi = mutable_ptr<int64_t>(out_ids);
+  float* os = mutable_ptr<float>(out_scores);
+  py::gil_scoped_release nogil;
+  max_rank_impl(s, M, g, p, B, k, oi, os);
+}
+
 void bind(py::module_& m) {
   m.def("segment_topk_scores", &segment_topk_scores, py::arg("q"), py::arg("emb"),
         py::arg("dtype_code"), py::arg("ids"), py::arg("use_ids"), py::arg("ptr"), py::arg("n"),
@@ -537,4 +545,35 @@ void bind(py::module_& m) {
 }  // namespace
 }  // namespace segment
 RASFAST_REGISTER(segment, segment::bind);
+
+// The torch operators' entries (common/entry_points.h): the kernels above, raw pointers; the
+// caller has checked ids, ptr and the queries as the Python path does.
+int64_t segment_topk_scores_entry(const float* q, int64_t B, int64_t D, const void* emb,
+                                  int code, int64_t T, const int64_t* ids, const int64_t* ptr,
+                                  int64_t n, int64_t* out_ids, float* out_scores) {
+  try {
+    const DType dt = dtype_from_code(code);
+    ThreadScope threads_scope(ptr[B] * D);  // as segment::segment_topk_scores
+    int64_t err = -1;
+    RASFAST_DISPATCH_DTYPE(dt, S, {
+      err = segment::topk_impl<S>(q, B, D, static_cast<segment::RowPtr<S>>(emb), T, ids, ptr, n,
+                                  out_ids, out_scores);
+    })
+    return err;
+  } catch (...) {
+    return -2;
+  }
+}
+
+int segment_max_rank_entry(const float* scores, int64_t M, const int64_t* groups,
+                           const int64_t* ptr, int64_t B, int64_t k, int64_t* out_ids,
+                           float* out_scores) {
+  try {
+    ThreadScope threads_scope(M * 32);  // as segment::segment_max_rank
+    segment::max_rank_impl(scores, M, groups, ptr, B, k, out_ids, out_scores);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
 }  // namespace rasfast

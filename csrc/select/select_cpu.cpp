@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "common/buffers.h"
+#include "common/entry_points.h"
 #include "common/parallel.h"
 #include "common/registry.h"
 #include "select/radix_select.h"
@@ -101,4 +102,18 @@ void bind(py::module_& m) {
 
 }  // namespace
 RASFAST_REGISTER(select, bind);
+
+// The torch operator's entry (common/entry_points.h): the same kernel, raw pointers, no throw.
+int select_k_entry(const void* x, int code, int64_t B, int64_t N, int64_t k, int largest,
+                   int sorted, int64_t* out, void* values) {
+  try {
+    const DType dt = dtype_from_code(code);
+    ThreadScope threads_scope(B * N * 4);  // as select_k_cpu
+    bool nan = false;
+    RASFAST_DISPATCH_DTYPE(dt, D, { nan = select_k_typed<D>(x, B, N, k, largest, sorted, out, values); })
+    return nan ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
+}
 }  // namespace rasfast

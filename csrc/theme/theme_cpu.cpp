@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/buffers.h"
+#include "common/entry_points.h"
 #include "common/parallel.h"
 #include "common/registry.h"
 #include "theme/theme_scan.h"
@@ -592,4 +593,34 @@ void bind(py::module_& m) {
 }  // namespace
 }  // namespace theme
 RASFAST_REGISTER(theme, theme::bind);
+
+// The torch operators' entries (common/entry_points.h): the kernels above, raw pointers; a
+// non-finite corpus row (or any failure) is status 1 and the Python path names it.
+int theme_scope_entry(const float* q, int64_t B, int64_t T, const void* corpus, int code,
+                      int64_t N, int64_t K, int ip, int64_t* out) {
+  try {
+    const DType dt = dtype_from_code(code);
+    ThreadScope threads_scope(B * N * T);  // as theme_scope_cpu
+    RASFAST_DISPATCH_DTYPE(dt, D, { theme::scope_typed<D>(q, B, T, corpus, N, K, ip, out); })
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
+int theme_scoped_search_entry(const float* q_ppd, const void* ppd, int ppd_code,
+                              const float* q_emb, const void* emb, int emb_code, int64_t B,
+                              int64_t N, int64_t T, int64_t D, int64_t K, int64_t k, double w,
+                              int ip, int64_t* out_ids, float* out_scores) {
+  try {
+    const DType dp = dtype_from_code(ppd_code), de = dtype_from_code(emb_code);
+    ThreadScope threads_scope(B * N * (T + D));  // as theme_scoped_search_cpu
+    theme::FusedArgs a{q_ppd, ppd, q_emb, emb, B, N, T, D, K, k, (float)w, ip != 0,
+                       out_ids, out_scores};
+    RASFAST_DISPATCH_DTYPE(dp, DP, { RASFAST_DISPATCH_DTYPE(de, DE, { theme::fused_typed<DP, DE>(a); }) })
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
 }  // namespace rasfast

@@ -26,7 +26,7 @@ from .._validate import (check_choice, check_dim, check_finite, check_float, che
 from ..reference import segment as _ref
 from .._threads import follows_width_rule
 from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, is_host
-from ._library import define, traced
+from ._library import define, native_call, traced
 
 # The CUDA selection keeps the running top-n of a query in shared memory.
 CUDA_MAX_N = 2048
@@ -100,7 +100,7 @@ def segment_topk_scores(q_emb, cand_emb, cand_ptr, n: int, cand_ids=None,
     q, c, ids, ptr = _topk_args(q_emb, cand_emb, cand_ptr, n, cand_ids)
     n = check_int_arg(n, "n", 1)
     validate = check_choice(validate, "validate", VALIDATE)
-    if traced(q, c, ptr, ids):
+    if traced(q, c, ptr, ids) or native_call("segment_topk_scores", backend, q, c, ptr, ids):
         out = _TOPK_OP(q, c, ptr, n, ids, backend, validate)
     else:  # numpy index arrays go on as they are: checked on the host (no device read)
         out = _segment_topk_scores(q, c, cand_ptr if isinstance(cand_ptr, np.ndarray) else ptr, n,
@@ -200,7 +200,7 @@ def segment_max_rank(item_scores, item_to_group, ptr, k: int,
     s, g, p = _rank_args(item_scores, item_to_group, ptr)
     k = check_int_arg(k, "k", 1)
     validate = check_choice(validate, "validate", VALIDATE)
-    if traced(s, g, p):
+    if traced(s, g, p) or native_call("segment_max_rank", backend, s, g, p):
         out = _RANK_OP(s, g, p, k, backend, validate)
     else:  # numpy index arrays go on as they are: checked on the host (no device read)
         out = _segment_max_rank(s, item_to_group if isinstance(item_to_group, np.ndarray) else g,

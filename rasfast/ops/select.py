@@ -15,7 +15,7 @@ from .._arrays import device_guard, as_tensor, cpu_buffer, cpu_out, cuda_stream,
 from .._validate import check_bool_arg, check_finite, check_float, check_int_arg, check_rank
 from ..reference import select as _ref
 from .._threads import follows_width_rule
-from ._library import define, traced
+from ._library import define, native_call, traced
 
 
 @follows_width_rule
@@ -54,7 +54,7 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
     k = check_int_arg(k, "k", 1, n, "N (x.shape[1])")
     largest = check_bool_arg(largest, "largest")
     sorted = check_bool_arg(sorted, "sorted")
-    if traced(xt):
+    if traced(xt) or native_call("select_k", backend, xt):  # the C++ CPU kernel: no Python frame
         vals, idx = _OP(xt, k, largest, sorted, backend)
     else:
         vals, idx = _select_k(xt, k, largest, sorted, backend)

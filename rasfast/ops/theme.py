@@ -31,7 +31,7 @@ from .._validate import (check_choice, check_dim, check_finite_together, check_f
                          check_int_arg, check_rank, check_same_device)
 from ..reference import theme as _ref
 from .._threads import follows_width_rule
-from ._library import define, traced
+from ._library import define, native_call, traced
 from . import theme_gemm
 
 METRICS = ("l2", "ip")
@@ -167,7 +167,7 @@ def theme_scope(q_ppd, corpus_ppd, K: int, metric: str = "l2", backend: str = "a
     metric = check_choice(metric, "metric", METRICS)
     check_same_device(q_ppd=q, corpus_ppd=c)
     validate = check_choice(validate, "validate", VALIDATE)
-    if traced(q, c):
+    if traced(q, c) or native_call("theme_scope", backend, q, c):
         return to_kind(_OPS["theme_scope"](q, c, K, metric, backend, validate), kind)
     return to_kind(_theme_scope(q, c, K, metric, backend, validate), kind)
 
@@ -302,7 +302,7 @@ def theme_scoped_search(q_ppd, q_emb, corpus_ppd, corpus_emb, K: int, k: int,
     metric = check_choice(metric, "metric", METRICS)
     check_same_device(q_ppd=q, q_emb=qe, corpus_ppd=c, corpus_emb=e)
     validate = check_choice(validate, "validate", VALIDATE)
-    if traced(q, qe, c, e):
+    if traced(q, qe, c, e) or native_call("theme_scoped_search", backend, q, qe, c, e):
         ids, sc = _OPS["theme_scoped_search"](q, qe, c, e, K, k, w, metric, backend, validate)
     else:
         ids, sc = _theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate)
