@@ -421,3 +421,79 @@ def test_bfloat16_backward_gemms_run_in_bfloat16(cfg):
     assert np.mean(ours) <= 1.5 * np.mean(refs) + 0.01, (ours, refs)
     if cfg["layers"] <= 2:
         assert max(ours) < 0.06, ours
+
+
+# ------------------------------------------------------------ the compiled attention backward
+def _attention_case(seed, n, e, h, c, edge, grouped):
+    """nodes [n, 3hc + 5], d_agg [n, h, c], an _EdgeGraph over e random edges (self loops,
+    repeated edges, nodes with no in- or out-edges), e_rows when ``edge``."""
+    g = torch.Generator().manual_seed(seed)
+    hc = h * c
+    src = torch.randint(0, max(n - 1, 1), (e,), generator=g)      # node n-1: no out-edges
+    dst = torch.randint(1, n, (e,), generator=g) if n > 1 else torch.zeros(e, dtype=torch.int64)
+    ei = torch.stack([src, dst])                                    # node 0: no in-edges
+    ea = None
+    if edge:
+        ea = (torch.randn(4, 6, generator=g)[torch.randint(0, 4, (e,), generator=g)] if grouped
+              else torch.randn(e, 6, generator=g))
+    graph = gc._EdgeGraph(gc.as_csr(ei, n, torch.device("cpu")), ea, n)
+    nodes = torch.randn(n, 3 * hc + 5, generator=g)
+    d_agg = torch.randn(n, h, c, generator=g)
+    d_skip = torch.randn(n, 5, generator=g)
+    w_edge = torch.randn(hc, 6, generator=g) * 0.3 if edge else None
+    return nodes, d_agg, d_skip, graph, ea, w_edge
+
+
+@pytest.mark.parametrize("n,e,h,c", [(1, 0, 1, 1), (2, 3, 1, 4), (7, 20, 3, 5), (40, 160, 2, 16), (30, 70, 1, 33),
+                                     (9, 0, 2, 3)])
+@pytest.mark.parametrize("edge,grouped", [(False, False), (True, False), (True, True)])
+def test_compiled_attention_backward_equals_the_torch_composition(n, e, h, c, edge, grouped):
+    """csrc/graph_conv graph_conv_attend_backward against the composed torch backward (float32;
+    the float64 gradchecks above run the torch one), under every instruction set this CPU
+    runs."""
+    nodes, d_agg, d_skip, graph, ea, w_edge = _attention_case(n * 31 + e, n, e, h, c, edge, grouped)
+    if edge and grouped and e >= 64:
+        assert graph.groups is not None  # the distinct-rows path is the one tested
+    want = gc._attention_backward_torch(nodes, d_agg, d_skip, graph, ea, w_edge, h, c, 5, None,
+                                        torch.float32, torch.float32)
+    mod = rasfast.dispatch.cpu_module()
+    before = mod.graph_conv_simd_level()
+    try:
+        for isa in mod.graph_conv_simd_variants():
+            mod.graph_conv_set_simd(isa)
+            got = gc._attention_backward_cpu(nodes, d_agg, d_skip, graph, ea, w_edge, h, c, 5,
+                                             None, torch.float32)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+            if edge:
+                torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
+            else:
+                assert got[1] is None and want[1] is None
+    finally:
+        mod.graph_conv_set_simd(before)
+
+
+def test_cpu_float32_training_runs_the_compiled_attention_backward(monkeypatch):
+    """A float32 step on the CPU takes the compiled backward (the torch composition is made to
+    raise), float64 takes the torch one, and the compiled one checks the indices it follows."""
+    g, layers = _build(CONFIGS[0], seed=11, din=6, dtype=torch.float32)
+    x, ei, ea, gp = _graph(g, [9, 12], 2, 6, CONFIGS[0]["edge_dim"], torch.float32)
+    want = _grads(layers, x, ei, ea, gp, "ref", 0)[1]
+
+    def torch_path(*a, **k):
+        raise AssertionError("the torch attention backward ran")
+    monkeypatch.setattr(gc, "_attention_backward_torch", torch_path)
+    got = _grads(layers, x, ei, ea, gp, "cpu", 0)[1]
+    for a, b in zip(got, want):
+        if b is not None and a is not None:
+            torch.testing.assert_close(a, b, rtol=2e-3, atol=1e-4)
+    assert not gc._fused_attention_backward(x.double(), torch.float64,
+                                            gc._EdgeGraph(gc.as_csr(ei, x.shape[0], x.device), ea,
+                                                          x.shape[0]))
+    nodes, d_agg, d_skip, graph, ea2, w_edge = _attention_case(5, 6, 12, 2, 3, True, False)
+    rptr, rpos = graph.reverse()
+    bad = rpos.clone()
+    bad[0] = 12  # a CSR position past E
+    graph._reverse = (rptr, bad)
+    with pytest.raises(Exception, match="rpos"):
+        gc._attention_backward_cpu(nodes, d_agg, d_skip, graph, ea2, w_edge, 2, 3, 5, None,
+                                   torch.float32)

@@ -584,6 +584,19 @@ class _EdgeGraph:
             self.row_of_edge = csr.eid
             self.rows = lambda ea: ea
 
+    _reverse = None
+
+    def reverse(self):
+        """(rptr [N + 1], rpos [E]) int64: the CSR positions grouped by source node, ascending
+        within a source (the fused backward's second pass), built once per batch."""
+        if self._reverse is None:
+            rpos = torch.sort(self.src, stable=True).indices
+            counts = torch.bincount(self.src, minlength=self.n)
+            rptr = torch.zeros(self.n + 1, dtype=torch.int64)
+            torch.cumsum(counts, 0, out=rptr[1:])
+            self._reverse = (rptr, rpos.contiguous())
+        return self._reverse
+
 
 def _packed(w: ConvWeights, ct: torch.dtype):
     """(W [3HC (+ skip), Din], b) in ``ct``: the forward's packed projection."""
@@ -617,16 +630,16 @@ def _edge_terms(nodes, graph: _EdgeGraph, ea, w_edge, h, c, ct, e_rows=None, gt=
     the edge projection's GEMM operands when it is recomputed (default ``ct``)."""
     hc, n = h * c, nodes.shape[0]
     q, k, v = (nodes[:, i * hc:(i + 1) * hc].view(n, h, c) for i in range(3))
-    kj, vj = k[graph.src], v[graph.src]
+    kj, vj = k.index_select(0, graph.src), v.index_select(0, graph.src)
     if ea is not None:
         if e_rows is None:
             gt = ct if gt is None else gt
             e_rows = graph.rows(ea).to(gt) @ w_edge.to(gt).t()          # [U or E, HC]
         e_rows = e_rows.to(ct)
-        e = e_rows[graph.row_of_edge].view(-1, h, c)
+        e = e_rows.index_select(0, graph.row_of_edge).view(-1, h, c)
         kj += e
         vj += e
-    qd = q[graph.dst]
+    qd = q.index_select(0, graph.dst)
     logits = torch.einsum("ehc,ehc->eh", qd, kj) / math.sqrt(c)
     alpha = _ref.edge_softmax(logits, graph.dst, n)
     return qd, kj, vj, alpha, e_rows
@@ -745,39 +758,33 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_lw = next(gs) if lw is not None else None
     g_lb = next(gs) if lb is not None else None
     # 2. attention
-    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w.w_edge, h, c, ct, e_rows, gt)
-    dA = d_agg[graph.dst]                                                  # [E, H, C]
-    d_alpha = torch.einsum("ehc,ehc->eh", dA, vj)
-    del vj
-    s = torch.zeros((n, h), dtype=ct, device=x.device).index_add_(0, graph.dst, alpha * d_alpha)
-    dl = alpha * (d_alpha - s[graph.dst]) / math.sqrt(c)                   # [E, H]
-    z = lambda: torch.zeros((n, h, c), dtype=ct, device=x.device)  # noqa: E731
-    dq = z().index_add_(0, graph.dst, kj.mul_(dl[..., None]))
-    del kj
-    dkj = qd.mul_(dl[..., None])
-    dk = z().index_add_(0, graph.src, dkj)
-    dvj = dA.mul_(alpha[..., None])
-    dv = z().index_add_(0, graph.src, dvj)
+    if _fused_attention_backward(x, ct, graph):
+        d_nodes, de = _attention_backward_cpu(nodes, d_agg, d_skip, graph, ea, w.w_edge, h, c,
+                                              f, e_rows, gt)
+    else:
+        d_nodes, de = _attention_backward_torch(nodes, d_agg, d_skip, graph, ea, w.w_edge, h, c,
+                                                f, e_rows, gt, ct)
     g_edge = g_ea = None
     if ea is not None:
-        de = dkj.add_(dvj).view(-1, hc)                                     # [E, HC]
         rows = graph.rows(ea)
         if need_ea:  # each edge_attr row is read by one edge (csr.eid is a permutation)
             g_ea = torch.empty((de.shape[0], rows.shape[1]), dtype=ea.dtype, device=x.device)
             g_ea.index_copy_(0, graph.csr.eid, mm(de, w.w_edge).to(ea.dtype))
         de_rows = torch.zeros((rows.shape[0], hc), dtype=ct, device=x.device).index_add_(
             0, graph.row_of_edge, de)
-        del de, dkj, dvj
+        del de
         g_edge = mm(de_rows.t(), rows)
-    d_nodes = torch.cat([dq.view(n, hc), dk.view(n, hc), dv.view(n, hc)]
-                        + ([d_skip] if d_skip is not None else []), 1)
     # 3. the packed projection
     g_wp = mm(d_nodes.t(), x)
     g_bp = d_nodes.sum(0)
     g_x = None
-    if need_x:
-        wp, _ = _packed(w, gt)
-        g_x = mm(d_nodes, wp).to(x.dtype)
+    if need_x:  # block by block: the packed [3HC + F, Din] weight would be a fresh copy
+        col = 0
+        for m in [w.w_query, w.w_key, w.w_value] + ([w.w_skip] if w.root_weight else []):
+            blk = d_nodes[:, col:col + m.shape[0]].to(gt)
+            g_x = blk @ m.to(gt) if g_x is None else g_x.addmm_(blk, m.to(gt))
+            col += m.shape[0]
+        g_x = g_x.to(x.dtype)
     sl = [slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, 3 * hc), slice(3 * hc, 3 * hc + f)]
     by_name = {"w_query": g_wp[sl[0]], "b_query": g_bp[sl[0]], "w_key": g_wp[sl[1]],
                "b_key": g_bp[sl[1]], "w_value": g_wp[sl[2]], "b_value": g_bp[sl[2]],
@@ -787,6 +794,67 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_ts = tuple(None if t is None or by_name[name] is None else by_name[name].to(t.dtype)
                  for name, t in zip(_LAYER_FIELDS, ts))
     return (g_x, g_ea) + g_ts
+
+
+def _fused_attention_backward(x, ct, graph: _EdgeGraph) -> bool:
+    """The compiled attention backward serves float32 work on the CPU (the float64
+    gradcheck path and GPU tensors take the torch one)."""
+    if x.device.type != "cpu" or ct != torch.float32 or graph.csr.src.device.type != "cpu":
+        return False
+    try:
+        return hasattr(_bk.cpu_module(), "graph_conv_attend_backward")
+    except _bk.BackendUnavailable:
+        return False
+
+
+def _attention_backward_cpu(nodes, d_agg, d_skip, graph: _EdgeGraph, ea, w_edge, h, c, f,
+                            e_rows, gt):
+    """(d_nodes [N, 3HC (+ F)], de [E, HC] in CSR order or None) from the compiled kernel
+    (csrc/graph_conv/graph_conv_cpu.cpp, graph_conv_attend_backward)."""
+    n, hc, csr = nodes.shape[0], h * c, graph.csr
+    e = None
+    if ea is not None:
+        if e_rows is None:
+            e_rows = graph.rows(ea).to(gt) @ w_edge.to(gt).t()
+        e = e_rows.to(torch.float32).contiguous()
+    rptr, rpos = graph.reverse()
+    d_nodes = torch.empty((n, 3 * hc + (f if d_skip is not None else 0)), dtype=torch.float32)
+    de = torch.empty((csr.num_edges, hc), dtype=torch.float32) if e is not None else None
+    empty = np.empty((0, 0), np.float32)
+    _bk.cpu_module().graph_conv_attend_backward(
+        csr.indptr.long().contiguous().numpy(), graph.src.contiguous().numpy(),
+        graph.row_of_edge.contiguous().numpy() if e is not None else np.empty(0, np.int64),
+        rptr.numpy(), rpos.numpy(), graph.dst.contiguous().numpy(),
+        nodes.contiguous().numpy(), e.numpy() if e is not None else empty,
+        d_agg.reshape(n, hc).contiguous().numpy(), h, c, 1.0 / math.sqrt(c),
+        d_nodes.numpy(), de.numpy() if de is not None else empty)
+    if d_skip is not None:
+        d_nodes[:, 3 * hc:] = d_skip
+    return d_nodes, de
+
+
+def _attention_backward_torch(nodes, d_agg, d_skip, graph: _EdgeGraph, ea, w_edge, h, c, f,
+                              e_rows, gt, ct):
+    """The same as :func:`_attention_backward_cpu`, composed of torch ops (any device and
+    dtype)."""
+    n, hc = nodes.shape[0], h * c
+    qd, kj, vj, alpha, e_rows = _edge_terms(nodes, graph, ea, w_edge, h, c, ct, e_rows, gt)
+    dA = d_agg[graph.dst]                                                  # [E, H, C]
+    d_alpha = torch.einsum("ehc,ehc->eh", dA, vj)
+    del vj
+    s = torch.zeros((n, h), dtype=ct, device=nodes.device).index_add_(0, graph.dst, alpha * d_alpha)
+    dl = alpha * (d_alpha - s[graph.dst]) / math.sqrt(c)                   # [E, H]
+    z = lambda: torch.zeros((n, h, c), dtype=ct, device=nodes.device)  # noqa: E731
+    dq = z().index_add_(0, graph.dst, kj.mul_(dl[..., None]))
+    del kj
+    dkj = qd.mul_(dl[..., None])
+    dk = z().index_add_(0, graph.src, dkj)
+    dvj = dA.mul_(alpha[..., None])
+    dv = z().index_add_(0, graph.src, dvj)
+    de = dkj.add_(dvj).view(-1, hc) if ea is not None else None            # [E, HC]
+    d_nodes = torch.cat([dq.view(n, hc), dk.view(n, hc), dv.view(n, hc)]
+                        + ([d_skip] if d_skip is not None else []), 1)
+    return d_nodes, de
 
 
 def _layers_autograd(xt, csr, ea, gp, specs, be, dropout: float = 0.0, graph=None):
