@@ -585,6 +585,15 @@ class _EdgeGraph:
             self.rows = lambda ea: ea
 
     _reverse = None
+    _ea_csr = None
+
+    def rows_in_csr_order(self, ea):
+        """edge_attr's rows in CSR order (row p = the row edge p reads), gathered once per
+        batch: the edge weight's gradient is then one GEMM with the CSR-ordered edge
+        gradients, instead of a zero fill and a scatter of them into edge order per layer."""
+        if self._ea_csr is None or self._ea_csr[0] is not ea:
+            self._ea_csr = (ea, ea.index_select(0, self.row_of_edge))
+        return self._ea_csr[1]
 
     def reverse(self):
         """(rptr [N + 1], rpos [E]) int64: the CSR positions grouped by source node, ascending
@@ -770,10 +779,13 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
         if need_ea:  # each edge_attr row is read by one edge (csr.eid is a permutation)
             g_ea = torch.empty((de.shape[0], rows.shape[1]), dtype=ea.dtype, device=x.device)
             g_ea.index_copy_(0, graph.csr.eid, mm(de, w.w_edge).to(ea.dtype))
-        de_rows = torch.zeros((rows.shape[0], hc), dtype=ct, device=x.device).index_add_(
-            0, graph.row_of_edge, de)
+        if graph.groups is None:  # one row per edge: g = de^T @ (the rows in CSR order)
+            g_edge = mm(de.t(), graph.rows_in_csr_order(rows))
+        else:  # few distinct rows: sum the edges' gradients into them first
+            de_rows = torch.zeros((rows.shape[0], hc), dtype=ct, device=x.device).index_add_(
+                0, graph.row_of_edge, de)
+            g_edge = mm(de_rows.t(), rows)
         del de
-        g_edge = mm(de_rows.t(), rows)
     # 3. the packed projection
     g_wp = mm(d_nodes.t(), x)
     g_bp = d_nodes.sum(0)
