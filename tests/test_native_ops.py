@@ -270,3 +270,15 @@ def test_numpy_inputs_of_the_public_ops_take_the_cpp_kernel():
                np.array([0, 4, 9]))
     ids, sc = rasfast.segment_max_rank(s, g, p, 2)
     assert isinstance(ids, np.ndarray) and ids.shape == (2, 2)
+
+
+def test_a_library_built_for_another_torch_is_not_loaded(tmp_path):
+    (tmp_path / "_torch_ops.so").write_bytes(b"not a library")
+    (tmp_path / "_torch_ops.torch-version").write_text("1.0.0+cpu")
+    path, reason = _library.library_path(str(tmp_path))
+    assert path is None and "built for torch 1.0.0+cpu" in reason and torch.__version__ in reason
+    (tmp_path / "_torch_ops.torch-version").write_text(torch.__version__)
+    assert _library.library_path(str(tmp_path)) == (str(tmp_path / "_torch_ops.so"), None)
+    (tmp_path / "_torch_ops.torch-version").unlink()
+    path, reason = _library.library_path(str(tmp_path))
+    assert path is None and "not built" in reason

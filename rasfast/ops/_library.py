@@ -66,6 +66,24 @@ _register_fake = getattr(torch.library, "register_fake", None) or torch.library.
 _NATIVE: list = []  # [(frozenset of op names, reason or None)], filled once
 
 
+def library_path(folder: str):
+    """(path of rasfast._torch_ops in ``folder``, None) when it is there and was built for the
+    running torch, else (None, why not). Loading a library built against another torch's
+    headers could crash the process, so the version stamp written beside it at build time
+    must match exactly."""
+    path = os.path.join(folder, "_torch_ops.so")
+    stamp = os.path.join(folder, "_torch_ops.torch-version")
+    if not (os.path.exists(path) and os.path.exists(stamp)):
+        return None, ("rasfast._torch_ops was not built (torch was not importable when "
+                      "rasfast was built)")
+    with open(stamp, encoding="utf-8") as f:
+        built_for = f.read().strip()
+    if built_for != torch.__version__:
+        return None, (f"rasfast._torch_ops was built for torch {built_for}, this is torch "
+                      f"{torch.__version__} (reinstall rasfast to rebuild it)")
+    return path, None
+
+
 def _load_native():
     """Loads rasfast._torch_ops and hands it rasfast._C's kernel table. Returns (names of the
     ops whose CPU kernel it registered, None) or (empty set, why not)."""
@@ -75,17 +93,9 @@ def _load_native():
         cmod = importlib.import_module("rasfast._C")
     except ImportError as e:
         return frozenset(), f"rasfast._C does not import ({e})"
-    folder = os.path.dirname(cmod.__file__)
-    path = os.path.join(folder, "_torch_ops.so")
-    stamp = os.path.join(folder, "_torch_ops.torch-version")
-    if not (os.path.exists(path) and os.path.exists(stamp)):
-        return frozenset(), ("rasfast._torch_ops was not built (torch was not importable when "
-                             "rasfast was built)")
-    with open(stamp, encoding="utf-8") as f:
-        built_for = f.read().strip()
-    if built_for != torch.__version__:
-        return frozenset(), (f"rasfast._torch_ops was built for torch {built_for}, this is "
-                             f"torch {torch.__version__} (reinstall rasfast to rebuild it)")
+    path, reason = library_path(os.path.dirname(cmod.__file__))
+    if path is None:
+        return frozenset(), reason
     try:
         lib = ctypes.CDLL(path)  # registers the CPU kernels (TORCH_LIBRARY_IMPL)
     except OSError as e:
