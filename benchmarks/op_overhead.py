@@ -132,6 +132,17 @@ def cases():
         "registered": lambda: torch.ops.rasfast.theme_scope.default(p1, p, 500, "l2", "cpu", "auto"),
         "public": lambda: rasfast.theme_scope(p1, p, 500, backend="cpu")},
         python_registered=py and (lambda f=py: f(p1, p, 500, "l2", "cpu", "auto")))))
+    # RAS's unfused dense step: one query inside its 500-row theme scope
+    scope1 = torch.from_numpy(rng.permutation(2000)[:500].reshape(1, 500).astype(np.int64))
+    q1n, s1n = q1.numpy(), scope1.numpy()
+    sd_i, sd_s = np.empty((1, 5), np.int64), np.empty((1, 5), np.float32)
+    py = _py_registered("scoped_dense_search")
+    out.append(("scoped_dense_search (1 q, 500 scoped of 2k rows, k=5)", _with({
+        "pybind11": lambda: mod.theme_scoped_dense(q1n, eb, ecode, s1n, 5, sd_i, sd_s),
+        "kernel": lambda: W(theme._scoped_dense_search)(q1, e, scope1, 5, "cpu", "auto"),
+        "registered": lambda: torch.ops.rasfast.scoped_dense_search.default(q1, e, scope1, 5, "cpu", "auto"),
+        "public": lambda: rasfast.scoped_dense_search(q1, e, scope1, 5, backend="cpu")},
+        python_registered=py and (lambda f=py: f(q1, e, scope1, 5, "cpu", "auto")))))
     # KiRAG: 16 questions x 60 candidates of MuSiQue's 17k triples
     q16 = t(rng.standard_normal((16, 384), dtype=np.float32))
     table = t(rng.standard_normal((17_000, 384), dtype=np.float32))

@@ -1,6 +1,7 @@
 """The C++ CPU kernels of the registered operators (rasfast._torch_ops, csrc/torch_ops/).
 
-For select_k, theme_scope, theme_scoped_search, segment_topk_scores and segment_max_rank,
+For select_k, theme_scope, scoped_dense_search, theme_scoped_search, segment_topk_scores and
+segment_max_rank,
 ``torch.ops.rasfast.<op>`` on CPU tensors runs a C++ kernel that serves ordinary calls and
 hands every other call to the op's Python kernel (``torch.ops.rasfast.<op>_python``). Tested
 here: the library is built and attached (no silent fallback), the C++ kernel gives the
@@ -21,8 +22,8 @@ import rasfast
 import rasfast.ops  # noqa: F401  (defines torch.ops.rasfast.*)
 from rasfast.ops import _library
 
-NATIVE = ("select_k", "theme_scope", "theme_scoped_search", "segment_topk_scores",
-          "segment_max_rank")
+NATIVE = ("select_k", "theme_scope", "scoped_dense_search", "theme_scoped_search",
+          "segment_topk_scores", "segment_max_rank")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -88,6 +89,8 @@ def test_ordinary_calls_stay_in_cpp_and_the_others_reach_python():
     assert not _calls_python_kernel(
         lambda: ops.segment_topk_scores(qe, torch.randn(7, 8), ptr, 2, None, "cpu"))
     assert not _calls_python_kernel(lambda: ops.segment_max_rank(items, groups, ptr, 2, "cpu"))
+    assert not _calls_python_kernel(
+        lambda: ops.scoped_dense_search(qe, e, torch.tensor([[0, 5, -1], [29, 1, 2]]), 2, "cpu", "auto"))
     # the public ops take the same path
     assert not _calls_python_kernel(lambda: rasfast.select_k(x, 5))
     assert not _calls_python_kernel(lambda: rasfast.theme_scoped_search(q, qe, c, e, 9, 4))
@@ -136,6 +139,14 @@ def test_theme_ops_equal_the_python_kernel(dtype, B, N, K, k):
             same(*both("theme_scope", q, c, K, metric, "cpu", validate))
         for w in (0.0, 0.4, 1.0):
             same(*both("theme_scoped_search", q, qe, c, e, K, k, w, metric, "auto", "auto"))
+    g = torch.Generator().manual_seed(B + N)
+    scope = torch.stack([torch.randperm(N, generator=g)[:min(K, N)] for _ in range(B)]) if B else \
+        torch.empty((0, min(K, N)), dtype=torch.int64)
+    if B and scope.shape[1] > 2:
+        scope[0, 1] = -1  # padding
+    for validate in ("auto", "queries", "none"):
+        same(*both("scoped_dense_search", qe, e, scope, k, "cpu", validate))
+        same(*both("scoped_dense_search", qe, e, scope.int(), k, "auto", validate))
     # half-precision queries, non-contiguous corpora
     same(*both("theme_scope", q.half(), c.t().contiguous().t(), K, "l2", "cpu", "full"))
     same(*both("theme_scoped_search", q.bfloat16(), qe, c, e.t().contiguous().t(), K, k, 0.5,
@@ -202,6 +213,18 @@ def test_every_bad_call_raises_the_python_kernels_error():
     same_error("theme_scoped_search", q, qe, c, e, 5, 0, 0.2, "l2", "cpu", "auto")
     same_error("theme_scoped_search", q, qe[:1], c, e, 5, 3, 0.2, "l2", "cpu", "auto")
     same_error("theme_scoped_search", q, qe, c, e[:-1], 5, 3, 0.2, "l2", "cpu", "auto")
+
+    scope = torch.tensor([[0, 3, 5, -1], [7, 2, 2, 9]])
+    assert "duplicate" in same_error("scoped_dense_search", qe, e, scope, 3, "cpu", "auto")
+    assert "scope_ids" in same_error("scoped_dense_search", qe, e, scope.clamp(max=4) + 17, 3,
+                                     "cpu", "auto")
+    same_error("scoped_dense_search", qe, e, scope[:, :2] - 2, 3, "cpu", "queries")
+    same_error("scoped_dense_search", qe, nan_e, scope[:, :2], 3, "cpu", "auto")
+    same_error("scoped_dense_search", qe * float("nan"), e, scope[:, :2], 3, "cpu", "auto")
+    same_error("scoped_dense_search", qe, e, scope[:1], 3, "cpu", "auto")
+    same_error("scoped_dense_search", qe, e, scope.float(), 3, "cpu", "auto")
+    same_error("scoped_dense_search", qe, e, scope[:, :2], 0, "cpu", "auto")
+    same_error("scoped_dense_search", qe[:, :3], e, scope[:, :2], 3, "cpu", "auto")
 
     qs, cand = torch.randn(2, 4), torch.randn(5, 4)
     ptr = torch.tensor([0, 2, 5])

@@ -12,6 +12,7 @@ const RasfastCpuEntries kEntries = {
     kRasfastCpuEntriesAbi,
     static_cast<int32_t>(sizeof(RasfastCpuEntries)),
     &select_k_entry,
+    &scoped_dense_search_entry,
     &theme_scope_entry,
     &theme_scoped_search_entry,
     &segment_topk_scores_entry,

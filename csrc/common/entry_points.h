@@ -23,6 +23,11 @@ struct RasfastCpuEntries {
   // x[B, N] -> out[B, k] int64, values[B, k] in x's dtype. 0 ok, 1 x holds NaN, -1 failure.
   int (*select_k)(const void* x, int dtype_code, int64_t B, int64_t N, int64_t k, int largest,
                   int sorted, int64_t* out, void* values);
+  // q[B, D] float32, emb[N, D], scope[B, Ks] int64 (ids in [-1, N), checked by the caller)
+  // -> ids[B, k] int64, scores[B, k] float32. 0 ok, 1 non-finite scoped row or failure.
+  int (*scoped_dense_search)(const float* q, int64_t B, int64_t D, const void* emb, int dtype_code,
+                             int64_t N, const int64_t* scope, int64_t Ks, int64_t k,
+                             int64_t* out_ids, float* out_scores);
   // q[B, T] float32, corpus[N, T] -> out[B, K] int64 (1 <= K <= N). 0 ok, 1 non-finite
   // corpus row or failure.
   int (*theme_scope)(const float* q, int64_t B, int64_t T, const void* corpus, int dtype_code,
@@ -49,12 +54,14 @@ struct RasfastCpuEntries {
 
 }  // extern "C"
 
-constexpr int32_t kRasfastCpuEntriesAbi = 1;
+constexpr int32_t kRasfastCpuEntriesAbi = 2;
 
 namespace rasfast {
 // Defined next to each kernel (select_cpu.cpp, theme_cpu.cpp, segment_cpu.cpp); the table
 // is assembled in bindings/entry_points_cpu.cpp.
 int select_k_entry(const void*, int, int64_t, int64_t, int64_t, int, int, int64_t*, void*);
+int scoped_dense_search_entry(const float*, int64_t, int64_t, const void*, int, int64_t,
+                              const int64_t*, int64_t, int64_t, int64_t*, float*);
 int theme_scope_entry(const float*, int64_t, int64_t, const void*, int, int64_t, int64_t, int,
                       int64_t*);
 int theme_scoped_search_entry(const float*, const void*, int, const float*, const void*, int,

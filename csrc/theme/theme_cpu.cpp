@@ -596,6 +596,19 @@ RASFAST_REGISTER(theme, theme::bind);
 
 // The torch operators' entries (common/entry_points.h): the kernels above, raw pointers; a
 // non-finite corpus row (or any failure) is status 1 and the Python path names it.
+int scoped_dense_search_entry(const float* q, int64_t B, int64_t D, const void* emb, int code,
+                              int64_t N, const int64_t* scope, int64_t Ks, int64_t k,
+                              int64_t* out_ids, float* out_scores) {
+  try {
+    const DType dt = dtype_from_code(code);
+    ThreadScope threads_scope(B * Ks * D);  // as theme_scoped_dense_cpu
+    RASFAST_DISPATCH_DTYPE(dt, DE, { theme::dense_typed<DE>(q, B, D, emb, N, scope, Ks, k, out_ids, out_scores); })
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
 int theme_scope_entry(const float* q, int64_t B, int64_t T, const void* corpus, int code,
                       int64_t N, int64_t K, int ip, int64_t* out) {
   try {

@@ -1,6 +1,6 @@
 // rasfast._torch_ops: C++ CPU kernels of the torch.library operators whose per-question calls
-// are short (select_k, theme_scope, theme_scoped_search, segment_topk_scores,
-// segment_max_rank), so that a call of torch.ops.rasfast.<op> on CPU tensors reaches the
+// are short (select_k, theme_scope, scoped_dense_search, theme_scoped_search,
+// segment_topk_scores, segment_max_rank), so that a call of torch.ops.rasfast.<op> on CPU tensors reaches the
 // compiled kernel without a Python frame: a Python kernel behind the dispatcher costs 3-5 us
 // of torch's own plus its argument checks, 12-25 us a call, a quarter of a 50 us op
 // (benchmarks/results/op_overhead.md).
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "common/entry_points.h"
 
@@ -173,6 +174,52 @@ Tensor theme_scope(const Tensor& q_ppd, const Tensor& corpus_ppd, int64_t K, Str
   return py.call(q_ppd, corpus_ppd, K, metric, backend, validate);
 }
 
+using DenseSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t, Str, Str);
+
+// scope ids (int64 contiguous [B, Ks]) in [-1, N), no id twice in a row (-1 padding aside)
+bool scopes_ok(const Tensor& s, int64_t N) {
+  const int64_t B = s.size(0), Ks = s.size(1);
+  const int64_t* a = s.data_ptr<int64_t>();
+  std::vector<int64_t> row((size_t)Ks);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < Ks; ++j) {
+      const int64_t v = a[b * Ks + j];
+      if (v < -1 || v >= N) return false;
+      if (v >= 0) row[m++] = v;
+    }
+    std::sort(row.begin(), row.begin() + m);
+    if (std::adjacent_find(row.begin(), row.begin() + m) != row.begin() + m) return false;
+  }
+  return true;
+}
+
+Pair scoped_dense_search(const Tensor& q_emb, const Tensor& corpus_emb, const Tensor& scope_ids,
+                         int64_t k, Str backend, Str validate) {
+  const RasfastCpuEntries* e = entries();
+  if (e && host_backend(backend) && k >= 1 &&
+      one_of(validate, {"auto", "full", "queries", "none"}) && theme_corpus(q_emb, corpus_emb) &&
+      scope_ids.defined() && scope_ids.device().is_cpu() && scope_ids.layout() == at::kStrided &&
+      scope_ids.dim() == 2 && (scope_ids.scalar_type() == at::kLong || scope_ids.scalar_type() == at::kInt) &&
+      scope_ids.size(0) == q_emb.size(0)) {
+    const int64_t B = q_emb.size(0), N = corpus_emb.size(0), D = corpus_emb.size(1);
+    Tensor q = as_float(q_emb), s = as_long(scope_ids);
+    // every mode but "none" checks the queries and the scopes (as the Python kernel); the
+    // kernel checks the corpus rows it reads
+    if (validate == "none" || (finite(q) && scopes_ok(s, N))) {
+      Tensor ids = ids_out(B, k), scores = scores_out(B, k);
+      if (B == 0) return {ids, scores};
+      Tensor em = corpus_emb.contiguous();
+      if (e->scoped_dense_search(q.data_ptr<float>(), B, D, em.data_ptr(), dtype_code(em), N,
+                                 s.data_ptr<int64_t>(), s.size(1), k, ids.data_ptr<int64_t>(),
+                                 scores.data_ptr<float>()) == 0)
+        return {ids, scores};
+    }
+  }
+  static auto py = python_kernel<DenseSig>("rasfast::scoped_dense_search_python");
+  return py.call(q_emb, corpus_emb, scope_ids, k, backend, validate);
+}
+
 using FusedSig = Pair(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
                       double, Str, Str, Str);
 
@@ -259,11 +306,13 @@ Pair segment_max_rank(const Tensor& item_scores, const Tensor& item_to_group, co
 
 // The ops whose CPU kernel this library registers (rasfast/ops/_library.py reads the list:
 // it registers their Python kernel under <op>_python instead of the CPU key).
-#define RASFAST_NATIVE_OPS "select_k,theme_scope,theme_scoped_search,segment_topk_scores,segment_max_rank"
+#define RASFAST_NATIVE_OPS \
+  "select_k,theme_scope,scoped_dense_search,theme_scoped_search,segment_topk_scores,segment_max_rank"
 
 TORCH_LIBRARY_IMPL(rasfast, CPU, m) {
   m.impl("select_k", &select_k);
   m.impl("theme_scope", &theme_scope);
+  m.impl("scoped_dense_search", &scoped_dense_search);
   m.impl("theme_scoped_search", &theme_scoped_search);
   m.impl("segment_topk_scores", &segment_topk_scores);
   m.impl("segment_max_rank", &segment_max_rank);

@@ -225,7 +225,7 @@ def scoped_dense_search(q_emb, corpus_emb, scope_ids, k: int, backend: str = "au
     k = check_int_arg(k, "k", 1)
     check_same_device(q_emb=q, corpus_emb=e, scope_ids=s)
     validate = check_choice(validate, "validate", VALIDATE)
-    if traced(q, e, s):
+    if traced(q, e, s) or native_call("scoped_dense_search", backend, q, e, s):
         ids, sc = _OPS["scoped_dense_search"](q, e, s, k, backend, validate)
     else:
         ids, sc = _scoped_dense_search(q, e, s, k, backend, validate)
