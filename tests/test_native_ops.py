@@ -305,3 +305,20 @@ def test_a_library_built_for_another_torch_is_not_loaded(tmp_path):
     (tmp_path / "_torch_ops.torch-version").unlink()
     path, reason = _library.library_path(str(tmp_path))
     assert path is None and "not built" in reason
+
+
+def test_scope_checks_of_a_large_corpus_with_short_scopes():
+    """N far above the scope length: the C++ kernel checks each scope row from a sorted copy
+    (its bitset of N ids serves short corpora); both ways give the Python kernel's results
+    and errors."""
+    g = torch.Generator().manual_seed(9)
+    n = 140_000
+    e = torch.randn(n, 4, generator=g)
+    q = torch.randn(3, 4, generator=g)
+    scope = torch.tensor([[5, 139_999, -1], [5, 7, 0], [n - 2, 3, 4]])
+    same(*both("scoped_dense_search", q, e, scope, 2, "cpu", "auto"))
+    bad = scope.clone()
+    bad[2, 2] = n - 2
+    assert "row 2" in same_error("scoped_dense_search", q, e, bad, 2, "cpu", "auto")
+    bad[2, 2] = n
+    same_error("scoped_dense_search", q, e, bad, 2, "cpu", "full")

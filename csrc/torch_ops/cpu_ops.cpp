@@ -176,10 +176,32 @@ Tensor theme_scope(const Tensor& q_ppd, const Tensor& corpus_ppd, int64_t K, Str
 
 using DenseSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t, Str, Str);
 
-// scope ids (int64 contiguous [B, Ks]) in [-1, N), no id twice in a row (-1 padding aside)
+// scope ids (int64 contiguous [B, Ks]) in [-1, N), no id twice in a row (-1 padding aside).
+// A bitset of the N ids where it is small next to the scopes (cleared id by id after each
+// row), else a sorted copy of each row.
 bool scopes_ok(const Tensor& s, int64_t N) {
   const int64_t B = s.size(0), Ks = s.size(1);
   const int64_t* a = s.data_ptr<int64_t>();
+  if (N <= 64 * Ks + 65536) {
+    std::vector<uint64_t> seen((size_t)(N + 63) / 64);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t* r = a + b * Ks;
+      bool ok = true;
+      int64_t j = 0;
+      for (; j < Ks && ok; ++j) {
+        const int64_t v = r[j];
+        if (v < -1 || v >= N) return false;
+        if (v < 0) continue;
+        const uint64_t bit = uint64_t(1) << (v & 63);
+        ok = !(seen[v >> 6] & bit);
+        seen[v >> 6] |= bit;
+      }
+      if (!ok) return false;
+      for (int64_t t = 0; t < j; ++t)
+        if (r[t] >= 0) seen[r[t] >> 6] = 0;
+    }
+    return true;
+  }
   std::vector<int64_t> row((size_t)Ks);
   for (int64_t b = 0; b < B; ++b) {
     int64_t m = 0;
