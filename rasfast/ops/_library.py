@@ -16,7 +16,8 @@ as an operator ``torch.ops.rasfast.<name>`` with
   which follow from the input shapes and the integer arguments (no data-dependent size).
 
 Where rasfast._torch_ops was built (against this torch: csrc/torch_ops/), the CPU kernel of
-the short per-question ops (:data:`NATIVE_OPS` lists them here) is C++: a registered call
+the short per-question ops (select_k, theme_scope, scoped_dense_search, theme_scoped_search,
+segment_topk_scores, segment_max_rank; :func:`native_ops` lists them) is C++: a registered call
 on CPU tensors reaches the compiled kernel with no Python frame. That kernel serves ordinary
 calls (backend "auto"/"cpu", valid arguments and values) and hands every other call to the
 op's Python kernel, registered as ``rasfast::<op>_python`` with the same schema, so results
