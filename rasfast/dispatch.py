@@ -231,8 +231,13 @@ def backends() -> Dict[str, Dict[str, object]]:
     out: Dict[str, Dict[str, object]] = {}
     out["torch"] = {"available": True, "version": torch.__version__}
     mod, err = _import("rasfast._C")
+    from ._native import native_ops
+    names, why = native_ops()
     out["cpu"] = {"available": mod is not None, "reason": err,
-                  "threads": mod.omp_max_threads() if mod is not None else 0}
+                  "threads": mod.omp_max_threads() if mod is not None else 0,
+                  # ops whose registered CPU kernel is C++ (rasfast._torch_ops), or why none
+                  "operator_kernels": sorted(names) if why is None else [],
+                  "operator_kernels_reason": why}
     emu = cuda_emulated()
     cmod, cerr = _cuda_import()
     devices = _cuda_device_count()

@@ -69,6 +69,11 @@ def test_the_cpu_kernels_are_built_and_attached():
         assert hasattr(torch.ops.rasfast, f"{name}_python")
 
 
+def test_backends_report_the_operator_kernels():
+    cpu = rasfast.backends()["cpu"]
+    assert set(NATIVE) <= set(cpu["operator_kernels"]) and cpu["operator_kernels_reason"] is None
+
+
 def _calls_python_kernel(fn) -> bool:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()
@@ -271,6 +276,8 @@ def test_python_kernels_serve_with_RASFAST_NATIVE_OPS_0():
         "from rasfast.ops import _library as L\n"
         "names, reason = L.native_ops()\n"
         "assert reason == 'RASFAST_NATIVE_OPS=0' and not names, (names, reason)\n"
+        "cpu = rasfast.backends()['cpu']\n"
+        "assert cpu['operator_kernels'] == [] and cpu['operator_kernels_reason'] == reason\n"
         "assert not hasattr(torch.ops.rasfast, 'select_k_python')\n"
         "x = torch.arange(12.).view(2, 6)\n"
         "v, i = torch.ops.rasfast.select_k(x, 2, True, True, 'cpu')\n"

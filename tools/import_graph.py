@@ -38,7 +38,7 @@ LAYERS = [
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench", "metrics"]),
     ("ops", ["ops", "parse", "types"]),
     ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels", "_threads", "_schema",
-                    "device_work"]),
+                    "device_work", "_native"]),
 ]
 LAYER_OF = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
 

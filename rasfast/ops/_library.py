@@ -44,13 +44,11 @@ are the same (tests/test_native_ops.py compares the C++ and the Python kernels).
 """
 from __future__ import annotations
 
-import ctypes
-import importlib
-import os
 from typing import Callable
 
 import torch
 
+from .._native import library_path, native, native_ops  # noqa: F401  (re-exported)
 from .._threads import follows_width_rule
 
 NAMESPACE = "rasfast"
@@ -64,70 +62,8 @@ _register_fake = getattr(torch.library, "register_fake", None) or torch.library.
 
 
 # ----------------------------------------------------------------------- C++ CPU kernels
-_NATIVE: list = []  # [(frozenset of op names, reason or None)], filled once
-
-
-def library_path(folder: str):
-    """(path of rasfast._torch_ops in ``folder``, None) when it is there and was built for the
-    running torch, else (None, why not). Loading a library built against another torch's
-    headers could crash the process, so the version stamp written beside it at build time
-    must match exactly."""
-    path = os.path.join(folder, "_torch_ops.so")
-    stamp = os.path.join(folder, "_torch_ops.torch-version")
-    if not (os.path.exists(path) and os.path.exists(stamp)):
-        return None, ("rasfast._torch_ops was not built (torch was not importable when "
-                      "rasfast was built)")
-    with open(stamp, encoding="utf-8") as f:
-        built_for = f.read().strip()
-    if built_for != torch.__version__:
-        return None, (f"rasfast._torch_ops was built for torch {built_for}, this is torch "
-                      f"{torch.__version__} (reinstall rasfast to rebuild it)")
-    return path, None
-
-
-def _load_native():
-    """Loads rasfast._torch_ops and hands it rasfast._C's kernel table. Returns (names of the
-    ops whose CPU kernel it registered, None) or (empty set, why not)."""
-    if os.environ.get("RASFAST_NATIVE_OPS", "1") == "0":
-        return frozenset(), "RASFAST_NATIVE_OPS=0"
-    try:
-        cmod = importlib.import_module("rasfast._C")
-    except ImportError as e:
-        return frozenset(), f"rasfast._C does not import ({e})"
-    path, reason = library_path(os.path.dirname(cmod.__file__))
-    if path is None:
-        return frozenset(), reason
-    try:
-        lib = ctypes.CDLL(path)  # registers the CPU kernels (TORCH_LIBRARY_IMPL)
-    except OSError as e:
-        return frozenset(), f"rasfast._torch_ops does not load ({e})"
-    lib.rasfast_torch_ops_names.restype = ctypes.c_char_p
-    lib.rasfast_torch_ops_attach.argtypes = [ctypes.c_void_p]
-    names = frozenset(lib.rasfast_torch_ops_names().decode().split(","))
-    if lib.rasfast_torch_ops_attach(ctypes.c_void_p(cmod.cpu_entry_points())) != 0:
-        # the kernels are registered but hand every call to the Python kernels
-        return names, "rasfast._C's kernel table has another version than rasfast._torch_ops"
-    _NATIVE_LIB.append(lib)  # keep the library (and its registrations) alive
-    return names, None
-
-
-_NATIVE_LIB: list = []
-
-
-def native_ops() -> tuple:
-    """(names of the ops whose CPU kernel is C++, None) or (empty or partial set, the reason
-    the C++ kernels do not serve)."""
-    if not _NATIVE:
-        _NATIVE.append(_load_native())
-    return _NATIVE[0]
-
-
-def native(name: str) -> bool:
-    """Whether ``torch.ops.rasfast.<name>`` has its C++ CPU kernel, attached to rasfast._C."""
-    names, reason = native_ops()
-    return reason is None and name in names
-
-
+# rasfast._torch_ops is found and loaded by rasfast/_native.py (foundation layer, so that
+# rasfast.backends() can report it too).
 _HOST_BACKENDS = ("auto", "cpu")
 
 
