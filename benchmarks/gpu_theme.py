@@ -86,6 +86,16 @@ def paths(q, qe, c, e, K, k, run, tm):
                      ("torch fp16 mm [B, N] (fp16 out, the floor of one GEMM)", lambda: q.to(c.dtype) @ c.T)):
         run("gemm step: " + name, fn)
         step[name] = tm["gemm step: " + name]
+    kt = rasfast.dispatch.triton_kernels().theme
+    warps = kt._SPLIT_WARPS
+    try:  # 8 warps: no ptxas spills on sm_90 (docs/gpu.md, "Spills")
+        kt._SPLIT_WARPS = 8
+        for name, fn in (("theme values (split GEMM + L2 terms), 8 warps", lambda: theme_gemm.theme_values(qf, c, "l2")),
+                         ("dense products (split GEMM), 8 warps", lambda: theme_gemm.split_products(qef, e))):
+            run("gemm step: " + name, fn)
+            step[name] = tm["gemm step: " + name]
+    finally:
+        kt._SPLIT_WARPS = warps
     os.environ["RASFAST_THEME_GEMM"] = "torch"  # the torch composition, for comparison
     try:
         for name, fn in (("theme values, torch composition", lambda: theme_gemm.theme_values(qf, c, "l2")),
@@ -115,6 +125,22 @@ def paths(q, qe, c, e, K, k, run, tm):
             lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
     finally:
         os.environ.pop("RASFAST_THEME_SHIFT", None)
+    # the top k inside the scope: masked [B, N] scores (default) against the sorted scope ids
+    # and gathers of the fifth session (docs/gpu.md, "Theme ops")
+    drop = torch.ones((qf.shape[0], c.shape[0]), dtype=torch.bool, device=c.device)
+    run("gemm step: dense products under the scope mask", lambda: theme_gemm.split_products(qef, e, drop))
+    step["dense products under the scope mask"] = tm["gemm step: dense products under the scope mask"]
+    del drop
+    os.environ["RASFAST_THEME_PATH"] = "gemm"
+    try:
+        for select in ("mask", "sort"):
+            os.environ["RASFAST_THEME_DENSE_SELECT"] = select
+            name = f"cuda theme_scoped_search [gemm, dense select by {select}]"
+            run(name, lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
+            step[f"whole call, dense select by {select}"] = tm[name]
+    finally:
+        os.environ.pop("RASFAST_THEME_DENSE_SELECT", None)
+        os.environ.pop("RASFAST_THEME_PATH", None)
     out["steps_s"] = step
     ids = {}
     for B in (q.shape[0], 16, 4, 1):

@@ -257,15 +257,17 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
 
 # ----------------------------------------------------------------------------- GEMM path
 @triton.jit
-def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X, stride_c,
-                      P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr,
+def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, drop_ptr, B, N, X, stride_c,
+                      P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr, DROP: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_X: tl.constexpr):
     # out[b, n] = sum_p a[p, b] . c[n] in float32 on tensor cores. float16 corpora: a holds the
     # float32 queries split into P float16 parts (rasfast/ops/theme_gemm.py) and c stays
     # float16. bfloat16 corpora (TF32): c is widened in registers (exact in tf32, 8 significant
     # bits) and a holds float32 parts exact in tf32 (hi = q truncated to tf32, lo = the rest),
     # so every product is exact and the sums float32. L2: out = qn[b] + cn[n] - 2 * dot,
-    # fused, so [B, N] is written once.
+    # fused, so [B, N] is written once. DROP: out = -inf where drop[b, n] (a [B, N] uint8
+    # mask, laid out as out): the scope mask of theme_scoped_search, applied here so the
+    # masked scores cost one byte a score more instead of a pass over [B, N].
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     qs = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
     rmask = rows < N
@@ -291,12 +293,19 @@ def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, B, N, X, stride_c,
         cn = tl.load(cn_ptr + rows, mask=rmask, other=0.0)
         qn = tl.load(qn_ptr + qs, mask=qmask, other=0.0)
         acc = (qn[None, :] + cn[:, None]) - 2.0 * acc
-    tl.store(out_ptr + qs[None, :].to(tl.int64) * N + rows[:, None], acc,
-             mask=rmask[:, None] & qmask[None, :])
+    at = qs[None, :].to(tl.int64) * N + rows[:, None]
+    omask = rmask[:, None] & qmask[None, :]
+    if DROP:
+        d = tl.load(drop_ptr + at, mask=omask, other=1)
+        acc = tl.where(d != 0, float("-inf"), acc)
+    tl.store(out_ptr + at, acc, mask=omask)
 
 
 _SPLIT_BLOCK_N = 128
 _SPLIT_BLOCK_X = 64
+# ptxas spills 0.8-1.4 KB per thread at 4 warps (docs/gpu.md, "Spills"), none on sm_90 at 8;
+# benchmarks/gpu_theme.py times both, and 4 stays until a GPU run says otherwise
+_SPLIT_WARPS = 4
 
 
 def split_parts(q, dtype):
@@ -309,22 +318,27 @@ def split_parts(q, dtype):
     return torch.stack([hi, q - hi])
 
 
-def split_dot(parts, c, cn=None, qn=None):
+def split_dot(parts, c, cn=None, qn=None, drop=None):
     """[B, N] float32: sum of parts[p] @ c.T (parts from :func:`split_parts`), or with cn [N]
-    and qn [B] the squared L2 distance qn + cn - 2 * that. c float16/bfloat16 [N, X] with
-    unit column stride (rows may be padded: a row stride that is a multiple of 8 loads in
-    16-byte vectors)."""
+    and qn [B] the squared L2 distance qn + cn - 2 * that; with drop (bool [B, N],
+    contiguous) -inf where drop is True. c float16/bfloat16 [N, X] with unit column stride
+    (rows may be padded: a row stride that is a multiple of 8 loads in 16-byte vectors)."""
     P, B, X = parts.shape
     assert c.stride(1) == 1 or c.shape[1] == 1, "c: columns must be contiguous"
     N = c.shape[0]
     out = torch.empty((B, N), dtype=torch.float32, device=c.device)
     bq = min(64, max(16, triton.next_power_of_2(B)))
     l2 = cn is not None
+    if drop is not None:
+        assert drop.dtype == torch.bool and drop.shape == (B, N) and drop.is_contiguous(), \
+            "drop: a contiguous bool [B, N] mask"
+        drop = drop.view(torch.uint8)
     grid = (triton.cdiv(N, _SPLIT_BLOCK_N), triton.cdiv(B, bq))
-    _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out, B, N, X, c.stride(0),
-                            P=P, L2=l2, TF32=c.dtype == torch.bfloat16,
+    _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out,
+                            out if drop is None else drop, B, N, X, c.stride(0),
+                            P=P, L2=l2, TF32=c.dtype == torch.bfloat16, DROP=drop is not None,
                             BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
-                            BLOCK_X=_SPLIT_BLOCK_X, num_warps=4, num_stages=3)
+                            BLOCK_X=_SPLIT_BLOCK_X, num_warps=_SPLIT_WARPS, num_stages=3)
     return out
 
 
@@ -453,15 +467,17 @@ def aot_variants():
     for dt, cptr in FLOAT_PTRS.items():
         if dt == "float32":
             continue
-        for l2 in (False, True):
+        # theme values (L2), dense products (not), dense products under the scope mask
+        for l2, drop in ((False, False), (True, False), (False, True)):
             for bq in (16, 32, 64):
                 out.append(variant(
                     _split_dot_kernel, dict(a_ptr=cptr if dt == "float16" else "*fp32",
                                             c_ptr=cptr, out_ptr="*fp32", cn_ptr="*fp32",
-                                            qn_ptr="*fp32", B="i32", N="i32", X="i32",
-                                            stride_c="i32"),
-                    P=2, L2=l2, TF32=dt == "bfloat16", BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
-                    BLOCK_X=_SPLIT_BLOCK_X))
+                                            qn_ptr="*fp32",
+                                            drop_ptr="*u8" if drop else "*fp32", B="i32",
+                                            N="i32", X="i32", stride_c="i32"),
+                    P=2, L2=l2, TF32=dt == "bfloat16", DROP=drop, BLOCK_N=_SPLIT_BLOCK_N,
+                    BLOCK_Q=bq, BLOCK_X=_SPLIT_BLOCK_X))
     cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",
                      last_eq_ptr="*i64")
     out.append(variant(_cut_kernel, dict(cut_types, K="i32"), BLOCK=_SEL_BLOCK))

@@ -341,3 +341,25 @@ def test_gemm_path_reads_corpus_only_to_compute(op, monkeypatch):
         else:
             rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.1, backend="cuda", validate="none")
     assert none_work.syncs == 0, none_work.summary()
+
+
+@pytest.mark.parametrize("select", ["mask", "sort"])
+def test_gemm_path_masked_select_sorts_nothing(select, monkeypatch):
+    """w = 0 on the GEMM path: the scope becomes a mask over the dense scores (a fill and a
+    scatter) and one select_k picks the top k, so no sort of the [B, K] scope ids and no
+    gather of scores at them (RASFAST_THEME_DENSE_SELECT=sort, the path before, has both);
+    no sync with validate="none" either way."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    monkeypatch.setenv("RASFAST_THEME_DENSE_SELECT", select)
+    q, qe, c, e = data()
+    rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.0, backend="cuda", validate="none")  # caches
+    with count_device_work() as work:
+        got = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.0, backend="cuda", validate="none")
+    assert work.syncs == 0, work.summary()
+    sorts = {n: v for n, v in work.op_names.items() if "sort" in n}
+    if select == "mask":
+        assert not sorts, work.op_names
+        assert work.op_names.get("scatter", 0) + work.op_names.get("scatter_", 0) == 1, work.op_names
+    else:
+        assert sorts, work.op_names
+    check_scoped_search(got[0], got[1], q, qe, c, e, K, k)

@@ -447,6 +447,44 @@ def test_gemm_path_float_tolerance_and_padding(dtype, metric, monkeypatch):
 
 
 @cuda_kernels
+@pytest.mark.parametrize("select", ["mask", "sort"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemm_path_dense_select_is_exact(select, dtype, monkeypatch):
+    """w = 0 on the GEMM path picks the top k inside the scope either by masking the [B, N]
+    dense scores (the default) or by sorting the scope ids and gathering (RASFAST_THEME_DENSE_
+    SELECT=sort, what w > 0 uses): both equal the reference bit for bit on exact data with
+    ties and duplicated rows, K >= N (no mask), k > K (padding) and tile-crossing sizes."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    monkeypatch.setenv("RASFAST_THEME_DENSE_SELECT", select)
+    for case in EXACT_CASES:
+        B, N, T, D, K, k = case
+        q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(B, N, T, D, dtype, seed=N + 1))
+        for metric in ("l2", "ip"):
+            wi, ws = ref_fused(q, qe, c, e, K, k, 0.0, metric)
+            gi, gs = rasfast.theme_scoped_search(q, qe, c, e, K, k, 0.0, metric, backend="cuda")
+            assert torch.equal(gi, wi) and torch.equal(gs, ws), (case, metric)
+
+
+@cuda_kernels
+def test_gemm_path_masked_select_reports_an_overflowing_scope_row_as_padding(monkeypatch):
+    """The masked select ranks a scope row whose score is -inf (an inner product beyond
+    float32's range) with the rows outside the scope: it comes back as padding (-1, -inf),
+    never as a row outside the scope; every finite score is as the reference's."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(1, 40, 5, 4, seed=9, dup=False))
+    scope = rasfast.theme_scope(q, c, 6, backend="torch")
+    row = int(scope[0].max())  # a row outside the scope has a lower id, so wins the -inf tie
+    assert row > int(min(set(range(40)) - set(scope[0].tolist())))
+    e, qe = e.clone(), torch.ones_like(qe)
+    e[row] = -3e38  # q_emb . row overflows to -inf
+    wi, ws = ref_fused(q, qe, c, e, 6, 6, 0.0, "l2")
+    gi, gs = rasfast.theme_scoped_search(q, qe, c, e, 6, 6, 0.0, "l2", backend="cuda")
+    assert ws[0, -1] == float("-inf") and wi[0, -1] == row  # the reference keeps it
+    assert gi[0, -1] == -1 and gs[0, -1] == float("-inf")
+    assert torch.equal(gi[:, :5], wi[:, :5]) and torch.equal(gs, ws)
+
+
+@cuda_kernels
 def test_gemm_path_corpus_norms_follow_in_place_changes(monkeypatch):
     """The cached |c|^2 of the L2 expansion must not outlive a change of the corpus: the
     tensor's version counter (shared by its views) invalidates it."""

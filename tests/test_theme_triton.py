@@ -111,6 +111,11 @@ def test_split_dot_kernel_matches_float32_products(dtype, B, N, X):
     padded = pad_rows(c)
     assert padded.stride(0) % 8 == 0
     torch.testing.assert_close(kt().split_dot(parts, padded, cn, qn), got, atol=0, rtol=0)
+    # the scope mask in the epilogue: -inf where drop, the same float32 values elsewhere
+    drop = torch.rand(B, N, generator=g) < 0.6
+    masked = kt().split_dot(parts, c, drop=drop)
+    plain = kt().split_dot(parts, c)
+    assert torch.equal(masked, plain.masked_fill(drop, float("-inf")))
     # the split matters: the hi part alone is off by far more than the tolerance
     hi_only = kt().split_dot(parts[:1].contiguous(), c)
     assert (hi_only.double() - want).abs().max() > 1e-4

@@ -15,9 +15,17 @@ embeddings reads 7.7 GB. Here:
    in row chunks so the parts' products stay small (in L2) before they are summed.
 2. scope = select_k(theme, K, unsorted): exactly min(K, N) rows, ties at the K-th value by
    lower id (select_k's contract), no host synchronisation.
-3. dense scores: the same split GEMM with the corpus embeddings, gathered at the scope ids
-   (sorted ascending, so select_k's tie order by position is the contract's order by id).
+3. w = 0 (the default): the scope as a [B, N] mask (one scatter of its ids); dense scores
+   from the same split GEMM with the corpus embeddings, -inf outside the scope (in the
+   GEMM's epilogue on a GPU); the top k of each [B, N] row by select_k(largest, sorted),
+   whose positions are the corpus ids (its tie order by position is the contract's order
+   by id). w > 0: the dense scores gathered at the scope ids sorted ascending, then
 4. the top k of (1 - w) * dense + w * theme by select_k(largest, sorted).
+
+Why the mask (docs/gpu.md, "Theme ops"): at the issue's shape (B = 64, K = 250k, N = 5M) the
+sort of the [B, K] ids, the gathers and the select over them took ~3.2 of the call's 13.3 ms
+on the H100; the mask costs a B*N-byte fill and scatter, one byte a score in the epilogue,
+and a select_k over [B, N] at k <= 256 reads each row once.
 
 The distances differ from the direct (q - c)^2 sum of the reference by float32 rounding
 only, which the ops' tolerance contract allows (rasfast.reference.theme_check). Whether a
@@ -64,7 +72,9 @@ def plan(B: int, N: int, K: int, w: float = 0.0, op: str = "theme_scoped_search"
     against 12.3 ms at B = 1, 18.8 against 24.8 at B = 64), so the scope always comes from
     the GEMM. Dense scores (whole op, ms, gemm / gemm+gather): B = 1 5.38 / 4.86, B = 4
     5.84 / 5.06, B = 16 7.59 / 8.75, B = 64 22.9 / 30.2; so gather while B*K < N / 2 (the
-    crossing lies between B*K/N = 0.2 and 0.8).
+    crossing lies between B*K/N = 0.2 and 0.8). Those "gemm" times sorted the scope; with
+    w = 0 it now masks instead (:func:`_search_masked`), which can only move the crossing
+    down: benchmarks/gpu_theme.py times every path at B = 64, 16, 4 and 1 again.
     """
     forced = forced_path()
     if forced is not None:
@@ -148,7 +158,7 @@ def _aligned(c: torch.Tensor) -> torch.Tensor:
     return _cached(_PADDED, c, pad_rows)
 
 
-def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None):
+def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None, drop=None):
     """The Triton kernel's result for a 16-bit corpus on a GPU, or None."""
     if not (c.is_cuda and c.dtype in _HALF):
         return None
@@ -157,25 +167,28 @@ def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None):
         return None
     c = _aligned(c)
     from .. import dispatch
-    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn)
+    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn, drop)
 
 
-def split_products(q: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """[B, N] float32 q . c for float32 q[B, X] and a corpus c[N, X] in its storage dtype."""
-    fused = _fused_split(q, c)
+def split_products(q: torch.Tensor, c: torch.Tensor,
+                   drop: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[B, N] float32 q . c for float32 q[B, X] and a corpus c[N, X] in its storage dtype;
+    -inf where ``drop`` (bool [B, N], contiguous) is True."""
+    fused = _fused_split(q, c, drop=drop)
     if fused is not None:
         return fused
     parts = _parts(q, c.dtype)
     B, N, P = q.shape[0], c.shape[0], len(parts)
     if P == 1:
-        return _mm_f32(q, c)
-    a = torch.cat(parts)  # [P * B, X]
-    out = torch.empty((B, N), dtype=torch.float32, device=q.device)
-    step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (P * B * 4))
-    for s in range(0, N, step):
-        prod = _mm_f32(a, c[s:s + step]).view(P, B, -1)
-        torch.sum(prod, dim=0, out=out[:, s:s + step])
-    return out
+        out = _mm_f32(q, c)
+    else:
+        a = torch.cat(parts)  # [P * B, X]
+        out = torch.empty((B, N), dtype=torch.float32, device=q.device)
+        step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (P * B * 4))
+        for s in range(0, N, step):
+            prod = _mm_f32(a, c[s:s + step]).view(P, B, -1)
+            torch.sum(prod, dim=0, out=out[:, s:s + step])
+    return out if drop is None else out.masked_fill_(drop, float("-inf"))
 
 
 def _cached(cache: dict, c: torch.Tensor, make):
@@ -280,18 +293,29 @@ def _scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor
     return idx, vals.add_(m[:, None])
 
 
+def dense_select() -> str:
+    """How the GEMM path picks the top k inside the scope when w = 0 (:func:`_search`):
+    "mask" (default) or "sort" (the scope ids sorted, the scores gathered; what w > 0 uses).
+    RASFAST_THEME_DENSE_SELECT=sort forces the latter (the roofline run times both)."""
+    return "sort" if os.environ.get("RASFAST_THEME_DENSE_SELECT", "") == "sort" else "mask"
+
+
 def _top_k_of(scores: torch.Tensor, ids: torch.Tensor, k: int):
     """Top k of each row of scores[B, M] by (score desc, position asc), mapped through
     ids[B, M]; padded with -1 / -inf past M. Positions ascend with id, so ties go by id."""
-    B, M = scores.shape
-    m = min(k, M)
+    m = min(k, scores.shape[1])
     pos, vals = _select(scores, m, True, True)
-    out_ids = torch.gather(ids, 1, pos)
+    return _padded(torch.gather(ids, 1, pos), vals, k)
+
+
+def _padded(ids: torch.Tensor, vals: torch.Tensor, k: int):
+    """ids/vals [B, m] padded with -1 / -inf to [B, k]."""
+    B, m = ids.shape
     if m == k:
-        return out_ids, vals
-    pad_i = torch.full((B, k - m), -1, dtype=torch.int64, device=scores.device)
-    pad_s = torch.full((B, k - m), float("-inf"), dtype=torch.float32, device=scores.device)
-    return torch.cat([out_ids, pad_i], 1), torch.cat([vals, pad_s], 1)
+        return ids, vals
+    pad_i = torch.full((B, k - m), -1, dtype=torch.int64, device=ids.device)
+    pad_s = torch.full((B, k - m), float("-inf"), dtype=torch.float32, device=ids.device)
+    return torch.cat([ids, pad_i], 1), torch.cat([vals, pad_s], 1)
 
 
 # float32 [B, N] matrices a call keeps at once (theme values, dense scores, a select's
@@ -321,7 +345,9 @@ def theme_scoped_search(q, qe, c, e, K: int, k: int, w: float, metric: str):
 
 
 def _search(q, qe, c, e, K: int, k: int, w: float, metric: str):
-    ids, theme = scope(q, c, K, metric, sorted=False)
+    if w == 0.0 and dense_select() == "mask":
+        return _search_masked(q, qe, c, e, K, k, metric)
+    ids, theme = _scope(q, c, K, metric, sorted=False)
     ids, order = torch.sort(ids, dim=1)  # by id: select_k's positional ties become id ties
     dense = torch.gather(split_products(qe, e), 1, ids)
     if w != 0.0:
@@ -329,6 +355,23 @@ def _search(q, qe, c, e, K: int, k: int, w: float, metric: str):
         th = th if metric == "ip" else th.neg()
         dense = dense.mul_(1.0 - w).add_(th, alpha=w)
     return _top_k_of(dense, ids, k)
+
+
+def _search_masked(q, qe, c, e, K: int, k: int, metric: str):
+    """w = 0 without sorting the scope: dense scores over all N rows, -inf outside the
+    scope, the top min(k, K) of each row by select_k (positions are ids: ties by id).
+    Every in-scope score above -inf ranks above every out-of-scope row, so the result is
+    the sorted path's; a scope row whose score is itself -inf (an inner product beyond
+    float32's range) ties with the rows outside and is reported as padding (-1, -inf)."""
+    B, N = q.shape[0], c.shape[0]
+    drop = None
+    if K < N:
+        ids = _scope(q, c, K, metric, sorted=False)[0]
+        drop = torch.ones((B, N), dtype=torch.bool, device=q.device).scatter_(1, ids, False)
+    pos, vals = _select(split_products(qe, e, drop), min(k, K, N), True, True)
+    if drop is not None:
+        pos = pos.masked_fill_(torch.gather(drop, 1, pos), -1)
+    return _padded(pos, vals, k)
 
 
 def scoped_dense_search(qe, e, s, k: int):
