@@ -497,3 +497,38 @@ def test_cpu_float32_training_runs_the_compiled_attention_backward(monkeypatch):
     with pytest.raises(Exception, match="rpos"):
         gc._attention_backward_cpu(nodes, d_agg, d_skip, graph, ea2, w_edge, 2, 3, 5, None,
                                    torch.float32)
+
+
+def test_compiled_attention_backward_writes_every_element_of_its_reused_outputs():
+    """d_nodes and de are the thread's reused scratch (rasfast/ops/host_scratch.py): poisoned
+    with NaN, larger than the call and left by a call of another size, they must still come
+    back equal to the torch composition (every element written, nothing stale read)."""
+    from rasfast.ops import host_scratch
+    host_scratch.buffer("attention_backward.d_nodes", (10_000,)).fill_(float("nan"))
+    host_scratch.buffer("attention_backward.de", (10_000,)).fill_(float("nan"))
+    for n, e, edge in ((40, 160, True), (7, 20, True), (30, 70, False), (9, 31, True)):
+        nodes, d_agg, d_skip, graph, ea, w_edge = _attention_case(n + e, n, e, 2, 4, edge, False)
+        want = gc._attention_backward_torch(nodes, d_agg, d_skip, graph, ea, w_edge, 2, 4, 5,
+                                            None, torch.float32, torch.float32)
+        got = gc._attention_backward_cpu(nodes, d_agg, d_skip, graph, ea, w_edge, 2, 4, 5, None,
+                                         torch.float32)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+        if edge:
+            torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
+        for t in got:  # poison again: the next call must not depend on this one's values
+            if t is not None:
+                t.fill_(float("nan"))
+
+
+def test_training_steps_of_varying_batch_sizes_share_scratch_without_leaking_state():
+    """Batches of different sizes in turn (as in training) give each batch's own gradients:
+    the reused backward buffers carry nothing from one step to the next."""
+    g, layers = _build(CONFIGS[0], seed=21, din=6, dtype=torch.float32)
+    batches = [_graph(g, sizes, 3, 6, CONFIGS[0]["edge_dim"], torch.float32)
+               for sizes in ([20, 30, 25], [8, 5], [40, 40, 10, 12])]
+    first = [_grads(layers, *b, "cpu", 0)[1] for b in batches]
+    again = [_grads(layers, *b, "cpu", 0)[1] for b in reversed(batches)][::-1]
+    for a_list, b_list in zip(first, again):
+        for a, b in zip(a_list, b_list):
+            if a is not None:
+                assert torch.equal(a, b)

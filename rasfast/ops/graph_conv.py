@@ -30,7 +30,7 @@ from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule, torch_width
 from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, deferred_for
-from . import _library
+from . import _library, host_scratch
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
 
@@ -822,7 +822,8 @@ def _fused_attention_backward(x, ct, graph: _EdgeGraph) -> bool:
 def _attention_backward_cpu(nodes, d_agg, d_skip, graph: _EdgeGraph, ea, w_edge, h, c, f,
                             e_rows, gt):
     """(d_nodes [N, 3HC (+ F)], de [E, HC] in CSR order or None) from the compiled kernel
-    (csrc/graph_conv/graph_conv_cpu.cpp, graph_conv_attend_backward)."""
+    (csrc/graph_conv/graph_conv_cpu.cpp, graph_conv_attend_backward). Both are the calling
+    thread's scratch (rasfast/ops/host_scratch.py), overwritten by its next call."""
     n, hc, csr = nodes.shape[0], h * c, graph.csr
     e = None
     if ea is not None:
@@ -830,8 +831,11 @@ def _attention_backward_cpu(nodes, d_agg, d_skip, graph: _EdgeGraph, ea, w_edge,
             e_rows = graph.rows(ea).to(gt) @ w_edge.to(gt).t()
         e = e_rows.to(torch.float32).contiguous()
     rptr, rpos = graph.reverse()
-    d_nodes = torch.empty((n, 3 * hc + (f if d_skip is not None else 0)), dtype=torch.float32)
-    de = torch.empty((csr.num_edges, hc), dtype=torch.float32) if e is not None else None
+    # both are used up inside the layer's backward (_conv_backward): reused memory, since a
+    # fresh 252 MB output at 512 graphs cost the kernel more in page faults than its work
+    d_nodes = host_scratch.buffer("attention_backward.d_nodes",
+                                  (n, 3 * hc + (f if d_skip is not None else 0)))
+    de = host_scratch.buffer("attention_backward.de", (csr.num_edges, hc)) if e is not None else None
     empty = np.empty((0, 0), np.float32)
     _bk.cpu_module().graph_conv_attend_backward(
         csr.indptr.long().contiguous().numpy(), graph.src.contiguous().numpy(),

@@ -17,7 +17,6 @@ node projections at E = 4N) and then runs ~25 memory-bound tensor ops. Here:
 from __future__ import annotations
 
 import math
-import threading
 
 from typing import Optional
 
@@ -28,7 +27,7 @@ from .. import dispatch as _bk
 from .._arrays import DTYPE_CODES, cpu_buffer, cpu_out
 from .._threads import torch_width
 from ..reference.graph_conv import graph_mean
-from . import cpu_gemm
+from . import cpu_gemm, host_scratch
 from .graph_conv_params import cached_on, packed_node_weights
 
 
@@ -39,26 +38,9 @@ def _per_head_t(w, name: str) -> torch.Tensor:
                      lambda: t.float().view(w.heads, w.channels, -1).transpose(1, 2).contiguous())
 
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
-_WORKSPACE = threading.local()
-
-
-def _scratch(name: str, shape, dtype=torch.float32) -> torch.Tensor:
-    """A per-thread scratch tensor reused across layers and calls.
-
-    The intermediates here are large (64 MB at the RAS size) and a fresh allocation of that
-    size is a fresh mmap whose page faults cost as much as a GEMM; one buffer per name
-    (replaced when the shape changes) avoids them. Never used for returned tensors.
-    """
-    ws = _WORKSPACE.__dict__.setdefault("bufs", {})
-    t = ws.get(name)
-    if t is None or t.shape != tuple(shape) or t.dtype != dtype:
-        t = ws[name] = torch.empty(tuple(shape), dtype=dtype)
-    return t
-
-
-def clear_workspace() -> None:
-    """Frees the scratch buffers of the calling thread."""
-    _WORKSPACE.__dict__.pop("bufs", None)
+# the intermediates here are large (64 MB at the RAS size): reused, not allocated per call
+_scratch = host_scratch.buffer
+clear_workspace = host_scratch.clear
 
 
 def _empty2(dtype: torch.dtype) -> np.ndarray:
