@@ -1,6 +1,7 @@
 """Thread control of the CPU kernels (issue 23, busy machines): rasfast.set_num_threads caps
 every call from any Python thread, small calls run serially, and the results do not depend
 on the number of threads."""
+import os
 import threading
 
 import numpy as np
@@ -215,3 +216,28 @@ def test_a_kernel_inside_an_op_sizes_its_width_from_the_callers(wide_torch):
         assert rasfast.get_num_threads() == 4
     torch.set_num_threads(3)
     assert rasfast.get_num_threads() == 3           # outside an op: the width as set
+
+
+def test_a_large_region_still_narrows_under_a_lasting_load(wide_torch):
+    """A region of settled_work() or more reads the idle cores three times, so a momentary
+    task does not halve it (a training layer's backward took 1 thread for ~1 in 6 layers on
+    a quiet 2-core VM before); a load that lasts is seen by every reading, and the region
+    still narrows to the idle cores."""
+    import subprocess
+    import sys
+    import time
+    from rasfast._threads import torch_width
+    mod = rasfast.dispatch.cpu_module()
+    procs = os.cpu_count() or 1
+    if procs < 2:
+        pytest.skip("one core: nothing to narrow")
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(procs)]
+    try:
+        time.sleep(0.5)
+        assert mod.idle_cores_settled() == 1
+        with torch_width(2 * mod.settled_work()):
+            assert torch.get_num_threads() == 1
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()

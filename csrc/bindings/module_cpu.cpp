@@ -16,6 +16,11 @@ PYBIND11_MODULE(_C, m) {
         "default).");
   m.def("idle_cores", []() { return rasfast::idle_cores(); },
         "Cores other processes leave idle now (the default width of a large call).");
+  m.def("idle_cores_settled", []() { return rasfast::idle_cores_settled(); },
+        "idle_cores as a region of at least settled_work() units reads it: busy only if two "
+        "more readings 0.3 ms apart agree (a blip of another task does not halve it).");
+  m.def("settled_work", []() { return rasfast::kSettledWork; },
+        "Work units from which a region reads idle_cores_settled.");
   m.def("enter_threads", [](int64_t work) {
           const int saved = omp_get_max_threads();
           const int outer = rasfast::op_outer_width();

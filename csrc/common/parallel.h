@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace rasfast {
 
@@ -76,15 +77,9 @@ inline int running_threads_of_this_process() {
 // tasks (/proc/loadavg's "running" field counts this thread too), at least 1. OpenMP threads
 // beyond the idle cores only time-slice against the other processes, and every barrier
 // then waits for a descheduled thread (a 2-thread theme search took 1.45x its 1-thread time
-// with both cores busy). Read at most every 10 ms; where /proc is absent, every core.
-inline int idle_cores() {
-  static std::atomic<int64_t> stamp{0};
-  static std::atomic<int> cached{0};
+// with both cores busy). Where /proc is absent, every core.
+inline int idle_cores_now() {
   const int procs = omp_get_num_procs();
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
-  const int c = cached.load(std::memory_order_relaxed);
-  if (c > 0 && now - stamp.load(std::memory_order_relaxed) < 10) return c;
   int idle = procs;
   if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
     int running = 0, total = 0;
@@ -92,9 +87,40 @@ inline int idle_cores() {
       idle = procs - (running - running_threads_of_this_process());
     std::fclose(f);
   }
-  idle = idle < 1 ? 1 : (idle > procs ? procs : idle);
-  cached.store(idle, std::memory_order_relaxed);
-  stamp.store(now, std::memory_order_relaxed);
+  return idle < 1 ? 1 : (idle > procs ? procs : idle);
+}
+
+inline std::atomic<int64_t>& idle_stamp() { static std::atomic<int64_t> s{0}; return s; }
+inline std::atomic<int>& idle_cached() { static std::atomic<int> c{0}; return c; }
+
+// idle_cores_now(), read at most every 10 ms.
+inline int idle_cores() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int c = idle_cached().load(std::memory_order_relaxed);
+  if (c > 0 && now - idle_stamp().load(std::memory_order_relaxed) < 10) return c;
+  const int idle = idle_cores_now();
+  idle_cached().store(idle, std::memory_order_relaxed);
+  idle_stamp().store(now, std::memory_order_relaxed);
+  return idle;
+}
+
+// Regions of at least this much work look twice before they narrow: one reading of
+// /proc/loadavg sees another runnable task at ~1.5% of instants on a quiet 2-core VM (a
+// short-lived process, a kernel worker), and a training layer's backward (~3 s) taken at
+// half width for such a blip cost more than a whole layer's attention. Two more readings
+// 0.3 ms apart (<= 1% of a region this large) must agree that the cores are busy.
+constexpr int64_t kSettledWork = 64 * kParallelGrain;
+
+inline int idle_cores_settled() {
+  const int procs = omp_get_num_procs();
+  int idle = idle_cores();
+  for (int i = 0; i < 2 && idle < procs; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    const int again = idle_cores_now();
+    if (again > idle) idle = again;
+  }
+  idle_cached().store(idle, std::memory_order_relaxed);
   return idle;
 }
 
@@ -105,7 +131,7 @@ inline int threads_for(int64_t work) {
   const int64_t by_work = work / kParallelGrain;
   int n = max_threads();
   if (thread_cap().load(std::memory_order_relaxed) == 0) {
-    const int idle = idle_cores();
+    const int idle = work >= kSettledWork ? idle_cores_settled() : idle_cores();
     n = idle < n ? idle : n;
   }
   return by_work < n ? static_cast<int>(by_work) : n;
