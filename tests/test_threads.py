@@ -241,3 +241,18 @@ def test_a_large_region_still_narrows_under_a_lasting_load(wide_torch):
         for p in spin:
             p.kill()
             p.wait()
+
+
+def test_gpu_calls_skip_the_rule_even_with_a_tuple_first_argument():
+    """triple_beam_search takes its graph as (indptr, indices): a GPU call is recognised by
+    the tuple's first tensor too, so it does not read /proc for CPU threads it never uses."""
+    from rasfast._threads import _on_gpu
+
+    class CudaLike(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+    g = torch.zeros(3).as_subclass(CudaLike)
+    assert _on_gpu(g) and _on_gpu((g, g)) and _on_gpu([g])
+    assert not _on_gpu(torch.zeros(3)) and not _on_gpu((torch.zeros(3), g))
+    assert not _on_gpu(None) and not _on_gpu(()) and not _on_gpu(np.zeros(3))

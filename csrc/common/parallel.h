@@ -112,7 +112,15 @@ inline int idle_cores() {
 // 0.3 ms apart (<= 1% of a region this large) must agree that the cores are busy.
 constexpr int64_t kSettledWork = 64 * kParallelGrain;
 
+// Kept 10 ms like idle_cores(), so back-to-back large calls on a busy machine pay the two
+// re-readings once per 10 ms, not once a call.
 inline int idle_cores_settled() {
+  static std::atomic<int64_t> stamp{0};
+  static std::atomic<int> cached{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int c = cached.load(std::memory_order_relaxed);
+  if (c > 0 && now - stamp.load(std::memory_order_relaxed) < 10) return c;
   const int procs = omp_get_num_procs();
   int idle = idle_cores();
   for (int i = 0; i < 2 && idle < procs; ++i) {
@@ -121,6 +129,8 @@ inline int idle_cores_settled() {
     if (again > idle) idle = again;
   }
   idle_cached().store(idle, std::memory_order_relaxed);
+  cached.store(idle, std::memory_order_relaxed);
+  stamp.store(now, std::memory_order_relaxed);
   return idle;
 }
 
