@@ -556,7 +556,7 @@ def test_cuda_launch_plan_without_a_device(monkeypatch):
     monkeypatch.delenv("RASFAST_BEAM_COMBINED")
     assert mod.beam_search_smem(200_000, 384, 64, 4, 100, 129, 791) > small
     args = dict(indptr=0, indices=0, idx64=True, emb=0, dtype_code=0, n=10, D=4, q=0, qnorm=0,
-                B=0, seed_ptr=0, seed_ids=0, beam_width=10, max_len=2, max_neighbors=0, decay=0,
+                B=0, seed_ptr=0, seed_ids=0, n_seed_ids=0, beam_width=10, max_len=2, max_neighbors=0, decay=0,
                 decay_len=3, max_deg=5, out_seq=0, out_score=0, out_len=0, out_count=0,
                 scratch_u=0, err=0, stream=0)
     mod.beam_search(**args)  # B = 0: nothing to launch

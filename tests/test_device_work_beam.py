@@ -23,6 +23,8 @@ Counts measured when these budgets were set (n=400, D=32, B=16, b=5, max_len=3):
 | host graph, host seeds | 1 | 3 (1 + 2) | 0 | 0 |
 | host graph, device seeds (ptr, ids) | 1 | 9 (1 + 8: the offsets' check) | 0 | 0 |
 | host graph, device seeds (list / [B, S]) | 1 | 3-4 | 0 | 0 |
+| eleventh session: the kernel checks the seed offsets too (error code 6) | | | | |
+| host graph, device seeds (ptr, ids) | 1 | 3 (1 + 2) | 0 | 0 |
 """
 import types
 
@@ -40,8 +42,8 @@ pytestmark = EMULATED_ONLY
 
 KW = dict(beam_width=5, max_len=3, max_neighbors=8)
 HOST_SEEDS_LAUNCHES = 4     # measured 3: 1 kernel + the error flag's zeros and cast, whatever B
-DEVICE_SEEDS_LAUNCHES = 10  # measured 9 (ptr, ids): + the seed offsets' check (no de-duplication:
-                            # the kernel drops repeated seeds itself)
+DEVICE_SEEDS_LAUNCHES = 4  # measured 3 (ptr, ids; [B, S]) and 4 (a list: its cat): the kernel
+                           # checks the seed offsets and drops repeated seeds itself
 
 
 
@@ -194,6 +196,10 @@ def _bad_cases():
         (dict(ok, seeds=(s_ptr, out_ids)), r"seeds: triple ids must be in \[0, n = 60\), got 60"),
         (dict(ok, seeds=neg), r"seeds: triple ids must be in \[0, n = 60\), got -1"),
         (dict(ok, seeds=(bad_sptr, s_ids)), "seeds.ptr: must be non-decreasing"),
+        (dict(ok, seeds=(s_ptr + 1, s_ids)), "seeds.ptr: must be non-decreasing from 0"),
+        (dict(ok, seeds=(torch.cat([s_ptr[:-1], s_ptr[-1:] - 1]), s_ids)),
+         r"seeds.ptr: must be non-decreasing from 0 to len\(ids\) = "),
+        (dict(ok, seeds=(torch.cat([s_ptr[:-1], s_ptr[-1:] + 5]), s_ids)), "seeds.ptr"),
         (dict(ok, seeds=(s_ptr[:-1], s_ids)), "seeds.ptr: expected B"),
     ]
 

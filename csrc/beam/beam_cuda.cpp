@@ -87,7 +87,8 @@ size_t beam_cuda_smem(int64_t n, int64_t D, int64_t b, int64_t L, int64_t max_nb
 
 void beam_search_cuda(uintptr_t indptr, uintptr_t indices, bool idx64, uintptr_t emb,
                       int dtype_code, int64_t n, int64_t D, uintptr_t q, uintptr_t qnorm, int64_t B,
-                      uintptr_t seed_ptr, uintptr_t seed_ids, int64_t beam_width, int64_t max_len,
+                      uintptr_t seed_ptr, uintptr_t seed_ids, int64_t n_seed_ids,
+                      int64_t beam_width, int64_t max_len,
                       int64_t max_neighbors, uintptr_t decay, int64_t decay_len, int64_t max_deg,
                       uintptr_t out_seq, uintptr_t out_score, uintptr_t out_len, uintptr_t out_count,
                       uintptr_t scratch_u, uintptr_t err, uintptr_t stream) {
@@ -111,6 +112,7 @@ void beam_search_cuda(uintptr_t indptr, uintptr_t indices, bool idx64, uintptr_t
   a.qnorm = as_dptr<const float>(qnorm);
   a.seed_ptr = as_dptr<const int64_t>(seed_ptr);
   a.seed_ids = as_dptr<const int64_t>(seed_ids);
+  a.n_seed_ids = n_seed_ids;
   a.decay = as_dptr<const double>(decay);
   a.out_seq = as_dptr<int64_t>(out_seq);
   a.out_score = as_dptr<float>(out_score);
@@ -125,11 +127,13 @@ void bind(py::module_& m) {
   m.def("beam_search", &beam_search_cuda, py::arg("indptr"), py::arg("indices"), py::arg("idx64"),
         py::arg("emb"), py::arg("dtype_code"), py::arg("n"), py::arg("D"), py::arg("q"),
         py::arg("qnorm"), py::arg("B"), py::arg("seed_ptr"), py::arg("seed_ids"),
-        py::arg("beam_width"), py::arg("max_len"), py::arg("max_neighbors"), py::arg("decay"),
+        py::arg("n_seed_ids"), py::arg("beam_width"), py::arg("max_len"), py::arg("max_neighbors"), py::arg("decay"),
         py::arg("decay_len"), py::arg("max_deg"), py::arg("out_seq"), py::arg("out_score"),
         py::arg("out_len"), py::arg("out_count"), py::arg("scratch_u"), py::arg("err"),
         py::arg("stream"),
-        "GEAR triple beam search, one block per query (asynchronous on `stream`).");
+        "GEAR triple beam search, one block per query (asynchronous on `stream`). seed_ptr "
+        "[B + 1] is checked by the kernel: 0 = ptr[0] <= ... <= ptr[B] = n_seed_ids, else error "
+        "code 6 with the first bad query (whose seeds are skipped).");
   m.def("beam_search_smem", &beam_cuda_smem, py::arg("n"), py::arg("D"), py::arg("beam_width"),
         py::arg("max_len"), py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),
         "Shared memory bytes per block the cuda beam search needs for these settings.");

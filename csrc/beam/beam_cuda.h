@@ -29,15 +29,17 @@ struct BeamCudaArgs {
   const void* emb;
   const float* q;
   const float* qnorm;     // null: each block computes |q| and flags a non-finite one (code 5)
-  const int64_t* seed_ptr;
+  const int64_t* seed_ptr;  // [B + 1], checked by the kernel (code 6) against n_seed_ids
   const int64_t* seed_ids;
+  int64_t n_seed_ids;
   const double* decay;
   int64_t* out_seq;
   float* out_score;
   int64_t* out_len;
   int64_t* out_count;
   float* scratch_u;  // [B, 2, b, D] running sums (double buffered)
-  int* err;          // [2]: code (0 ok, 1 id out of range, 2 row not increasing, 3 non-finite), where
+  int* err;          // [2]: code (0 ok, 1 id out of range, 2 row not increasing, 3 non-finite,
+                     // 4 seed id out of range, 5 |q| not finite, 6 seed offsets), where
 };
 
 constexpr int kBeamThreads = 256;

@@ -166,7 +166,17 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
   auto less_key = [](uint64_t x, uint64_t y) { return x < y; };
 
   // ---- seeds: running top-b by (score desc, id asc)
-  const int64_t s0 = a.seed_ptr[qi], scount = a.seed_ptr[qi + 1] - s0;
+  // The offsets are checked here, not by ~8 torch launches and a Python round of checks on
+  // the host: 0 = ptr[0] <= ptr[1] <= ... <= ptr[B] = n_seed_ids, each block its own pair
+  // (which covers every adjacent pair). A bad pair is flagged (code 6) and its query reads
+  // no seeds, so nothing outside seed_ids is read even unchecked (validate="none").
+  int64_t s0 = a.seed_ptr[qi], s1 = a.seed_ptr[qi + 1];
+  if (s0 < 0 || s1 < s0 || s1 > a.n_seed_ids || (qi == 0 && s0 != 0) ||
+      (qi == a.B - 1 && s1 != a.n_seed_ids)) {
+    if (threadIdx.x == 0) set_error(a.err, 6, qi);
+    s0 = s1 = 0;
+  }
+  const int64_t scount = s1 - s0;
   const int m_seed = (int)a.m_seed;
   for (int i = threadIdx.x; i < cap; i += blockDim.x) buf[i] = kNone;
   __syncthreads();

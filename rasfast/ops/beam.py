@@ -381,6 +381,10 @@ def _seed_range_error(n: int):
     return lambda lo, hi: f"seeds: triple ids must be in [0, n = {n}), got {lo if lo < 0 else hi}"
 
 
+def _seed_ptr_error(total: int) -> str:
+    return f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {total}"
+
+
 def _normalise_seeds(seeds, B: int, n: int):
     """(ptr[B+1], ids) int64 on the CPU; ids unique and ascending within each query."""
     deferred = Deferred()
@@ -407,9 +411,11 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred, raw_dev
             ptr, ids = _dev_int_1d(ptr, "seeds.ptr", dev), _dev_int_1d(ids, "seeds.ids", dev)
             if len(ptr) != B + 1:
                 raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
-            msg = f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}"
+            if raw_device and B > 0:  # the kernel checks the offsets itself (error code 6)
+                return ptr.contiguous(), ids.contiguous()
             ptr = check_ptr(ptr, "seeds.ptr", len(ids), "len(ids)", dev, deferred,
-                            start_end_msg=msg, monotone_msg=msg)
+                            start_end_msg=_seed_ptr_error(len(ids)),
+                            monotone_msg=_seed_ptr_error(len(ids)))
             return (ptr.contiguous(), ids.contiguous()) if raw_device else \
                 _dedupe_on_device(ptr, ids, B, n, dev, deferred)
         ptr = _as_int_1d(ptr, "seeds.ptr")
@@ -417,7 +423,7 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred, raw_dev
         if len(ptr) != B + 1:
             raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
         if int(ptr[0]) != 0 or int(ptr[-1]) != len(ids) or bool((ptr[1:] < ptr[:-1]).any()):
-            raise ValueError(f"seeds.ptr: must be non-decreasing from 0 to len(ids) = {len(ids)}")
+            raise ValueError(_seed_ptr_error(len(ids)))
     else:
         if isinstance(seeds, (np.ndarray, torch.Tensor)) and seeds.ndim == 2:
             if isinstance(seeds, torch.Tensor) and not is_host(seeds, dev):
@@ -573,7 +579,7 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None, 
         mod.beam_search(device_ptr(indptr), device_ptr(indices), indices.dtype == torch.int64,
                         device_ptr(emb), DTYPE_CODES[emb.dtype], emb.shape[0], D,
                         device_ptr(q), 0 if qnorm is None else device_ptr(qnorm), B, device_ptr(seed_ptr),
-                        device_ptr(seed_ids), b, L, a["max_neighbors"] or 0, device_ptr(decay),
+                        device_ptr(seed_ids), seed_ids.numel(), b, L, a["max_neighbors"] or 0, device_ptr(decay),
                         len(decay), a["max_deg"], device_ptr(seqs), device_ptr(scores),
                         device_ptr(lengths), device_ptr(counts), device_ptr(scratch),
                         device_ptr(err), cuda_stream(dev))
@@ -583,6 +589,8 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None, 
     code, where = (deferred or Deferred()).read(err)
     if code == 5:      # a query's |q| is not finite: read q to say which way (an error path)
         raise _q_error(q)
+    if code == 6:
+        raise ValueError(_seed_ptr_error(seed_ids.numel()))
     if code:
         raise ValueError(_ERRORS[code].format(n=a["n"], where=where))
     return seqs, scores, lengths, counts
