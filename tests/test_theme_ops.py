@@ -466,6 +466,29 @@ def test_gemm_path_dense_select_is_exact(select, dtype, monkeypatch):
 
 
 @cuda_kernels
+@pytest.mark.parametrize("select", ["mask", "sort"])
+def test_gemm_path_scoped_dense_search_is_exact_with_padding_and_id_zero(select, monkeypatch):
+    """scoped_dense_search on the GEMM path, by mask (default) or by sorted scope ids: the
+    torch backend's result bit for bit on exact data, with scopes padded with -1 (scattered
+    as id 0 in the mask) that do and do not hold id 0, unsorted scopes, a scope wider than
+    k and one narrower (padding in the result), int32 and int64 scope ids."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", "gemm")
+    monkeypatch.setenv("RASFAST_THEME_DENSE_SELECT", select)
+    q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(6, 70, 5, 4, seed=13))
+    g = torch.Generator().manual_seed(13)
+    scope = torch.stack([1 + torch.randperm(69, generator=g)[:12] for _ in range(6)])  # no id 0
+    scope = scope.to(GPU_DEVICE)
+    scope[0, 3] = 0                      # id 0 in the scope, no padding
+    scope[1, 0], scope[1, 5:] = 0, -1    # id 0 and padding
+    scope[2, 5:] = -1                    # padding without id 0
+    scope[4, :] = -1                     # nothing in scope
+    for kk, sc in ((4, scope), (9, scope), (3, scope.int())):
+        want = rasfast.scoped_dense_search(qe, e, sc, kk, backend="torch")
+        got = rasfast.scoped_dense_search(qe, e, sc, kk, backend="cuda")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (select, kk)
+
+
+@cuda_kernels
 def test_gemm_path_masked_select_reports_an_overflowing_scope_row_as_padding(monkeypatch):
     """The masked select ranks a scope row whose score is -inf (an inner product beyond
     float32's range) with the rows outside the scope: it comes back as padding (-1, -inf),

@@ -380,9 +380,27 @@ def scoped_dense_search(qe, e, s, k: int):
 
 
 def _dense(qe, e, s, k: int):
+    B, N = qe.shape[0], e.shape[0]
+    if dense_select() == "mask" and N > 0:
+        return _dense_masked(qe, e, s, k)
     ids = torch.sort(s, dim=1).values
     valid = ids >= 0
     dense = torch.gather(split_products(qe, e), 1, ids.clamp(min=0))
     dense = dense.masked_fill_(~valid, float("-inf"))
     out_ids, out_sc = _top_k_of(dense, ids, k)
     return out_ids.masked_fill_(out_sc == float("-inf"), -1), out_sc
+
+
+def _dense_masked(qe, e, s, k: int):
+    """:func:`_dense` without sorting the scopes (as :func:`_search_masked`): the scope ids
+    scattered into a [B, N] mask, dense scores -inf outside it, the top min(k, N) by
+    select_k, positions being ids. A padding entry (-1) is scattered as id 0, so column 0
+    is set again from whether 0 is really in the row's scope. Results as the sorted path's:
+    ids -1 wherever the score is -inf (padding, and a scope row whose score is -inf)."""
+    B, N = qe.shape[0], e.shape[0]
+    s = s.long()
+    drop = torch.ones((B, N), dtype=torch.bool, device=qe.device)
+    drop.scatter_(1, s.clamp(min=0), False)
+    drop[:, 0] = ~(s == 0).any(1)
+    pos, vals = _select(split_products(qe, e, drop), min(k, N), True, True)
+    return _padded(pos.masked_fill_(vals == float("-inf"), -1), vals, k)
