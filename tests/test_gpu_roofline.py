@@ -30,3 +30,43 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     # select_k reads nothing back on the device path
     assert "| select_k (8 x 50k, k=100) | 0 |" in md
     assert "| segment_topk_scores validate='none' | 0 |" in md
+
+
+def test_the_theme_benchmark_paths_run_on_the_emulator():
+    """benchmarks/gpu_theme.py (the roofline's bench stage) needs a GPU as a whole; its
+    paths() -- every cuda path at several B, the GEMM path's steps, the masked and sorted
+    dense select, 4 and 8 warps -- runs here on small emulated inputs, so a broken step is
+    found before a GPU session spends its minutes on it."""
+    import time
+
+    import torch
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_theme
+    env = {"RASFAST_CUDA_EMU": "1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        g = torch.Generator().manual_seed(0)
+        unit = lambda x: (x / x.norm(dim=1, keepdim=True)).to(torch.float16)  # noqa: E731
+        c, e = unit(torch.rand(600, 30, generator=g)), unit(torch.randn(600, 16, generator=g))
+        q, qe = unit(torch.rand(8, 30, generator=g)), unit(torch.randn(8, 16, generator=g))
+        tm = {}
+
+        def run(name, fn, repeats=1):
+            t0 = time.perf_counter()
+            out = fn()
+            tm[name] = time.perf_counter() - t0
+            return out
+        res = gpu_theme.paths(q, qe, c, e, 60, 5, run, tm)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for name in ("dense products under the scope mask", "whole call, dense select by mask",
+                 "whole call, dense select by sort", "dense products (split GEMM), 8 warps"):
+        assert name in res["steps_s"], name
+    rows = res["rows"]
+    assert [r["B"] for r in rows] == [8, 4, 1]
+    assert all(r.get("ids_agree") == 1.0 and "gemm_s" in r for r in rows), rows
