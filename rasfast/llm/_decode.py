@@ -8,6 +8,8 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 
+from ..ops._deferred import to_device
+
 
 def left_pad(embeds: Sequence[torch.Tensor]):
     """Stack ``[L_i, H]`` tensors as ``[B, max L, H]`` padded on the left, with the
@@ -36,7 +38,6 @@ def generate_from_embeds(model, embeds: Sequence[torch.Tensor], max_new_tokens: 
         return []
     x, mask, pos = left_pad(embeds)
     emb = model.get_input_embeddings()
-    eos = torch.tensor(sorted(set(eos_ids)) or [-1], device=x.device)
     B = x.shape[0]
     try:  # only the last position's logits are needed; older/custom models lack the argument
         out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -44,6 +45,12 @@ def generate_from_embeds(model, embeds: Sequence[torch.Tensor], max_new_tokens: 
         out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, use_cache=True)
     cache = out.past_key_values
     new: List[List[int]] = [[] for _ in range(B)]
+    eos_set = set(int(t) for t in eos_ids)
+    # A step reads the device once: every row's token, in one transfer. EOS, stop strings and
+    # the finished rows are host bookkeeping; the device keeps only the mask that feeds a
+    # finished row pad_id, copied over (pinned, non-blocking) when a row finishes. Before:
+    # B + 2 reads a step (a nonzero, one per row's token, and done.all()).
+    finished = [False] * B
     done = torch.zeros(B, dtype=torch.bool, device=x.device)
     for step in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()
@@ -53,14 +60,20 @@ def generate_from_embeds(model, embeds: Sequence[torch.Tensor], max_new_tokens: 
         else:
             tok = logits.argmax(-1)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        hit_eos = torch.isin(tok, eos) & ~done
-        for i in (~done & ~hit_eos).nonzero().flatten().tolist():
-            new[i].append(int(tok[i]))
+        changed = False
+        for i, t in enumerate(tok.tolist()):
+            if finished[i]:
+                continue
+            if t in eos_set:
+                finished[i] = changed = True
+                continue
+            new[i].append(t)
             if stop and decode is not None and any(s in decode(new[i]) for s in stop):
-                done[i] = True
-        done |= hit_eos
-        if bool(done.all()) or step == max_new_tokens - 1:
+                finished[i] = changed = True
+        if all(finished) or step == max_new_tokens - 1:
             break
+        if changed:
+            done = to_device(torch.tensor(finished), x.device)
         mask = torch.cat([mask, mask.new_ones((B, 1))], dim=1)
         pos = pos[:, -1:] + 1
         out = model(inputs_embeds=emb(tok[:, None]).to(x.dtype), attention_mask=mask, position_ids=pos,
