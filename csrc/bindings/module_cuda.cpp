@@ -38,10 +38,15 @@ PYBIND11_MODULE(RASFAST_CUDA_MODULE_NAME, m) {
     d["copies_other"] = c.copies_other;
     d["syncs"] = c.syncs;
     d["allocs"] = c.allocs;
+    d["device_ns"] = c.device_ns;
     return d;
   }, "What the host code asked of the emulated device since the last reset: kernel launches, "
-     "memsets, device-to-host and other copies, synchronisations, allocations.");
+     "memsets, device-to-host and other copies, synchronisations, allocations, and device_ns, "
+     "the wall time spent running that work (a call's wall time less it is its host time).");
   m.def("emu_reset_counters", []() { cuemu::reset_counters(); });
+  m.def("emu_set_dry_run", [](bool on) { cuemu::set_dry_run(on); }, pybind11::arg("on"),
+        "Dry run: launches, sorts and memsets are checked and counted but not run, so a host "
+        "path can be timed warm; results are garbage meanwhile (host-time benchmarks only).");
 #else
   m.attr("emulated") = false;
 #endif

@@ -147,10 +147,32 @@ struct Counters {
   uint64_t copies_other;
   uint64_t syncs;       // cudaDeviceSynchronize / cudaStreamSynchronize, and blocking copies
   uint64_t allocs;      // cudaMalloc(Async) / pool allocations
+  uint64_t device_ns;   // wall time spent running the "device" work above (kernels, cub
+                        // sorts, memsets, copies): a call's wall time less this is its host time
 };
 Counters counters();
 void reset_counters();
 void count_launch();
+void add_device_ns(uint64_t ns);
+
+// Dry run: launches, cub sorts, memsets and copies are counted and checked but not run, so a
+// host path can be timed warm (an emulated kernel's milliseconds leave the caches cold for
+// the host code after it). Results are garbage meanwhile: for benchmarks of host time only.
+void set_dry_run(bool on);
+bool dry_run();
+
+// Adds its scope's wall time to Counters::device_ns (nested scopes count once).
+class DeviceTime {
+ public:
+  DeviceTime();
+  ~DeviceTime();
+  DeviceTime(const DeviceTime&) = delete;
+  DeviceTime& operator=(const DeviceTime&) = delete;
+
+ private:
+  uint64_t start_;
+  bool outer_;
+};
 
 // ---- kernel attributes (cudaFuncSetAttribute) ---------------------------------------
 void set_max_dynamic_smem(const void* fn, int bytes);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -710,13 +711,20 @@ void set_max_dynamic_smem(const void* fn, int bytes) {
 namespace {
 struct AtomicCounters {
   std::atomic<uint64_t> launches{0}, memsets{0}, copies_d2h{0}, copies_other{0}, syncs{0}, allocs{0};
+  std::atomic<uint64_t> device_ns{0};
 };
+thread_local int t_device_depth = 0;
+uint64_t now_ns() {
+  return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 AtomicCounters g_counters;
 }  // namespace
 
 Counters counters() {
   return Counters{g_counters.launches.load(), g_counters.memsets.load(), g_counters.copies_d2h.load(),
-                  g_counters.copies_other.load(), g_counters.syncs.load(), g_counters.allocs.load()};
+                  g_counters.copies_other.load(), g_counters.syncs.load(), g_counters.allocs.load(),
+                  g_counters.device_ns.load()};
 }
 void reset_counters() {
   g_counters.launches = 0;
@@ -725,6 +733,18 @@ void reset_counters() {
   g_counters.copies_other = 0;
   g_counters.syncs = 0;
   g_counters.allocs = 0;
+  g_counters.device_ns = 0;
+}
+void add_device_ns(uint64_t ns) { g_counters.device_ns += ns; }
+namespace {
+std::atomic<bool> g_dry_run{false};
+}
+void set_dry_run(bool on) { g_dry_run = on; }
+bool dry_run() { return g_dry_run.load(std::memory_order_relaxed); }
+DeviceTime::DeviceTime() : start_(now_ns()), outer_(t_device_depth++ == 0) {}
+DeviceTime::~DeviceTime() {
+  --t_device_depth;
+  if (outer_) add_device_ns(now_ns() - start_);
 }
 void count_launch() { ++g_counters.launches; }
 void count_memset() { ++g_counters.memsets; }
@@ -739,6 +759,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem
               const std::function<void()>& body) {
   (void)stream;
   count_launch();
+  const DeviceTime device_time;
   const std::string where = "kernel " + std::string(site.name) + " launched at " + site_str(site.file, site.line);
   GridRun g{&site, &body, grid, block, dynamic_smem, 0, read_settings()};
   g.smem_limit = optin_smem_limit(g.settings.arch);
@@ -771,6 +792,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem
       return;
     }
   }
+  if (dry_run()) return;  // checked and counted, not run (cuemu.h)
   const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
   std::vector<uint64_t> order((size_t)nblocks);
   for (uint64_t i = 0; i < nblocks; ++i) order[(size_t)i] = i;
@@ -936,17 +958,20 @@ void emu_copy(void* dst, const void* src, size_t bytes) {
 }  // namespace
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   cuemu::count_memset();
-  if (bytes) std::memset(p, value, bytes);
+  const cuemu::DeviceTime device_time;
+  if (bytes && !cuemu::dry_run()) std::memset(p, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   cuemu::count_copy(kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault, true);
+  const cuemu::DeviceTime device_time;
   emu_copy(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
   cuemu::count_copy(kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault, false);
+  const cuemu::DeviceTime device_time;
   emu_copy(dst, src, bytes);
   return cudaSuccess;
 }

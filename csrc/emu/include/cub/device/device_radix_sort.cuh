@@ -28,7 +28,8 @@ inline uint64_t key_bits(K k, int begin_bit, int end_bit) {
 template <class K, class V>
 cudaError_t sort_range(const K* keys_in, K* keys_out, const V* vals_in, V* vals_out, int64_t n,
                        int begin_bit, int end_bit) {
-  if (n <= 0) return cudaSuccess;
+  if (n <= 0 || cuemu::dry_run()) return cudaSuccess;
+  const cuemu::DeviceTime device_time;
   std::vector<int64_t> order((size_t)n);
   std::iota(order.begin(), order.end(), int64_t(0));
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {

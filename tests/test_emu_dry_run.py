@@ -1,0 +1,39 @@
+"""The emulator's dry run and device-time counter (csrc/emu/runtime: set_dry_run, device_ns),
+for timing a cuda op's host path without a GPU."""
+import pytest
+import torch
+
+import rasfast
+
+from conftest import EMULATED
+
+
+@pytest.mark.cuda_emu
+@pytest.mark.skipif(not EMULATED, reason="needs RASFAST_CUDA_EMU=1")
+def test_dry_run_counts_launches_but_runs_nothing():
+    mod = rasfast.dispatch.cuda_module()
+    x = torch.randn(6, 3000)
+    ref_vals, ref_idx = rasfast.select_k(x, 1000, backend="torch")
+    out, vals = torch.full((6, 1000), -7, dtype=torch.int64), torch.zeros(6, 1000)
+    nbytes = mod.select_k_workspace_bytes(0, 6, 3000, 1000, True)
+    ws = torch.empty(nbytes, dtype=torch.uint8)
+
+    def launch():
+        mod.select_k(x.data_ptr(), 0, 6, 3000, 1000, False, True, out.data_ptr(), vals.data_ptr(),
+                     ws.data_ptr(), nbytes, 0)
+
+    before = mod.emu_counters()
+    mod.emu_set_dry_run(True)
+    try:
+        launch()
+    finally:
+        mod.emu_set_dry_run(False)
+    mid = mod.emu_counters()
+    assert mid["launches"] > before["launches"]          # counted ...
+    assert mid["device_ns"] - before["device_ns"] < 1e6  # ... (device time: none to speak of)
+    assert (out == -7).all()                             # ... not run
+    launch()
+    after = mod.emu_counters()
+    assert after["launches"] - mid["launches"] == mid["launches"] - before["launches"]
+    assert after["device_ns"] > mid["device_ns"]         # a real run takes device time
+    assert torch.equal(out, ref_idx) and torch.equal(vals, ref_vals)
