@@ -1,9 +1,10 @@
-"""rasfast._torch_ops, the C++ CPU kernels of the short registered operators
+"""rasfast._torch_ops, the C++ CPU and CUDA kernels of the short registered operators
 (csrc/torch_ops/): found beside rasfast._C, loaded only under the torch it was built for,
-and handed rasfast._C's table of kernel entry points.
+and handed rasfast._C's table of kernel entry points (and, on the first GPU or emulated call
+that wants it, rasfast._cuda's or rasfast._cuda_emu's: :func:`attach_cuda`).
 
 rasfast/ops/_library.py registers the operators around it (their Python kernels become
-``rasfast::<op>_python``); :func:`rasfast.backends` reports it under "cpu".
+``rasfast::<op>_python``); :func:`rasfast.backends` reports it under "cpu" and "cuda".
 ``RASFAST_NATIVE_OPS=0`` in the environment (before first use) keeps the Python kernels.
 """
 from __future__ import annotations
@@ -54,6 +55,13 @@ def _load_native():
     lib.rasfast_torch_ops_names.restype = ctypes.c_char_p
     lib.rasfast_torch_ops_attach.argtypes = [ctypes.c_void_p]
     names = frozenset(lib.rasfast_torch_ops_names().decode().split(","))
+    cuda_names = getattr(lib, "rasfast_torch_ops_cuda_names", None)
+    if cuda_names is not None:
+        cuda_names.restype = ctypes.c_char_p
+        lib.rasfast_torch_ops_attach_cuda.argtypes = [ctypes.c_void_p]
+        # registered on load (TORCH_LIBRARY_IMPL), whatever becomes of the tables below
+        _CUDA_NAMES.append(frozenset(cuda_names().decode().split(",")))
+        _CUDA_LIB.append(lib)
     if lib.rasfast_torch_ops_attach(ctypes.c_void_p(cmod.cpu_entry_points())) != 0:
         # the kernels are registered but hand every call to the Python kernels
         return names, "rasfast._C's kernel table has another version than rasfast._torch_ops"
@@ -62,6 +70,9 @@ def _load_native():
 
 
 _NATIVE_LIB: list = []
+_CUDA_LIB: list = []       # [the loaded library], for attach_cuda
+_CUDA_NAMES: list = []     # [frozenset of the ops whose CUDA kernel _torch_ops registered]
+_CUDA_ATTACHED: dict = {}  # {"module": the CUDA module whose table _torch_ops holds}
 
 
 def native_ops() -> tuple:
@@ -78,4 +89,30 @@ def native(name: str) -> bool:
     return reason is None and name in names
 
 
-__all__ = ["library_path", "native_ops", "native"]
+def native_cuda_ops() -> frozenset:
+    """Names of the ops whose CUDA dispatch key rasfast._torch_ops registered (a C++ kernel
+    that launches rasfast._cuda's kernels once :func:`attach_cuda` handed it their table)."""
+    native_ops()  # loads the library once
+    return _CUDA_NAMES[0] if _CUDA_NAMES else frozenset()
+
+
+def attach_cuda(mod) -> bool:
+    """Hands ``mod``'s (rasfast._cuda's or rasfast._cuda_emu's) kernel table to
+    rasfast._torch_ops, once per module; True when its CUDA kernels now launch from it."""
+    if _CUDA_ATTACHED.get("module") is mod:
+        return True
+    if not native_cuda_ops() or not hasattr(mod, "cuda_entry_points"):
+        return False
+    if _CUDA_LIB[0].rasfast_torch_ops_attach_cuda(ctypes.c_void_p(mod.cuda_entry_points())) != 0:
+        return False  # a table of another version: the Python kernels serve
+    _CUDA_ATTACHED["module"] = mod
+    return True
+
+
+def attached_cuda():
+    """The CUDA module whose kernel table rasfast._torch_ops holds, or None."""
+    return _CUDA_ATTACHED.get("module")
+
+
+__all__ = ["library_path", "native_ops", "native", "native_cuda_ops", "attach_cuda",
+           "attached_cuda"]

@@ -231,7 +231,7 @@ def backends() -> Dict[str, Dict[str, object]]:
     out: Dict[str, Dict[str, object]] = {}
     out["torch"] = {"available": True, "version": torch.__version__}
     mod, err = _import("rasfast._C")
-    from ._native import native_ops
+    from ._native import native_cuda_ops, native_ops
     names, why = native_ops()
     out["cpu"] = {"available": mod is not None, "reason": err,
                   "threads": mod.omp_max_threads() if mod is not None else 0,
@@ -251,7 +251,9 @@ def backends() -> Dict[str, Dict[str, object]]:
                    "built": cmod is not None, "emulated": emu, "device_count": devices,
                    "reason": reason,
                    "runtime_version": cmod.runtime_version() if cmod is not None else None,
-                   "limits": dict(CUDA_LIMITS), "limit_values": _cuda_limit_values(cmod)}
+                   "limits": dict(CUDA_LIMITS), "limit_values": _cuda_limit_values(cmod),
+                   # ops whose registered CUDA kernel is C++ (rasfast._torch_ops)
+                   "operator_kernels": sorted(native_cuda_ops())}
     tri, terr = _import("triton")
     interp = triton_interpret()
     t_problem = triton_interpreter_problem(getattr(tri, "__version__", "0")) if tri is not None else None

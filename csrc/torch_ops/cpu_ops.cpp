@@ -30,27 +30,21 @@
 #include <vector>
 
 #include "common/entry_points.h"
+#include "torch_ops/op_common.h"
 
 namespace {
 
-using at::Tensor;
-using Pair = std::tuple<Tensor, Tensor>;
-using Str = c10::string_view;
+using rasfast_ops::dtype_code;
+using rasfast_ops::Pair;
+using rasfast_ops::python_kernel;
+using rasfast_ops::Str;
+using rasfast_ops::Tensor;
 
 std::atomic<const RasfastCpuEntries*> g_entries{nullptr};
 
 const RasfastCpuEntries* entries() { return g_entries.load(std::memory_order_acquire); }
 
 // ------------------------------------------------------------------ the fast path's checks
-int dtype_code(const Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return 0;
-    case at::kHalf: return 1;
-    case at::kBFloat16: return 2;
-    default: return -1;
-  }
-}
-
 // A dense CPU tensor of a float dtype the kernels take, of rank `dim`.
 bool float_matrix(const Tensor& t, int64_t dim) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.dim() == dim &&
@@ -113,17 +107,13 @@ bool ids_ok(const Tensor& ids, int64_t lo, int64_t hi) {
 Tensor ids_out(int64_t B, int64_t k) { return at::empty({B, k}, at::TensorOptions().dtype(at::kLong)); }
 Tensor scores_out(int64_t B, int64_t k) { return at::empty({B, k}, at::TensorOptions().dtype(at::kFloat)); }
 
-// The op's Python kernel: rasfast::<name>_python (rasfast/ops/_library.py defines it with the
-// op's schema). Looked up on the first fallback; the Python module defines it on import.
-template <class Sig>
-c10::TypedOperatorHandle<Sig> python_kernel(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Sig>();
-}
-
 // ------------------------------------------------------------------------------ select_k
-using SelectSig = Pair(const Tensor&, int64_t, bool, bool, Str);
+using rasfast_ops::SelectSig;
 
 Pair select_k(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend) {
+  Pair out;  // backend "cuda" under the emulator: the CUDA kernels on CPU tensors
+  if (backend == "cuda" && rasfast_ops::select_k_device(x, k, largest, sorted, backend, &out))
+    return out;
   const RasfastCpuEntries* e = entries();
   if (e && host_backend(backend) && float_matrix(x, 2) && x.size(1) >= 1 && k >= 1 &&
       k <= x.size(1)) {

@@ -48,7 +48,8 @@ from typing import Callable
 
 import torch
 
-from .._native import library_path, native, native_ops  # noqa: F401  (re-exported)
+from .._native import (attach_cuda, library_path, native, native_cuda_ops,  # noqa: F401
+                       native_ops)
 from .._threads import follows_width_rule
 
 NAMESPACE = "rasfast"
@@ -68,15 +69,49 @@ _HOST_BACKENDS = ("auto", "cpu")
 
 
 def native_call(name: str, backend, *tensors) -> bool:
-    """Whether an eager public op should call its registered operator because its C++ CPU
-    kernel serves the call: backend "auto"/"cpu", every tensor a plain CPU tensor that needs
-    no gradient (no autograd formula is registered for these ops)."""
-    if backend not in _HOST_BACKENDS or not native(name):
-        return False
+    """Whether an eager public op should call its registered operator because a C++ kernel
+    serves the call (no Python frame between the call and the kernel's launch):
+    - the CPU one: backend "auto"/"cpu", every tensor a plain CPU tensor;
+    - the CUDA one (:func:`native_cuda_ops`): backend "auto"/"cuda" on plain CUDA tensors with
+      rasfast._cuda usable, or backend "cuda" on CPU tensors under the emulator
+      (RASFAST_CUDA_EMU), whose kernel table it then launches from.
+    No tensor may need a gradient (no autograd formula is registered for these ops)."""
+    if backend in _HOST_BACKENDS and native(name) and _plain_on(tensors, "cpu"):
+        return True
+    if backend in _DEVICE_BACKENDS and name in native_cuda_ops():
+        return _cuda_serves(backend, tensors)
+    return False
+
+
+_DEVICE_BACKENDS = ("auto", "cuda")
+
+
+def _plain_on(tensors, device_type: str) -> bool:
     for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or t.device.type != "cpu" or t.requires_grad):
+        if t is not None and (type(t) not in _PLAIN or t.device.type != device_type or t.requires_grad):
             return False
     return True
+
+
+def _cuda_serves(backend: str, tensors) -> bool:
+    """The C++ CUDA kernel serves these tensors: it has the CUDA module's table (handed over
+    here on the first such call). Every other case runs the Python kernel, which raises
+    what the call deserves (no device, the emulator's CPU-only rule, ...)."""
+    from .. import dispatch as _bk  # dispatch sits below ops; imported late, it imports this
+    first = next((t for t in tensors if t is not None), None)
+    if first is None:
+        return False
+    dev, emulated = first.device.type, _bk.cuda_emulated()
+    if dev == "cuda" and emulated or dev == "cpu" and not (emulated and backend == "cuda") \
+            or dev not in ("cuda", "cpu") or not _plain_on(tensors, dev):
+        return False
+    try:
+        mod = _bk.cuda_module()
+    except _bk.BackendUnavailable:
+        return False
+    if not emulated and _bk.cuda_unusable_reason() is not None:
+        return False
+    return attach_cuda(mod)
 
 
 def define(schema: str, kernel: Callable, fake: Callable):
@@ -84,18 +119,23 @@ def define(schema: str, kernel: Callable, fake: Callable):
     ``fake`` gives the outputs' shapes. Returns the operator's default overload. Defining
     the same name again (a module reloaded) keeps the first definition.
 
-    Where rasfast._torch_ops registered the op's CPU kernel (:func:`native_ops`), ``kernel``
-    serves the CUDA key and, for the C++ kernel's hand-overs, ``rasfast::<name>_python``."""
+    Where rasfast._torch_ops registered the op's CPU kernel (:func:`native_ops`) or its CUDA
+    kernel (:func:`native_cuda_ops`), ``kernel`` serves the other key and, for the C++
+    kernels' hand-overs, ``rasfast::<name>_python``."""
     name = schema.split("(", 1)[0].strip()
     if name in _DEFINED:
         return _DEFINED[name]
     names, _ = native_ops()
+    cuda_names = native_cuda_ops()
     _LIB.define(schema)
     # the busy-machine width rule (rasfast/_threads.py) for the kernel's torch work, as the
     # eager public ops have it: a compiled graph runs the kernel without the public function
     kernel = follows_width_rule(kernel)
-    if name in names:
-        _LIB.impl(name, kernel, "CUDA")
+    if name in names or name in cuda_names:
+        # the keys rasfast._torch_ops did not take; the C++ kernels hand over to the twin
+        for key, native_key in (("CPU", name in names), ("CUDA", name in cuda_names)):
+            if not native_key:
+                _LIB.impl(name, kernel, key)
         twin = f"{name}_python"
         _LIB.define(twin + schema[len(name):])
         for key in ("CPU", "CUDA"):
@@ -144,4 +184,4 @@ def registered() -> list:
 
 
 __all__ = ["NAMESPACE", "define", "compiling", "traced", "registered", "native_ops", "native",
-           "native_call"]
+           "native_cuda_ops", "native_call"]

@@ -15,7 +15,7 @@ from .._arrays import device_guard, as_tensor, cpu_buffer, cpu_out, cuda_stream,
 from .._validate import check_bool_arg, check_finite, check_float, check_int_arg, check_rank
 from ..reference import select as _ref
 from .._threads import follows_width_rule
-from ._library import define, native_call, traced
+from ._library import compiling, define, native_call, traced
 
 
 @follows_width_rule
@@ -44,21 +44,31 @@ def select_k(x, k: int, largest: bool = False, sorted: bool = True,
         ValueError: x not 2-d or N == 0; k outside [1, N]; NaN in x; unknown backend.
         rasfast.dispatch.BackendUnavailable: the requested backend cannot run here.
     """
+    if type(x) is torch.Tensor and x.is_cuda and type(k) is int and type(largest) is bool \
+            and type(sorted) is bool and not compiling() and native_call("select_k", backend, x):
+        # a plain GPU call goes straight to the C++ CUDA kernel (csrc/torch_ops/cuda_ops.cpp),
+        # which checks what _check_args checks and hands any other call to _select_k_op
+        # (the same checks, the same errors): the Python layer's host time is the GPU call's
+        return _OP(x, k, largest, sorted, backend)
     kind = kind_of(x)
     xt = as_tensor(x, "x")
+    k, largest, sorted = _check_args(xt, k, largest, sorted)
+    if traced(xt) or native_call("select_k", backend, xt):  # a C++ kernel: no Python frame
+        vals, idx = _OP(xt, k, largest, sorted, backend)
+    else:
+        vals, idx = _select_k(xt, k, largest, sorted, backend)
+    return to_kind(vals, kind), to_kind(idx, kind)
+
+
+def _check_args(xt: torch.Tensor, k, largest, sorted):
+    """The public op's argument checks (the registered kernel's too): (k, largest, sorted)."""
     check_float(xt, "x")
     check_rank(xt, "x", 2, "[B, N]")
     n = xt.shape[1]
     if n == 0:
         raise ValueError("x: N (x.shape[1]) must be >= 1 to select from")
     k = check_int_arg(k, "k", 1, n, "N (x.shape[1])")
-    largest = check_bool_arg(largest, "largest")
-    sorted = check_bool_arg(sorted, "sorted")
-    if traced(xt) or native_call("select_k", backend, xt):  # the C++ CPU kernel: no Python frame
-        vals, idx = _OP(xt, k, largest, sorted, backend)
-    else:
-        vals, idx = _select_k(xt, k, largest, sorted, backend)
-    return to_kind(vals, kind), to_kind(idx, kind)
+    return k, check_bool_arg(largest, "largest"), check_bool_arg(sorted, "sorted")
 
 
 def _select_k(xt: torch.Tensor, k: int, largest: bool, sorted: bool, backend: str):
@@ -82,9 +92,7 @@ def _select_k(xt: torch.Tensor, k: int, largest: bool, sorted: bool, backend: st
 def _select_k_op(x: torch.Tensor, k: int, largest: bool, sorted: bool, backend: str):
     """The registered kernel: the argument checks of the public op (a direct call of
     ``torch.ops.rasfast.select_k`` gets them too), then :func:`_select_k`."""
-    check_float(x, "x")
-    check_rank(x, "x", 2, "[B, N]")
-    check_int_arg(k, "k", 1, x.shape[1], "N (x.shape[1])")
+    _check_args(x, k, largest, sorted)
     return _select_k(x, k, largest, sorted, backend)
 
 

@@ -1,0 +1,69 @@
+// _cuda.cuda_entry_points() (and _cuda_emu's): the address of the table of raw CUDA kernel
+// entries (common/cuda_entry_points.h) that rasfast._torch_ops calls from its CUDA operator
+// kernels. Each entry catches what the launcher throws: nothing crosses the table but a status.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <exception>
+
+#include "common/cuda_entry_points.h"
+#include "common/registry.h"
+#include "select/select_cuda.h"
+
+namespace rasfast {
+namespace {
+
+bool select_args_ok(int dtype_code, int64_t rows, int64_t n, int64_t k) {
+  return dtype_code >= 0 && dtype_code <= 2 && rows >= 0 && n >= 1 && n < (int64_t(1) << 32) &&
+         k >= 1 && k <= n;
+}
+
+int select_k_workspace_entry(int dtype_code, int64_t rows, int64_t n, int64_t k, int sorted,
+                             size_t* bytes) {
+  if (!select_args_ok(dtype_code, rows, n, k) || bytes == nullptr) return -1;
+  try {
+    *bytes = select_k_cuda_workspace(dtype_code, rows, n, k, sorted != 0);
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int select_k_entry_cuda(const void* x, int dtype_code, int64_t rows, int64_t n, int64_t k,
+                        int largest, int sorted, int64_t* out, void* out_vals, void* workspace,
+                        size_t workspace_bytes, void* stream) {
+  if (!select_args_ok(dtype_code, rows, n, k)) return -1;
+  if (rows > 0 && (x == nullptr || out == nullptr || out_vals == nullptr || workspace == nullptr))
+    return -1;
+  try {
+    select_k_cuda_launch(x, dtype_code, rows, n, k, largest != 0, sorted != 0, out, out_vals,
+                         workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+const RasfastCudaEntries kCudaEntries = {
+    kRasfastCudaEntriesAbi,
+    static_cast<int32_t>(sizeof(RasfastCudaEntries)),
+#ifdef RASFAST_CUDA_EMU
+    1,
+#else
+    0,
+#endif
+    &select_k_workspace_entry,
+    &select_k_entry_cuda,
+};
+
+void bind(pybind11::module_& m) {
+  m.def("cuda_entry_points",
+        []() { return reinterpret_cast<std::uintptr_t>(&kCudaEntries); },
+        "Address of the RasfastCudaEntries table (common/cuda_entry_points.h), for "
+        "rasfast._torch_ops; valid while this module is loaded (for the process).");
+  m.attr("cuda_entry_points_abi") = kRasfastCudaEntriesAbi;
+}
+
+}  // namespace
+RASFAST_REGISTER(cuda_entry_points, bind);
+}  // namespace rasfast

@@ -1,0 +1,39 @@
+// Raw entry points of the CUDA kernels that the torch.library operators call from C++.
+//
+// The CUDA twin of common/entry_points.h. rasfast._cuda (and rasfast._cuda_emu, the same
+// sources on the CPU emulator) hands out the address of one table (cuda_entry_points());
+// rasfast._torch_ops receives it and launches the kernels from its CUDA operator kernels
+// with no Python frame in between: a GPU call's host time is then the dispatcher's and the
+// launches', not the Python layer's 50-150 us (benchmarks/results/gpu_roofline.md).
+//
+// _torch_ops is built against torch's headers only (no CUDA toolkit, no libc10_cuda): it
+// allocates through at::empty, finds the current stream through c10's device-generic guard
+// interface and passes it here as a void*. Plain C types only; nothing throws across. Every
+// entry returns 0 on success; any other value makes the operator run the op's Python kernel,
+// which repeats the call and raises the error that names its cause.
+//
+// Bump kRasfastCudaEntriesAbi whenever a signature or the table's layout changes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+struct RasfastCudaEntries {
+  int32_t abi;       // kRasfastCudaEntriesAbi
+  int32_t size;      // sizeof(RasfastCudaEntries)
+  int32_t emulated;  // 1: the CPU emulator's module (host pointers, stream ignored)
+  // Bytes of workspace select_k needs (into *bytes). dtype codes: 0 float32, 1 float16,
+  // 2 bfloat16. 0 ok, -1 bad arguments.
+  int (*select_k_workspace)(int dtype_code, int64_t rows, int64_t n, int64_t k, int sorted,
+                            size_t* bytes);
+  // x[rows, n] contiguous -> out[rows, k] int64, out_vals[rows, k] in x's dtype, enqueued on
+  // `stream` (a cudaStream_t) with no host synchronisation. 0 ok, -1 failure.
+  int (*select_k)(const void* x, int dtype_code, int64_t rows, int64_t n, int64_t k,
+                  int largest, int sorted, int64_t* out, void* out_vals, void* workspace,
+                  size_t workspace_bytes, void* stream);
+};
+
+}  // extern "C"
+
+constexpr int32_t kRasfastCudaEntriesAbi = 1;

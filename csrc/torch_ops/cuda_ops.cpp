@@ -1,0 +1,124 @@
+// rasfast._torch_ops, CUDA side: C++ kernels for the CUDA dispatch key of the registered
+// operators whose GPU calls are short enough that the Python layer's host time shows
+// (select_k: 50-150 us of Python around a 100-300 us call on an H100, gpu_roofline.md).
+//
+// Built against torch's headers only, like cpu_ops.cpp: no CUDA toolkit, no libc10_cuda, so
+// the same library serves a CPU wheel and a CUDA one. What a CUDA kernel needs from torch is
+// reached through device-generic interfaces that torch's CUDA library implements at run time:
+// at::empty on the input's device (the caching allocator, CUDA-graph pools included),
+// c10::DeviceGuard, and the current stream's handle from c10's guard interface
+// (c10::impl::VirtualGuardImpl). The launches come from rasfast._cuda through its table of raw
+// entry points (common/cuda_entry_points.h), handed over by rasfast_torch_ops_attach_cuda.
+//
+// The same code serves the CUDA emulator (rasfast._cuda_emu's table): with RASFAST_CUDA_EMU
+// set, backend "cuda" on CPU tensors runs here from the CPU kernel (cpu_ops.cpp), stream null,
+// which is how `make test` exercises these kernels without a GPU.
+//
+// A call this path does not serve (another backend, a dtype or shape the kernel does not take,
+// a launch that fails, no table attached) goes to the op's Python kernel, rasfast::<op>_python,
+// which gives the same result or raises the error that names the argument.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/cuda_entry_points.h"
+#include "torch_ops/op_common.h"
+
+namespace rasfast_ops {
+namespace {
+
+std::atomic<const RasfastCudaEntries*> g_cuda{nullptr};
+
+// RASFAST_CUDA_EMU set (not empty, not "0"), as rasfast.dispatch.cuda_emulated() reads it:
+// read at every call, like the Python layer, so a test can turn the emulator off.
+bool emulator_on() {
+  const char* v = std::getenv("RASFAST_CUDA_EMU");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// The table that serves a call on `t` with `backend`, or null: the GPU module's for a CUDA
+// tensor (backend "auto" or "cuda"), the emulator's for a CPU tensor with backend "cuda".
+const RasfastCudaEntries* serving(const Tensor& t, Str backend) {
+  const RasfastCudaEntries* e = g_cuda.load(std::memory_order_acquire);
+  if (e == nullptr) return nullptr;
+  if (t.device().is_cuda()) return !e->emulated && (backend == "auto" || backend == "cuda") ? e : nullptr;
+  if (t.device().is_cpu()) return e->emulated && backend == "cuda" && emulator_on() ? e : nullptr;
+  return nullptr;
+}
+
+// The current stream of `t`'s device as a cudaStream_t (null for the emulator's CPU tensors).
+void* stream_of(const Tensor& t) {
+  if (!t.device().is_cuda()) return nullptr;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  return impl.getStream(t.device()).native_handle();
+}
+
+}  // namespace
+
+bool select_k_device(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend,
+                     Pair* out) {
+  const RasfastCudaEntries* e = serving(x, backend);
+  if (e == nullptr || x.layout() != at::kStrided || x.dim() != 2 || dtype_code(x) < 0) return false;
+  const int64_t B = x.size(0), N = x.size(1);
+  if (N < 1 || N >= (int64_t(1) << 32) || k < 1 || k > N) return false;
+  const int code = dtype_code(x);
+  Tensor idx = at::empty({B, k}, x.options().dtype(at::kLong));
+  Tensor vals = at::empty({B, k}, x.options());
+  if (B == 0) {
+    *out = {vals, idx};
+    return true;
+  }
+  size_t nbytes = 0;
+  if (e->select_k_workspace(code, B, N, k, sorted, &nbytes) != 0) return false;
+  c10::OptionalDeviceGuard guard;
+  if (x.device().is_cuda()) guard.reset_device(x.device());
+  Tensor xc = x.contiguous();
+  Tensor ws = at::empty({static_cast<int64_t>(nbytes)}, x.options().dtype(at::kByte));
+  if (e->select_k(xc.data_ptr(), code, B, N, k, largest, sorted, idx.data_ptr<int64_t>(),
+                  vals.data_ptr(), ws.data_ptr(), nbytes, stream_of(x)) != 0)
+    return false;
+  *out = {vals, idx};
+  return true;
+}
+
+namespace {
+
+Pair select_k_cuda(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend) {
+  Pair out;
+  if (select_k_device(x, k, largest, sorted, backend, &out)) return out;
+  static auto py = python_kernel<SelectSig>("rasfast::select_k_python");
+  return py.call(x, k, largest, sorted, backend);
+}
+
+}  // namespace
+}  // namespace rasfast_ops
+
+// The ops whose CUDA kernel this library registers (rasfast/ops/_library.py reads the list and
+// registers their Python kernel under <op>_python only).
+#define RASFAST_NATIVE_CUDA_OPS "select_k"
+
+TORCH_LIBRARY_IMPL(rasfast, CUDA, m) { m.impl("select_k", &rasfast_ops::select_k_cuda); }
+
+extern "C" {
+
+__attribute__((visibility("default"))) const char* rasfast_torch_ops_cuda_names() {
+  return RASFAST_NATIVE_CUDA_OPS;
+}
+
+// Hands over rasfast._cuda's (or _cuda_emu's) kernel table; 0 on success, 1 for a table of
+// another version.
+__attribute__((visibility("default"))) int rasfast_torch_ops_attach_cuda(const RasfastCudaEntries* e) {
+  if (e == nullptr || e->abi != kRasfastCudaEntriesAbi ||
+      e->size != static_cast<int32_t>(sizeof(RasfastCudaEntries)))
+    return 1;
+  rasfast_ops::g_cuda.store(e, std::memory_order_release);
+  return 0;
+}
+
+}  // extern "C"

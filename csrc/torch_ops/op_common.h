@@ -1,0 +1,39 @@
+// What the C++ operator kernels of rasfast._torch_ops share (cpu_ops.cpp, cuda_ops.cpp).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <tuple>
+
+namespace rasfast_ops {
+
+using at::Tensor;
+using Pair = std::tuple<Tensor, Tensor>;
+using Str = c10::string_view;
+
+// The kernels' dtype codes (common/dtype.h): 0 float32, 1 float16, 2 bfloat16; -1 other.
+inline int dtype_code(const Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return 0;
+    case at::kHalf: return 1;
+    case at::kBFloat16: return 2;
+    default: return -1;
+  }
+}
+
+// The op's Python kernel: rasfast::<name>_python (rasfast/ops/_library.py defines it with the
+// op's schema). Looked up on the first hand-over; the Python module defines it on import.
+template <class Sig>
+c10::TypedOperatorHandle<Sig> python_kernel(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Sig>();
+}
+
+using SelectSig = Pair(const Tensor&, int64_t, bool, bool, Str);
+
+// The CUDA select_k fast path (cuda_ops.cpp): {values, indices} into `out`, true when it
+// served the call (backend "auto"/"cuda" on a CUDA tensor, or "cuda" on a CPU tensor under
+// the emulator), false to hand the call to the Python kernel.
+bool select_k_device(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend,
+                     Pair* out);
+
+}  // namespace rasfast_ops
