@@ -1,11 +1,18 @@
 """The emulator's dry run and device-time counter (csrc/emu/runtime: set_dry_run, device_ns),
-for timing a cuda op's host path without a GPU."""
+which benchmarks/host_time_emu.py uses to time a cuda op's host path without a GPU."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import rasfast
 
 from conftest import EMULATED
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.cuda_emu
@@ -37,3 +44,14 @@ def test_dry_run_counts_launches_but_runs_nothing():
     assert after["launches"] - mid["launches"] == mid["launches"] - before["launches"]
     assert after["device_ns"] > mid["device_ns"]         # a real run takes device time
     assert torch.equal(out, ref_idx) and torch.equal(vals, ref_vals)
+
+
+def test_host_time_benchmark_runs():
+    """benchmarks/host_time_emu.py --quick (its own process: it patches the width rule)."""
+    env = dict(os.environ, RASFAST_CUDA_EMU="1")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_time_emu.py"), "--quick"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [ln for ln in res.stdout.splitlines() if " us (min " in ln]
+    assert len(lines) == 8, res.stdout
+    assert any("C++ CUDA kernel" in ln for ln in lines)

@@ -1,0 +1,150 @@
+"""Host time of a GPU op call, measured without a GPU: the CUDA emulator's dry run.
+
+Issue 38's target "host time under 10% of every op's call" is about the work the CPU does per
+call of a cuda op: Python checks, torch allocations, launches. On the emulator
+(RASFAST_CUDA_EMU=1) every launch, cub sort and memset is checked and counted but, in a dry
+run (``rasfast._cuda_emu.emu_set_dry_run``), not run; the call's wall time is then its host
+path alone. (Timing an ordinary emulated call and subtracting the kernels' time overstates
+the host path several-fold: the emulated kernels' milliseconds of fibre switching leave the
+caches cold for the host code that follows. Earlier notes that put beam search's host time
+near 0.8-1.0 ms read it that way, busy-machine width rule included.)
+
+As on a GPU, the busy-machine width rule is skipped (``_threads._on_gpu`` is made to say so:
+the emulator's tensors are CPU tensors). A GPU host adds what the emulator cannot: torch's
+CUDA allocator and cudaLaunchKernel (a few microseconds per launch); the launch counts are
+listed so that cost can be added. Ops whose torch steps consume a kernel's output
+(theme_scoped_search's GEMM path scatters the scope ids a kernel wrote) cannot run dry: on CPU
+tensors torch checks the garbage ids. They are left out. These are CPU numbers on this machine, to compare paths
+with each other in the same run, not GPU timings.
+
+    python benchmarks/host_time_emu.py            # prints the table
+    python benchmarks/host_time_emu.py --write    # also writes benchmarks/results/host_time_emu.{md,json}
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ["RASFAST_CUDA_EMU"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from beam_graph import power_law_graph  # noqa: E402
+from machine import header_markdown, machine_info  # noqa: E402
+
+import rasfast  # noqa: E402
+import rasfast._threads as _threads  # noqa: E402
+from rasfast.device_work import count_device_work  # noqa: E402
+from rasfast.ops import select as select_mod  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+
+
+def python_kernel(fn):
+    """fn with select_k's C++ kernels out of the way (the Python kernel function serves)."""
+    def run():
+        saved = select_mod.native_call
+        select_mod.native_call = lambda *a: False
+        try:
+            return fn()
+        finally:
+            select_mod.native_call = saved
+    return run
+
+
+def cases(quick: bool):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 4096, generator=g)
+    n = 20_000 if quick else 200_000
+    indptr, indices = power_law_graph(n)
+    graph = (torch.from_numpy(indptr), torch.from_numpy(indices.astype(np.int64)))
+    B = 8 if quick else 64
+    emb, q = torch.randn(n, 16, generator=g), torch.randn(B, 16, generator=g)
+    ptr, ids = torch.arange(0, B * 50 + 1, 50), torch.randint(0, n, (B * 50,), generator=g)
+    cand, cptr = torch.randn(B * 40, 16, generator=g), torch.arange(0, B * 40 + 1, 40)
+
+    def beam(v):
+        return lambda: rasfast.triple_beam_search(graph, emb, q, (ptr, ids), beam_width=10, max_len=2,
+                                                  max_neighbors=100, backend="cuda", validate=v)
+    out = [
+        ("select_k 16 x 4096, k = 10 (C++ CUDA kernel)", lambda: rasfast.select_k(x, 10, backend="cuda")),
+        ("select_k 16 x 4096, k = 10 (Python kernel)", python_kernel(lambda: rasfast.select_k(x, 10, backend="cuda"))),
+        ("select_k 16 x 4096, k = 1000 (C++ CUDA kernel)", lambda: rasfast.select_k(x, 1000, backend="cuda")),
+        ("select_k 16 x 4096, k = 1000 (Python kernel)", python_kernel(lambda: rasfast.select_k(x, 1000, backend="cuda"))),
+        ("torch.topk 16 x 4096, k = 10 (CPU: not a GPU peer; for scale)", lambda: torch.topk(x, 10, 1, False)),
+        (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate auto", beam("auto")),
+        (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate none", beam("none")),
+        (f"segment_topk_scores B = {B} x 40, n = 10, validate none",
+         lambda: rasfast.segment_topk_scores(q, cand, cptr, 10, backend="cuda", validate="none")),
+    ]
+    return out
+
+
+def measure(fn, rounds: int):
+    """(median us, min us) of fn() (in a dry run)."""
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t) / 1e3)
+    return statistics.median(times), min(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--quick", action="store_true", help="a small graph, 30 rounds (tests)")
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    rounds = 30 if a.quick else a.rounds
+    mod = rasfast.dispatch.cuda_module()
+    _threads._on_gpu = lambda first: True  # as on a GPU: no busy-machine width rule
+    todo = cases(a.quick)
+    counts = []
+    for _, fn in todo:  # real runs first: attach tables, fill caches, count the device work
+        fn()
+        with count_device_work() as work:
+            fn()
+        counts.append((work.launches, work.syncs))
+    rows = []
+    mod.emu_set_dry_run(True)
+    try:
+        for (name, fn), (launches, syncs) in zip(todo, counts):
+            med, low = measure(fn, rounds)
+            rows.append({"case": name, "host_us": med, "min_us": low, "launches": launches, "syncs": syncs})
+            print(f"{name:75s} {med:8.1f} us (min {low:.1f})  launches {launches}  syncs {syncs}", flush=True)
+    finally:
+        mod.emu_set_dry_run(False)
+    res = {"machine": machine_info(), "rounds": rounds, "rows": rows}
+    if a.write:
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, "host_time_emu.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        with open(os.path.join(RESULTS, "host_time_emu.md"), "w") as f:
+            f.write(markdown(res))
+    return res
+
+
+def markdown(res) -> str:
+    L = ["# Host time of a cuda op call, on the CUDA emulator's dry run", "", header_markdown(), "",
+         "Each call's wall time with every launch, sort and memset checked and counted but not run "
+         "(benchmarks/host_time_emu.py's docstring says why this, not the emulated call less its "
+         "kernels). The busy-machine width rule is skipped, as on a GPU. Median and least of "
+         f"{res['rounds']} calls, the cases one after another in one process. launches = kernels + memsets + "
+         "torch ops a GPU would run (each costs a GPU host a few more us); syncs = host reads. "
+         "CPU numbers, to compare paths in the same run: not GPU timings.", "",
+         "| call | host us (median) | min | launches | syncs |", "|---|---|---|---|---|"]
+    for r in res["rows"]:
+        L.append(f"| {r['case']} | {r['host_us']:.1f} | {r['min_us']:.1f} | {r['launches']} | {r['syncs']} |")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    main()
