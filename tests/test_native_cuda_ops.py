@@ -22,6 +22,7 @@ from rasfast.ops import _library
 from rasfast.ops import select as select_mod
 
 from conftest import EMULATED, GPU_DEVICE, cuda_kernels
+from native_ops_util import same, select_input
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # "auto" picks the cuda backend for CUDA tensors only; the emulator takes "cuda" alone
@@ -31,15 +32,6 @@ BACKENDS = ("cuda",) if EMULATED else ("cuda", "auto")
 def both(*args):
     ops = torch.ops.rasfast
     return ops.select_k.default(*args), ops.select_k_python.default(*args)
-
-
-def same(a, b):
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and x.shape == y.shape and x.device == y.device
-        if x.dtype.is_floating_point:
-            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
-        else:
-            assert torch.equal(x, y)
 
 
 def _calls_python_kernel(fn) -> bool:
@@ -79,13 +71,7 @@ def test_ordinary_calls_stay_in_cpp_and_the_others_reach_python(monkeypatch):
 @pytest.mark.parametrize("B,N,k", [(0, 5, 2), (1, 1, 1), (3, 257, 10), (2, 64, 64),
                                    (5, 1000, 37), (3, 700, 300), (2, 4099, 256)])
 def test_select_k_equals_the_python_kernel(dtype, B, N, k):
-    g = torch.Generator().manual_seed(B * 7919 + N)
-    x = torch.randn(B, N, generator=g).to(dtype)
-    if B and N > 4:  # ties and infinities
-        x[:, ::3] = x[:, :1]
-        x[0, 1] = float("inf")
-        x[-1, 2] = -float("inf")
-    x = x.to(GPU_DEVICE)
+    x = select_input(B, N, dtype).to(GPU_DEVICE)
     for largest in (False, True):
         for sorted_ in (True, False):
             for backend in BACKENDS:

@@ -22,6 +22,8 @@ import rasfast
 import rasfast.ops  # noqa: F401  (defines torch.ops.rasfast.*)
 from rasfast.ops import _library
 
+from native_ops_util import same, select_input
+
 NATIVE = ("select_k", "theme_scope", "scoped_dense_search", "theme_scoped_search",
           "segment_topk_scores", "segment_max_rank")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -31,18 +33,6 @@ def both(name, *args):
     """The op through its C++ CPU kernel and through its Python kernel."""
     return (getattr(torch.ops.rasfast, name).default(*args),
             getattr(torch.ops.rasfast, f"{name}_python").default(*args))
-
-
-def same(a, b):
-    a = a if isinstance(a, tuple) else (a,)
-    b = b if isinstance(b, tuple) else (b,)
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        if x.dtype.is_floating_point:  # the same compiled kernel: equal up to nothing
-            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
-        else:
-            assert torch.equal(x, y)
 
 
 def same_error(name, *args):
@@ -111,12 +101,7 @@ def test_ordinary_calls_stay_in_cpp_and_the_others_reach_python():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,N,k", [(0, 5, 2), (1, 1, 1), (3, 257, 10), (2, 64, 64), (5, 1000, 37)])
 def test_select_k_equals_the_python_kernel(dtype, B, N, k):
-    g = torch.Generator().manual_seed(B * 7919 + N)
-    x = torch.randn(B, N, generator=g).to(dtype)
-    if B and N > 4:  # ties and infinities
-        x[:, ::3] = x[:, :1]
-        x[0, 1] = float("inf")
-        x[-1, 2] = -float("inf")
+    x = select_input(B, N, dtype)
     for largest in (False, True):
         for sorted_ in (True, False):
             for backend in ("cpu", "auto"):
