@@ -472,6 +472,52 @@ def test_compiled_attention_backward_equals_the_torch_composition(n, e, h, c, ed
         mod.graph_conv_set_simd(before)
 
 
+@cuda_kernels
+@pytest.mark.parametrize("n,e,h,c", [(1, 0, 1, 1), (2, 3, 1, 4), (7, 20, 3, 5), (40, 160, 2, 16), (30, 70, 1, 33),
+                                     (9, 0, 2, 3), (6, 25, 2, 130)])
+@pytest.mark.parametrize("edge,grouped", [(False, False), (True, False), (True, True)])
+def test_cuda_attention_backward_equals_the_torch_composition(n, e, h, c, edge, grouped):
+    """csrc/graph_conv/graph_conv.cu attend_back_* against the composed torch backward (float32;
+    nodes without in- or out-edges, repeated edges, self loops, C across the lane counts)."""
+    from rasfast.ops.graph_conv_gpu import attention_backward
+    nodes, d_agg, d_skip, graph, ea, w_edge = _attention_case(n * 31 + e, n, e, h, c, edge, grouped)
+    want = gc._attention_backward_torch(nodes, d_agg, d_skip, graph, ea, w_edge, h, c, 5, None,
+                                        torch.float32, torch.float32)
+    dev = GPU_DEVICE
+    rptr, rpos = graph.reverse()
+    e_rows = graph.rows(ea) @ w_edge.t() if edge else None
+    mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
+    csr = type(graph.csr)(*[t.to(dev) for t in graph.csr])
+    got = attention_backward(nodes.to(dev), d_agg.to(dev), d_skip.to(dev), csr, graph.src.to(dev),
+                             graph.dst.to(dev), mv(graph.row_of_edge), rptr.to(dev), rpos.to(dev),
+                             mv(e_rows), h, c, 5)
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-4, atol=1e-5)
+    if edge:
+        torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-4, atol=1e-5)
+    else:
+        assert got[1] is None and want[1] is None
+
+
+@cuda_kernels
+def test_cuda_training_runs_the_cuda_attention_backward(monkeypatch):
+    """A float32 step with backend cuda takes the CUDA attention backward (the torch and the
+    CPU ones are made to raise) and gives the reference's gradients."""
+    g = torch.Generator().manual_seed(6)
+    batch = [t.to(GPU_DEVICE) for t in _graph(g, [9, 7, 4], 3, 6, 3, torch.float32)]
+    a, b = _encoder(layers=3, seed=3).to(GPU_DEVICE), _encoder(layers=3, seed=3).to(GPU_DEVICE)
+    b.train()
+    b.encode_batch(*batch, backend="torch").square().sum().backward()
+
+    def other_path(*args, **kwargs):
+        raise AssertionError("an attention backward other than the CUDA one ran")
+    monkeypatch.setattr(gc, "_attention_backward_torch", other_path)
+    monkeypatch.setattr(gc, "_attention_backward_cpu", other_path)
+    a.train()
+    a.encode_batch(*batch, backend="cuda").square().sum().backward()
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=name)
+
+
 def test_cpu_float32_training_runs_the_compiled_attention_backward(monkeypatch):
     """A float32 step on the CPU takes the compiled backward (the torch composition is made to
     raise), float64 takes the torch one, and the compiled one checks the indices it follows."""

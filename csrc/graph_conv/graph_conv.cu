@@ -5,6 +5,7 @@
 // node's incoming edges is online (running max and sum, accumulators rescaled when the max
 // grows), so one pass over the edges reads each source row once and writes nothing per edge.
 // Accumulation is float32 for every storage dtype.
+// attend backward (training): two warp-per-(node, head) kernels, described above them.
 // epilogue: one block per node (concat/head mean, skip or beta gate, LayerNorm, ReLU).
 // pool: one block per graph, threads over features.
 #include <cuda_bf16.h>
@@ -92,6 +93,148 @@ __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t*
     const int64_t c = lane + (int64_t)r * kWarp;
     if (c < C) agg[(i * H + h) * C + c] = acc[r] * inv;
   }
+}
+
+// ------------------------------------------------------------------- attention backward
+// The backward of attend in PyG's direct form (float32; the CPU twin and its formulas are in
+// graph_conv_cpu.cpp, graph_conv_attend_backward). Two kernels, no atomics (deterministic):
+// back_dst: one warp per (destination node i, head h). Pass 1 over i's in-edges writes each
+// edge's logit scale * q_i.(k_j + e_p) and d_p = d_agg_i.(v_j + e_p) into alpha / dl (lane 0,
+// then __syncwarp); pass 2 over those scalars gives the softmax's max, sum and
+// s = sum a_p d_p; pass 3 turns them into a_p and dl_p = a_p (d_p - s) scale (kept for
+// back_src), accumulates dq_i = sum dl_p (k_j + e_p) and writes de_p = dl_p q_i + a_p d_agg_i.
+// back_src: one warp per (source node j, head h) over j's out-edges in ascending CSR
+// position (reverse CSR rptr / rpos): dk_j = sum dl_p q_dst(p), dv_j = sum a_p d_agg_dst(p).
+// Each row of q/k/v/e is read twice per edge (pass 1 and 3, back_src); no [E, H, C]
+// intermediate is written besides de itself.
+template <int R>
+__global__ void attend_back_dst_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
+                                       const int64_t* __restrict__ roe, const float* __restrict__ nodes,
+                                       int64_t W, const float* __restrict__ e,
+                                       const float* __restrict__ dagg, int64_t N, int64_t H, int64_t C,
+                                       float scale, float* __restrict__ d_nodes, int64_t Wd,
+                                       float* __restrict__ de, float* __restrict__ dl,
+                                       float* __restrict__ alpha) {
+  const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (warp >= N * H) return;  // whole warp exits together
+  const int64_t i = warp / H, h = warp % H, HC = H * C;
+  float q[R], g[R], dq[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t c = lane + (int64_t)r * kWarp;
+    q[r] = c < C ? nodes[i * W + h * C + c] : 0.f;
+    g[r] = c < C ? dagg[i * HC + h * C + c] : 0.f;
+    dq[r] = 0.f;
+  }
+  const int64_t b = indptr[i], end = indptr[i + 1];
+  float m = -INFINITY;
+  for (int64_t p = b; p < end; ++p) {  // pass 1: logits and d_p
+    const int64_t j = src[p];
+    const float* krow = nodes + j * W + HC + h * C;
+    const float* vrow = krow + HC;
+    const float* erow = e ? e + roe[p] * HC + h * C : nullptr;
+    float pl = 0.f, pd = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t c = lane + (int64_t)r * kWarp;
+      if (c < C) {
+        const float ev = erow ? erow[c] : 0.f;
+        pl += q[r] * (krow[c] + ev);
+        pd += g[r] * (vrow[c] + ev);
+      }
+    }
+    const float l = warp_sum(pl) * scale, d = warp_sum(pd);
+    if (lane == 0) {
+      alpha[p * H + h] = l;
+      dl[p * H + h] = d;
+    }
+    m = fmaxf(m, l);
+  }
+  __syncwarp();
+  float sum = 0.f;
+  for (int64_t p = b; p < end; ++p) sum += expf(alpha[p * H + h] - m);  // pass 2
+  float s = 0.f;
+  for (int64_t p = b; p < end; ++p) s += expf(alpha[p * H + h] - m) / sum * dl[p * H + h];
+  __syncwarp();  // every lane has read pass 1's scalars before lane 0 overwrites them
+  for (int64_t p = b; p < end; ++p) {  // pass 3
+    const float a = expf(alpha[p * H + h] - m) / sum;
+    const float dlp = a * (dl[p * H + h] - s) * scale;
+    __syncwarp();
+    if (lane == 0) {
+      alpha[p * H + h] = a;
+      dl[p * H + h] = dlp;
+    }
+    const int64_t j = src[p];
+    const float* krow = nodes + j * W + HC + h * C;
+    const float* erow = e ? e + roe[p] * HC + h * C : nullptr;
+    float* derow = e ? de + p * HC + h * C : nullptr;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t c = lane + (int64_t)r * kWarp;
+      if (c < C) {
+        const float ev = erow ? erow[c] : 0.f;
+        dq[r] += dlp * (krow[c] + ev);
+        if (derow) derow[c] = dlp * q[r] + a * g[r];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t c = lane + (int64_t)r * kWarp;
+    if (c < C) d_nodes[i * Wd + h * C + c] = dq[r];
+  }
+}
+
+template <int R>
+__global__ void attend_back_src_kernel(const int64_t* __restrict__ rptr, const int64_t* __restrict__ rpos,
+                                       const int64_t* __restrict__ dst, const float* __restrict__ nodes,
+                                       int64_t W, const float* __restrict__ dagg, int64_t N, int64_t H,
+                                       int64_t C, float* __restrict__ d_nodes, int64_t Wd,
+                                       const float* __restrict__ dl, const float* __restrict__ alpha) {
+  const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (warp >= N * H) return;
+  const int64_t j = warp / H, h = warp % H, HC = H * C;
+  float dk[R], dv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) dk[r] = dv[r] = 0.f;
+  for (int64_t t = rptr[j]; t < rptr[j + 1]; ++t) {
+    const int64_t p = rpos[t], i = dst[p];
+    const float wl = dl[p * H + h], wa = alpha[p * H + h];
+    const float* qrow = nodes + i * W + h * C;
+    const float* grow = dagg + i * HC + h * C;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t c = lane + (int64_t)r * kWarp;
+      if (c < C) {
+        dk[r] += wl * qrow[c];
+        dv[r] += wa * grow[c];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t c = lane + (int64_t)r * kWarp;
+    if (c < C) {
+      d_nodes[j * Wd + HC + h * C + c] = dk[r];
+      d_nodes[j * Wd + 2 * HC + h * C + c] = dv[r];
+    }
+  }
+}
+
+template <int R>
+void launch_attend_back(const int64_t* indptr, const int64_t* src, const int64_t* roe,
+                        const int64_t* rptr, const int64_t* rpos, const int64_t* dst,
+                        const float* nodes, int64_t W, const float* e, const float* dagg, int64_t N,
+                        int64_t H, int64_t C, float scale, float* d_nodes, int64_t Wd, float* de,
+                        float* dl, float* alpha, cudaStream_t stream) {
+  const int64_t warps = N * H;
+  const unsigned blocks = (unsigned)((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  attend_back_dst_kernel<R><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+      indptr, src, roe, nodes, W, e, dagg, N, H, C, scale, d_nodes, Wd, de, dl, alpha);
+  attend_back_src_kernel<R><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+      rptr, rpos, dst, nodes, W, dagg, N, H, C, d_nodes, Wd, dl, alpha);
 }
 
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
@@ -199,6 +342,27 @@ void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, co
     else if (C <= 512) launch_attend<D, 16>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
     else launch_attend<D, 32>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
   })
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+void graph_conv_attend_backward_cuda_launch(const int64_t* indptr, const int64_t* src,
+                                            const int64_t* roe, const int64_t* rptr,
+                                            const int64_t* rpos, const int64_t* dst,
+                                            const float* nodes, int64_t node_width, const float* e,
+                                            const float* dagg, int64_t N, int64_t H, int64_t C,
+                                            float scale, float* d_nodes, int64_t d_width, float* de,
+                                            float* dl, float* alpha, cudaStream_t stream) {
+  if (N == 0) return;
+#define RASFAST_ATTEND_BACK(R_) \
+  launch_attend_back<R_>(indptr, src, roe, rptr, rpos, dst, nodes, node_width, e, dagg, N, H, C, \
+                         scale, d_nodes, d_width, de, dl, alpha, stream)
+  if (C <= 32) RASFAST_ATTEND_BACK(1);
+  else if (C <= 64) RASFAST_ATTEND_BACK(2);
+  else if (C <= 128) RASFAST_ATTEND_BACK(4);
+  else if (C <= 256) RASFAST_ATTEND_BACK(8);
+  else if (C <= 512) RASFAST_ATTEND_BACK(16);
+  else RASFAST_ATTEND_BACK(32);
+#undef RASFAST_ATTEND_BACK
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -51,6 +51,26 @@ void epilogue(uintptr_t agg, int64_t N, int64_t H, int64_t C, bool concat, int d
                                   as_dptr<void>(out), as_stream(stream));
 }
 
+void attend_backward(uintptr_t indptr, uintptr_t src, uintptr_t roe, uintptr_t rptr, uintptr_t rpos,
+                     uintptr_t dst, uintptr_t nodes, int64_t node_width, uintptr_t e, uintptr_t dagg,
+                     int64_t N, int64_t H, int64_t C, double scale, uintptr_t d_nodes,
+                     int64_t d_width, uintptr_t de, uintptr_t dl, uintptr_t alpha, uintptr_t stream) {
+  check(N >= 0 && H >= 1 && C >= 1 && C <= 1024, "graph_conv_attend_backward: need H >= 1, 1 <= C <= 1024");
+  check(node_width >= 3 * H * C && d_width >= 3 * H * C,
+        "nodes, d_nodes: widths must hold q, k and v (3*H*C columns)");
+  // src, rpos, dst (and roe) are empty, so null, for a graph without edges
+  check(N == 0 || (indptr && rptr && nodes && dagg && d_nodes),
+        "graph_conv_attend_backward: null pointer");
+  check((e == 0) == (de == 0) && (e == 0 || roe != 0), "e, roe and de: give all or none");
+  py::gil_scoped_release nogil;
+  graph_conv_attend_backward_cuda_launch(
+      as_dptr<const int64_t>(indptr), as_dptr<const int64_t>(src), as_dptr<const int64_t>(roe),
+      as_dptr<const int64_t>(rptr), as_dptr<const int64_t>(rpos), as_dptr<const int64_t>(dst),
+      as_dptr<const float>(nodes), node_width, as_dptr<const float>(e), as_dptr<const float>(dagg),
+      N, H, C, (float)scale, as_dptr<float>(d_nodes), d_width, as_dptr<float>(de),
+      as_dptr<float>(dl), as_dptr<float>(alpha), as_stream(stream));
+}
+
 void pool(uintptr_t h, int dtype_code, uintptr_t graph_ptr, int64_t G, int64_t F, uintptr_t out,
           uintptr_t stream) {
   check(dtype_code >= 0 && dtype_code <= 2, "dtype_code must be 0, 1 or 2");
@@ -64,6 +84,9 @@ void bind(py::module_& m) {
   m.def("graph_conv_attend", &attend, "Warp per (node, head) online-softmax attention -> agg[N,H,C] f32.");
   m.def("graph_conv_epilogue", &epilogue, "Block per node: concat/mean, skip or beta gate, LayerNorm, ReLU.");
   m.def("graph_conv_pool", &pool, "Block per graph: node mean -> out[G,F] f32.");
+  m.def("graph_conv_attend_backward", &attend_backward,
+        "Backward of graph_conv_attend (float32): dq, dk, dv into columns 0, HC, 2HC of d_nodes "
+        "and, with edge rows, de [E, HC] in CSR order; dl / alpha [E, H] scratch.");
 }
 
 }  // namespace

@@ -15,6 +15,20 @@ void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, co
                                    const void* e, int64_t N, int64_t H, int64_t C, float scale,
                                    float* agg, cudaStream_t stream);
 
+// The backward of attend (float32), the CPU kernel's twin (graph_conv_cpu.cpp): from nodes
+// [N, node_width] (q/k/v at columns 0, HC, 2HC), e [rows, HC] (row roe[p] for CSR position p;
+// null without edge features) and dagg [N, HC], writes dq/dk/dv into columns 0, HC, 2HC of
+// d_nodes [N, d_width] (every row) and, with e, de [E, HC] in CSR order. rptr [N + 1] / rpos
+// [E]: CSR positions grouped by source node; dst [E]: each position's destination. dl and
+// alpha: [E, H] float32 scratch (the softmax weights and logit gradients on return).
+void graph_conv_attend_backward_cuda_launch(const int64_t* indptr, const int64_t* src,
+                                            const int64_t* roe, const int64_t* rptr,
+                                            const int64_t* rpos, const int64_t* dst,
+                                            const float* nodes, int64_t node_width, const float* e,
+                                            const float* dagg, int64_t N, int64_t H, int64_t C,
+                                            float scale, float* d_nodes, int64_t d_width, float* de,
+                                            float* dl, float* alpha, cudaStream_t stream);
+
 // out[N, F] (dtype) = agg (concat, or mean over heads) + skip (nodes column skip_col) or the
 // beta gate (w_beta[3F] float32, may be null), then LayerNorm (ln_w/ln_b float32, may be
 // null) and ReLU.

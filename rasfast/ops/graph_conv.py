@@ -599,11 +599,11 @@ class _EdgeGraph:
         """(rptr [N + 1], rpos [E]) int64: the CSR positions grouped by source node, ascending
         within a source (the fused backward's second pass), built once per batch."""
         if self._reverse is None:
-            rpos = torch.sort(self.src, stable=True).indices
-            counts = torch.bincount(self.src, minlength=self.n)
-            rptr = torch.zeros(self.n + 1, dtype=torch.int64)
-            torch.cumsum(counts, 0, out=rptr[1:])
-            self._reverse = (rptr, rpos.contiguous())
+            srt = torch.sort(self.src, stable=True)
+            # where each source's run starts: no bincount, which reads its size from the
+            # device (a host sync on a GPU)
+            rptr = torch.searchsorted(srt.values, torch.arange(self.n + 1, device=self.src.device))
+            self._reverse = (rptr, srt.indices.contiguous())
         return self._reverse
 
 
@@ -705,7 +705,7 @@ class _ConvFn(torch.autograd.Function):
             else:
                 out = _IMPLS[be].conv_layer(xd, graph.csr, ead, wd, nwd, relu, saved=saved)
             nodes, agg, e_rows = saved["nodes"], saved["agg"], saved.get("e_rows")
-        ctx.graph, ctx.flags = graph, flags
+        ctx.graph, ctx.flags, ctx.be = graph, flags, be
         ctx.save_for_backward(x, ea, nodes, agg, out if relu else None, e_rows, *ts)
         return out
 
@@ -720,7 +720,7 @@ class _ConvFn(torch.autograd.Function):
                              * nodes.shape[1]) if x.device.type == "cpu" else contextlib.nullcontext())
         with width:
             grads = _conv_backward(gout, x, ea, nodes, agg, ts, ctx.flags, ctx.graph,
-                                   need[3], need[4], out, e_rows)
+                                   need[3], need[4], out, e_rows, ctx.be)
         return (None, None, None) + grads
 
 
@@ -736,8 +736,10 @@ def gemm_dtype(x) -> torch.dtype:
 
 
 def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x: bool,
-                   need_ea: bool, out=None, e_rows=None):
+                   need_ea: bool, out=None, e_rows=None, backend=None):
     """Gradients (x, edge_attr, the layer's 12 tensors) from the forward's intermediates.
+    ``backend``: the forward's (the attention backward runs on the CUDA kernels after a cuda
+    forward, and for any float32 work on a GPU where they are built).
     ``out``: the forward's output, whose zeros are the ReLU's mask (recomputed from agg
     otherwise: the recomputation may put an element within rounding of 0 on the other
     side, and a subgradient inconsistent with the values the next layer saw)."""
@@ -767,7 +769,15 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_lw = next(gs) if lw is not None else None
     g_lb = next(gs) if lb is not None else None
     # 2. attention
-    if _fused_attention_backward(x, ct, graph):
+    if _cuda_attention_backward(x, ct, backend):
+        e = None
+        if ea is not None:
+            e = e_rows if e_rows is not None else graph.rows(ea).to(gt) @ w.w_edge.to(gt).t()
+        rptr, rpos = graph.reverse()
+        from .graph_conv_gpu import attention_backward  # the GPU plans load on first use
+        d_nodes, de = attention_backward(nodes, d_agg, d_skip, graph.csr, graph.src, graph.dst,
+                                         graph.row_of_edge, rptr, rpos, e, h, c, f)
+    elif _fused_attention_backward(x, ct, graph):
         d_nodes, de = _attention_backward_cpu(nodes, d_agg, d_skip, graph, ea, w.w_edge, h, c,
                                               f, e_rows, gt)
     else:
@@ -806,6 +816,17 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     g_ts = tuple(None if t is None or by_name[name] is None else by_name[name].to(t.dtype)
                  for name, t in zip(_LAYER_FIELDS, ts))
     return (g_x, g_ea) + g_ts
+
+
+def _cuda_attention_backward(x, ct, backend) -> bool:
+    """The attention backward's CUDA kernels serve float32 work on a GPU, and, under the
+    emulator (RASFAST_CUDA_EMU), the CPU tensors of a backend "cuda" forward."""
+    if ct != torch.float32 or not (x.is_cuda or (backend == "cuda" and _bk.cuda_emulated())):
+        return False
+    try:
+        return hasattr(_bk.cuda_module(), "graph_conv_attend_backward")
+    except _bk.BackendUnavailable:
+        return False
 
 
 def _fused_attention_backward(x, ct, graph: _EdgeGraph) -> bool:

@@ -109,3 +109,31 @@ class Triton:
         for w, norm, relu in specs:
             h = Triton.conv_layer(h, csr, ea, w, norm, relu) if h.shape[0] else h.new_zeros((0, w.out_channels))
         return graph_mean(h.float(), gp).to(x.dtype)
+
+
+def attention_backward(nodes, d_agg, d_skip, csr, src, dst, row_of_edge, rptr, rpos, e, h, c, f):
+    """The attention backward on the CUDA kernels (csrc/graph_conv/graph_conv.cu,
+    attend_back_*), float32: (d_nodes [N, 3HC (+ F)], de [E, HC] in CSR order or None), as the
+    CPU kernel and the torch composition of rasfast/ops/graph_conv.py give them. ``e``: the
+    projected edge rows [rows, HC] (row ``row_of_edge[p]`` for CSR position p) or None;
+    ``rptr``/``rpos``: the CSR positions grouped by source node; ``dst``: each position's
+    destination. Two launches, no atomics (deterministic), no [E, H, C] intermediate."""
+    mod = _bk.cuda_module()
+    n, hc, ne, dev = nodes.shape[0], h * c, csr.num_edges, nodes.device
+    nodes = nodes.float().contiguous()
+    dagg = d_agg.reshape(n, hc).float().contiguous()
+    d_nodes = torch.empty((n, 3 * hc + (f if d_skip is not None else 0)), dtype=torch.float32,
+                          device=dev)
+    de = torch.empty((ne, hc), dtype=torch.float32, device=dev) if e is not None else None
+    scratch = torch.empty((2, max(ne, 1), h), dtype=torch.float32, device=dev)  # dl, alpha
+    ints = [t.long().contiguous() for t in (csr.indptr, src, rptr, rpos, dst)]
+    roe = row_of_edge.long().contiguous() if e is not None else None
+    with device_guard(dev):
+        mod.graph_conv_attend_backward(
+            device_ptr(ints[0]), _ptr(ints[1]), _ptr(roe), device_ptr(ints[2]), _ptr(ints[3]),
+            _ptr(ints[4]), device_ptr(nodes), nodes.shape[1], _ptr(_f32(e)), device_ptr(dagg), n, h, c,
+            1.0 / math.sqrt(c), device_ptr(d_nodes), d_nodes.shape[1], _ptr(de),
+            device_ptr(scratch[0]), device_ptr(scratch[1]), cuda_stream(dev))
+    if d_skip is not None:
+        d_nodes[:, 3 * hc:] = d_skip
+    return d_nodes, de
