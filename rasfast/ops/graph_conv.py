@@ -824,9 +824,10 @@ def _cuda_attention_backward(x, ct, backend) -> bool:
     if ct != torch.float32 or not (x.is_cuda or (backend == "cuda" and _bk.cuda_emulated())):
         return False
     try:
-        return hasattr(_bk.cuda_module(), "graph_conv_attend_backward")
-    except _bk.BackendUnavailable:
+        mod = _bk.cuda_module()
+    except _bk.BackendUnavailable:  # e.g. a Triton-only install: the torch composition serves
         return False
+    return hasattr(mod, "graph_conv_attend_backward") and _bk.cuda_unusable_reason() is None
 
 
 def _fused_attention_backward(x, ct, graph: _EdgeGraph) -> bool:
