@@ -349,6 +349,9 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                                        emulate)
                 r["topk_host_us"] = host_us(lambda: torch.topk(nxt(), k, dim=1, largest=False, sorted=True),
                                             10 if not emulate else 2, emulate)
+                with _python_select_kernel():  # the same call through the Python kernel function
+                    r["python_host_us"] = host_us(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
+                                                  10 if not emulate else 2, emulate)
                 r["graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 if k <= FILTER_K:  # the radix passes at the same k, in the same run
                     with _env("RASFAST_SELECT_FILTER_K", "0"):
@@ -570,6 +573,19 @@ def ncu_probe():
 
 # ------------------------------------------------------------------------------- report
 
+@contextlib.contextmanager
+def _python_select_kernel():
+    """select_k through its Python kernel function instead of the C++ CUDA operator kernel
+    (csrc/torch_ops/cuda_ops.cpp): what the host time was before that kernel."""
+    from rasfast.ops import select as select_mod
+    saved = select_mod.native_call
+    select_mod.native_call = lambda *a: False
+    try:
+        yield
+    finally:
+        select_mod.native_call = saved
+
+
 def _radix_cell(r) -> str:
     if "radix_ms" not in r:
         return "-"
@@ -611,11 +627,13 @@ def markdown(res) -> str:
           "cuda graph = the same call captured and replayed (device time without host gaps). "
           "GB/s = the input's bytes (read once: the least an exact select moves) / graph time; share = "
           "of the measured copy bandwidth. host us = the CPU's microseconds per call, no sync "
-          "(torch.topk's in brackets). k <= 256 takes the filtered pass (one read of each row); "
+          "(torch.topk's in brackets); Python kernel = the same select_k call through its Python "
+          "kernel function instead of the C++ CUDA operator kernel. k <= 256 takes the filtered pass (one read of each row); "
           "radix = the radix passes at the same k (RASFAST_SELECT_FILTER_K=0), eager and graph ms.", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
-          "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | radix ms (graph) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | host us, Python kernel | "
+          "radix ms (graph) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
         g = r.get("graph_ms")
         gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
@@ -625,7 +643,7 @@ def markdown(res) -> str:
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
-                 f"{_radix_cell(r)} |")
+                 f"{r.get('python_host_us', float('nan')):.0f} | {_radix_cell(r)} |")
     L += ["", "## segment_topk_scores (cuda) against torch", "",
           "Equal-length segments, so the torch peer is one padded bmm + topk (its best case; "
           "ragged segments need padding or a loop); with cand_ids, the peer gathers the rows "
