@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -72,38 +73,33 @@ struct __align__(16) SelState {
 
 // Order-preserving keys on the raw storage words (no float conversion).
 template <DType D> struct RawKey;
+// Branch-free (selects, no branches): the row passes run this once per entry.
 template <> struct RawKey<DType::F32> {
   using W = uint32_t;
   static constexpr int K = 32;
   static __device__ __forceinline__ uint32_t key(uint32_t u, bool largest) {
-    uint32_t k;
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      k = 0xffffffffu;  // NaN (either sign) above +inf
-    } else {
-      if ((u << 1) == 0) u = 0;  // -0.0 -> +0.0
-      k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    }
-    return largest ? ~k : k;
+    const uint32_t a = u & 0x7fffffffu;
+    u = a == 0 ? 0u : u;                    // -0.0 -> +0.0
+    u = a > 0x7f800000u ? 0x7fffffffu : u;  // NaN (either sign) -> the largest key, above +inf
+    const uint32_t k = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);  // negative: ~u; else u | sign
+    return k ^ (largest ? 0xffffffffu : 0u);
   }
 };
 template <uint32_t kInf> struct Raw16Key {
   using W = uint16_t;
   static constexpr int K = 16;
   static __device__ __forceinline__ uint32_t key(uint16_t w, bool largest) {
-    uint32_t u = w, k;
-    if ((u & 0x7fffu) > kInf) {
-      k = 0xffffu;
-    } else {
-      if ((u & 0x7fffu) == 0) u = 0;
-      k = (u & 0x8000u) ? (~u & 0xffffu) : (u | 0x8000u);
-    }
-    return largest ? (~k & 0xffffu) : k;
+    uint32_t u = w;
+    const uint32_t a = u & 0x7fffu;
+    u = a == 0 ? 0u : u;
+    u = a > kInf ? 0x7fffu : u;
+    const uint32_t k = u ^ ((u & 0x8000u) ? 0xffffu : 0x8000u);
+    return k ^ (largest ? 0xffffu : 0u);
   }
 };
 template <> struct RawKey<DType::F16> : Raw16Key<0x7c00u> {};
 template <> struct RawKey<DType::BF16> : Raw16Key<0x7f80u> {};
 
-constexpr int kVec = 8;  // elements per thread and step, at most (16 bytes of 16-bit words)
 constexpr int kUnroll = 4;  // 16-byte loads per thread in flight
 struct alignas(16) V16 {
   uint32_t w[4];
@@ -137,25 +133,31 @@ __device__ __forceinline__ VecSplit vec_split(const W* row, int64_t lo, int64_t 
   return v;
 }
 
-// Calls f(w, i0, m) for the words of row[lo, hi): w[0..m) are entries i0, i0 + 1, ...
-// Every thread of the block calls f equally often (m may be 0), so f may use warp
-// collectives. 16-byte loads between a scalar head and tail.
+// A compile-time count of word slots: f(Slots<S>{}, ...) lets f unroll over exactly S
+// entries (4 for float32's 16-byte loads, 8 for 16-bit words, 1 for a scalar) instead of
+// kVec predicated slots, which for float32 doubled the element loop's instructions.
+template <int S>
+using Slots = std::integral_constant<int, S>;
+
+// Calls f(Slots<S>{}, w, i0, m) for the words of row[lo, hi): w[0..m) are entries i0,
+// i0 + 1, ..., m <= S. Every thread of the block calls f equally often (m may be 0), so f
+// may use warp collectives. 16-byte loads between a scalar head and tail.
 template <class W, class F>
 __device__ __forceinline__ void for_words(const W* row, int64_t lo, int64_t hi, F& f) {
   constexpr int E = 16 / (int)sizeof(W);
-  W w[kVec];
   const VecSplit sp = vec_split(row, lo, hi);
   const int64_t a = sp.a, nvec = sp.nvec, b = sp.b, nscalar = sp.nscalar;
   for (int64_t t0 = 0; t0 < nscalar; t0 += blockDim.x) {
     const int64_t t = t0 + threadIdx.x;
     int64_t i = 0;
     int m = 0;
+    W w[1] = {W(0)};
     if (t < nscalar) {
       i = t < a - lo ? lo + t : b + (t - (a - lo));
       w[0] = row[i];
       m = 1;
     }
-    f(w, i, m);
+    f(Slots<1>{}, w, i, m);
   }
   // kUnroll 16-byte loads in flight per thread before the first is used (the passes over
   // the row are bandwidth-bound: one load at a time left them at 40% of the copy rate)
@@ -171,11 +173,12 @@ __device__ __forceinline__ void for_words(const W* row, int64_t lo, int64_t hi, 
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + (int64_t)u * blockDim.x + threadIdx.x;
       const int m = v < nvec ? E : 0;
+      W w[E];
       // split the words with shifts (little-endian), not through a W pointer into the pack
 #pragma unroll
       for (int e = 0; e < E; ++e)
         w[e] = (W)(pack[u].w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4)));
-      f(w, a + v * E, m);
+      f(Slots<E>{}, w, a + v * E, m);
     }
   }
 }
@@ -223,20 +226,44 @@ struct Out {
   }
 };
 
+// What a radix pass writes besides its histogram, fixed at compile time so that each
+// kind of pass is its own lean kernel: the first pass over a 1M-entry row, which only
+// histograms, no longer carries the filter's and the copy's code and registers (one kernel
+// for all three was 4,171 SASS instructions per 16 float32 entries, 63 registers; see
+// docs/gpu.md, "select_k on the GPU").
+// How a row pass tests an entry (radix_pass, below).
+enum RowForm : int { kNoPrefix = 0, kKeyPrefix = 1, kComposite = 2 };
+template <int F>
+using RowFormOf = std::integral_constant<int, F>;
+
+// Resident blocks per SM the row passes are compiled for (registers: 65,536 / (256 x
+// blocks)). The histogram alone fits 32 registers without spills (ptxas, sm_80 and sm_90),
+// so a full SM; the filtering passes hold their composites and fit 64.
+constexpr int kHistBlocksPerSM = 8;
+constexpr int kCopyBlocksPerSM = 4;
+
+enum PassMode : int {
+  kHistOnly = 0,     // the histogram only (the first pass; the last when it is not the second)
+  kFirstFilter = 1,  // the second pass: below-range entries to the output, the range to s1buf
+  kWriteBuf = 2,     // a middle pass: what still matches to a ping-pong buffer
+};
+
 // One radix pass: the histogram of digit [shift, shift + dbits) of the entries matching the
-// row's prefix; the row's last block fixes the digit. The second pass (first_filter) also
+// row's prefix; the row's last block fixes the digit. The second pass (kFirstFilter) also
 // writes the entries below the prefix's range to the output (all selected) and copies those
 // in the range to the row's first-filter buffer, which the next pass and the final write
-// read instead of the row; later passes (write_buf) copy them to a ping-pong buffer.
+// read instead of the row; later passes (kWriteBuf) copy them to a ping-pong buffer.
 // Sources (state.src): 0 the row, 1 / 2 ping-pong buffer 0 / 1, 3 the first-filter buffer.
-template <DType D>
-__global__ void __launch_bounds__(kThreads)
+template <DType D, int kMode>
+__global__ void __launch_bounds__(kThreads, kMode == kHistOnly ? kHistBlocksPerSM : kCopyBlocksPerSM)
 radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, bool largest,
-           int ibits, int shift, int dbits, int first_filter, int write_buf, int64_t cap,
-           SelState* st, unsigned* hist, unsigned* arrived, unsigned long long* buf,
-           unsigned long long* s1buf, Out<typename RawKey<D>::W> out) {
+           int ibits, int shift, int dbits, int64_t cap, SelState* st, unsigned* hist,
+           unsigned* arrived, unsigned long long* buf, unsigned long long* s1buf,
+           Out<typename RawKey<D>::W> out) {
   using W = typename RawKey<D>::W;
   using Scan = cub::BlockScan<unsigned, kThreads>;
+  constexpr bool first_filter = kMode == kFirstFilter;
+  constexpr bool copying = kMode != kHistOnly;
   __shared__ unsigned h[kBins];
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int is_last;
@@ -252,22 +279,22 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
         ? s1buf + (size_t)r * (size_t)cap
         : buf + ((size_t)wb * (size_t)rows + (size_t)r) * (size_t)cap;
     unsigned* copy_cnt = first_filter ? &st[r].s1_count : &st[r].count[wb];
-    const bool copying = first_filter || write_buf;
-    // c[0..m): composites; w / i0: their words and first index (row sources only)
+    // c[0..S): composites; w / i0: their words and first index (row sources only)
     // Writes the flagged entries: `low` ones (below the range, first filter) to the output,
     // `hit` ones (in the range) to the copy buffer. c[e] is set for flagged entries only.
-    auto commit = [&](const unsigned long long (&c)[kVec], const W* w, int64_t i0, unsigned hit,
-                      unsigned nhit, unsigned low, unsigned nlow) {
+    auto commit = [&](auto slots, const unsigned long long* c, const W* w, int64_t i0,
+                      unsigned hit, unsigned nhit, unsigned low, unsigned nlow) {
+      constexpr int S = decltype(slots)::value;
       if (first_filter && __any_sync(kFull, nlow != 0)) {
         unsigned slot = warp_reserve(&st[r].out_count, nlow);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e)
+        for (int e = 0; e < S; ++e)
           if (low & (1u << e)) out.put(r, slot++, c[e], i0 + e, w[e]);
       }
-      if (copying && __any_sync(kFull, nhit != 0)) {
+      if (__any_sync(kFull, nhit != 0)) {
         unsigned slot = warp_reserve(copy_cnt, nhit);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
+        for (int e = 0; e < S; ++e) {
           if (hit & (1u << e)) {
             if (slot < (unsigned)cap) copy_to[slot] = c[e];
             ++slot;
@@ -279,39 +306,75 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
       const W* row = x + (size_t)r * (size_t)n;
       int64_t lo, hi;
       chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
-      // While the fixed bits all lie in the key part (the first passes), the prefix test,
-      // the below-range test and (digit within the key) the digit are 32-bit operations on
-      // the key; the 64-bit composite is built only for the entries that are written.
-      const bool key_only = (M & low_bits(ibits)) == 0;
+      // Three forms of the entry test, each its own loop, chosen once per row, not per
+      // entry: no prefix yet (the first pass: every entry counts); a prefix and a digit
+      // within the key part (the next passes), where the tests and the digit are 32-bit
+      // operations on the key and the 64-bit composite is built only for entries that are
+      // written; and the general form on the composite.
+      const bool key_form = (M & low_bits(ibits)) == 0 && shift >= ibits;
       const uint32_t Mk = (uint32_t)(M >> ibits), Pk = (uint32_t)(P >> ibits);
-      const bool digit_in_key = shift >= ibits;
-      const int kshift = digit_in_key ? shift - ibits : 0;
-      auto on_words = [&](const W* w, int64_t i0, int m) {
-        unsigned long long c[kVec];
-        unsigned hit = 0, nhit = 0, low = 0, nlow = 0;
+      const int kshift = shift >= ibits ? shift - ibits : 0;
+      // m is 0 or S (for_words): the test is per call, not per entry
+      auto on_words = [&](auto slots, auto form, const W* w, int64_t i0, int m) {
+        constexpr int S = decltype(slots)::value;
+        constexpr int F = decltype(form)::value;
+        if (!copying) {  // the histogram alone (no warp collective: a thread may skip)
+          if (m == 0) return;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          c[e] = 0;
-          if (e < m) {
+          for (int e = 0; e < S; ++e) {
+            const uint32_t key = RawKey<D>::key(w[e], largest);
+            if (F == kNoPrefix) {
+              atomicAdd(&h[(key >> kshift) & dmask], 1u);
+            } else if (F == kKeyPrefix) {
+              if ((key & Mk) == Pk) atomicAdd(&h[(key >> kshift) & dmask], 1u);
+            } else {
+              const unsigned long long ce = ((unsigned long long)key << ibits) | (unsigned long long)(i0 + e);
+              if ((ce & M) == P) atomicAdd(&h[(unsigned)(ce >> shift) & dmask], 1u);
+            }
+          }
+          return;
+        }
+        constexpr bool kKey = F != kComposite;
+        unsigned long long c[S];
+        unsigned hit = 0, nhit = 0, low = 0, nlow = 0;
+        if (m != 0) {
+#pragma unroll
+          for (int e = 0; e < S; ++e) {
+            c[e] = 0;
             const uint32_t key = RawKey<D>::key(w[e], largest);
             const unsigned long long ce = ((unsigned long long)key << ibits) | (unsigned long long)(i0 + e);
-            const bool match = key_only ? (key & Mk) == Pk : (ce & M) == P;
+            const bool match = kKey ? (key & Mk) == Pk : (ce & M) == P;
             if (match) {
-              const unsigned d = digit_in_key ? (key >> kshift) & dmask : (unsigned)(ce >> shift) & dmask;
+              const unsigned d = kKey ? (key >> kshift) & dmask : (unsigned)(ce >> shift) & dmask;
               atomicAdd(&h[d], 1u);
               c[e] = ce;
               hit |= 1u << e;
               ++nhit;
-            } else if (first_filter && (key_only ? key < Pk : ce < P)) {
+            } else if (first_filter && (kKey ? key < Pk : ce < P)) {
               c[e] = ce;
               low |= 1u << e;
               ++nlow;
             }
           }
         }
-        commit(c, w, i0, hit, nhit, low, nlow);
+        commit(slots, c, w, i0, hit, nhit, low, nlow);
       };
-      for_words(row, lo, hi, on_words);
+      if (!copying && M == 0 && shift >= ibits) {  // the first pass
+        auto f = [&](auto slots, const W* w, int64_t i0, int m) {
+          on_words(slots, RowFormOf<kNoPrefix>{}, w, i0, m);
+        };
+        for_words(row, lo, hi, f);
+      } else if (key_form) {
+        auto f = [&](auto slots, const W* w, int64_t i0, int m) {
+          on_words(slots, RowFormOf<kKeyPrefix>{}, w, i0, m);
+        };
+        for_words(row, lo, hi, f);
+      } else {
+        auto f = [&](auto slots, const W* w, int64_t i0, int m) {
+          on_words(slots, RowFormOf<kComposite>{}, w, i0, m);
+        };
+        for_words(row, lo, hi, f);
+      }
     } else {
       const unsigned long long* in = s.src == 3
           ? s1buf + (size_t)r * (size_t)cap
@@ -319,10 +382,10 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
       const unsigned avail = s.src == 3 ? s.s1_count : (s.src == 1 ? s.count[0] : s.count[1]);
       int64_t lo, hi;
       chunk_of((int64_t)avail, blockIdx.x, gridDim.x, &lo, &hi);
-      const W none[kVec] = {};
+      const W none[1] = {W(0)};
       for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
         const int64_t i = t0 + threadIdx.x;
-        unsigned long long c[kVec] = {};
+        unsigned long long c[1] = {0};
         unsigned hit = 0;
         if (i < hi) {
           c[0] = in[i];
@@ -331,7 +394,8 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
             hit = 1;
           }
         }
-        commit(c, none, 0, hit, hit, 0, 0);  // a buffer holds no below-range entries
+        // a buffer holds no below-range entries
+        if (copying) commit(Slots<1>{}, c, none, 0, hit, hit, 0, 0);
       }
     }
     __syncthreads();
@@ -380,7 +444,7 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
           w->p1_mask = M;
           w->s1 = wrote <= (unsigned)cap ? 1u : 2u;
           w->src = wrote <= (unsigned)cap ? 3u : 0u;
-        } else if (write_buf) {
+        } else if (copying) {
           const unsigned wrote = *(volatile unsigned*)&w->count[wb];
           const bool fits = wrote <= (unsigned)cap;
           w->src = fits ? (unsigned)(wb + 1) : (s.s1 == 1 ? 3u : 0u);
@@ -412,10 +476,11 @@ write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, bool lar
     unsigned* out_cnt = &st[r].out_count;
     const W* row = x + (size_t)r * (size_t)n;
     // c[0..m) in the range of the first filter (or every entry, when it did not run)
-    auto take = [&](const unsigned long long (&c)[kVec], const W* w, int m, bool gather) {
+    auto take = [&](auto slots, const unsigned long long* c, const W* w, int m, bool gather) {
+      constexpr int S = decltype(slots)::value;
       unsigned hit = 0, nhit = 0;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
+      for (int e = 0; e < S; ++e) {
         if (e < m && c[e] <= T) {
           hit |= 1u << e;
           ++nhit;
@@ -424,7 +489,7 @@ write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, bool lar
       if (!__any_sync(kFull, nhit != 0)) return;
       unsigned slot = warp_reserve(out_cnt, nhit);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
+      for (int e = 0; e < S; ++e) {
         if (hit & (1u << e)) {
           const int64_t i = (int64_t)(c[e] & imask);
           out.put(r, slot++, c[e], i, gather ? (out.mode == 0 ? row[i] : W(0)) : w[e]);
@@ -437,28 +502,27 @@ write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, bool lar
       chunk_of((int64_t)s.s1_count, blockIdx.x, gridDim.x, &lo, &hi);
       for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
         const int64_t i = t0 + threadIdx.x;
-        unsigned long long c[kVec] = {};
+        unsigned long long c[1] = {0};
         int m = 0;
         if (i < hi) {
           c[0] = in[i];
           m = 1;
         }
-        take(c, nullptr, m, true);
+        take(Slots<1>{}, c, nullptr, m, true);
       }
     } else {
       int64_t lo, hi;
       chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
       const bool in_range_only = s.s1 == 2;  // the below-range entries are already written
-      auto on_words = [&](const W* w, int64_t i0, int m) {
-        unsigned long long c[kVec];
-        int mm = 0;
+      auto on_words = [&](auto slots, const W* w, int64_t i0, int m) {
+        constexpr int S = decltype(slots)::value;
+        unsigned long long c[S];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
+        for (int e = 0; e < S; ++e) {
           c[e] = e < m ? ((unsigned long long)RawKey<D>::key(w[e], largest) << ibits) | (unsigned long long)(i0 + e) : ~0ull;
           if (in_range_only && (c[e] & s.p1_mask) != s.p1_prefix) c[e] = ~0ull;  // never <= T
-          mm = e < m ? e + 1 : mm;
         }
-        take(c, w, mm, false);
+        take(slots, c, w, m, false);
       };
       for_words(row, lo, hi, on_words);
     }
@@ -675,13 +739,13 @@ int sm_count() {
 // One wave of resident pass blocks over all rows (fewer, longer blocks than 8 per SM: the
 // first roofline run saw each row pass at 40% of the copy rate with 2.7 waves of short
 // blocks, whose histogram zeroing, flush and ticket weigh on ~4 loads per thread).
-template <DType D>
+template <DType D, int kMode>
 int blocks_per_row(int64_t rows, int64_t n) {
   static int resident[3] = {0, 0, 0};  // per dtype: the pass kernel's blocks per SM
   int& per_sm = resident[(int)D];
   if (per_sm == 0) {
     int b = 0;
-    RASFAST_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, radix_pass<D>, kThreads, 0));
+    RASFAST_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, radix_pass<D, kMode>, kThreads, 0));
     per_sm = std::max(1, b);
   }
   const int64_t by_size = (n + 8191) / 8192;  // >= 8192 entries per block
@@ -825,7 +889,10 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   unsigned long long* keys = sorted ? reinterpret_cast<unsigned long long*>(base + L.keys) : nullptr;
   RASFAST_CUDA_CHECK(cudaMemsetAsync(base, 0, L.zero_bytes, stream));
 
-  const int nblk = blocks_per_row<D>(rows, n);
+  // each kind of row pass gets a wave of its own resident blocks (the first pass, the
+  // histogram alone, holds twice as many per SM as the filtering passes)
+  const int nblk = blocks_per_row<D, kFirstFilter>(rows, n);
+  const int nblk_hist = blocks_per_row<D, kHistOnly>(rows, n);
   const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
   const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
   const Out<W> sink{mode, L.tb, k, L.group, out, out_vals, keys};
@@ -835,14 +902,22 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   for (int p = 0; p < passes; ++p) {
     const int dbits = std::min(kDigitBits, remaining);
     remaining -= dbits;
-    const int first_filter = p == 1 ? 1 : 0;
-    const int write_buf = (p >= 2 && p + 1 < passes) ? 1 : 0;
+    const bool first_filter = p == 1;
+    const bool write_buf = p >= 2 && p + 1 < passes;
     // from the third pass on, the source is a buffer of at most N/8 entries (the row only
     // after an overflow: tied data), and most rows are done: a lighter grid launches faster
-    const dim3 g = p >= 2 ? dim3((unsigned)std::max(1, nblk / 8), grid.y) : grid;
-    radix_pass<D><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
-                                                 first_filter, write_buf, L.cap, st, hist, arrived,
-                                                 buf, s1buf, sink);
+    const dim3 g = p >= 2 ? dim3((unsigned)std::max(1, nblk / 8), grid.y)
+                          : (p == 0 ? dim3((unsigned)nblk_hist, grid.y) : grid);
+    if (first_filter) {
+      radix_pass<D, kFirstFilter><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
+                                                              L.cap, st, hist, arrived, buf, s1buf, sink);
+    } else if (write_buf) {
+      radix_pass<D, kWriteBuf><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
+                                                           L.cap, st, hist, arrived, buf, s1buf, sink);
+    } else {
+      radix_pass<D, kHistOnly><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
+                                                           L.cap, st, hist, arrived, buf, s1buf, sink);
+    }
     RASFAST_CUDA_CHECK(cudaGetLastError());
   }
   write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, L.ibits, st, L.cap, s1buf, sink);
