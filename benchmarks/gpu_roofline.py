@@ -534,21 +534,35 @@ def host_profile(dev, emulate: bool):
     return out.getvalue()
 
 
+NCU_ENTRIES = 16 * 1_000_000  # the probe's input: 16 x 1M float32
+NCU_CALLS = (10, 10_000)       # the filtered pass, then the radix passes (k > 256)
+NCU_METRICS = ("dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,"
+               "smsp__thread_inst_executed.sum,launch__registers_per_thread,"
+               "sm__warps_active.avg.pct_of_peak_sustained_active")
+
+
 def ncu_select(emulate: bool):
-    """DRAM bytes of one 16 x 1M float32 select_k call (k = 10) by Nsight Compute, per kernel."""
+    """Nsight Compute on two 16 x 1M float32 select_k calls (k = 10, then 10,000), per kernel:
+    DRAM bytes, time, executed thread instructions (per entry of the row for the row passes:
+    benchmarks/select_sass_model.py's static count, measured), registers, achieved occupancy."""
     exe = shutil.which("ncu")
     if emulate or exe is None:
         return {"skipped": "no GPU" if emulate else "ncu not on the PATH"}
     cmd = [exe, "--csv", "--clock-control", "none",
            "--kernel-name", "regex:filter_topk|radix_pass|write_selected|sort_rows_small|decode_sorted|RadixSort",
-           "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum",
-           sys.executable, os.path.abspath(__file__), "--ncu-probe"]
+           "--metrics", NCU_METRICS, sys.executable, os.path.abspath(__file__), "--ncu-probe"]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
+    return parse_ncu_csv(res.stdout) | {"rc": res.returncode, "stderr_tail": res.stderr[-500:]}
+
+
+def parse_ncu_csv(text: str) -> dict:
+    """Per-kernel metrics from ``ncu --csv`` output, each kernel tagged with the probe call
+    (k) it belongs to: the k = 10 call runs the filtered pass, the other the radix passes."""
     kernels = {}
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         cells = [c.strip('"') for c in line.split('","')]
         if len(cells) < 10 or not cells[-1].replace(",", "").replace(".", "").isdigit():
             continue
@@ -556,19 +570,50 @@ def ncu_select(emulate: bool):
         scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
                  "msecond": 1e6}.get(unit, 1)
         kernels.setdefault((cells[0], name), {})[metric] = value * scale
-    read = sum(v.get("dram__bytes_read.sum", 0) for v in kernels.values())
-    write = sum(v.get("dram__bytes_write.sum", 0) for v in kernels.values())
-    return {"kernels": [{"id": k[0], "name": k[1], **v} for k, v in kernels.items()],
-            "dram_read_bytes": read, "dram_write_bytes": write,
-            "model_min_bytes": 16 * 1_000_000 * 4, "rc": res.returncode,
-            "stderr_tail": res.stderr[-500:]}
+    out, call = [], NCU_CALLS[0]
+    for (kid, name), v in sorted(kernels.items(), key=lambda kv: int(kv[0][0]) if kv[0][0].isdigit() else 0):
+        if "radix_pass" in name:
+            call = NCU_CALLS[1]
+        out.append({"id": kid, "name": name, "k": call, **v})
+    per_call = {k: {"read": sum(r.get("dram__bytes_read.sum", 0) for r in out if r["k"] == k),
+                    "write": sum(r.get("dram__bytes_write.sum", 0) for r in out if r["k"] == k)}
+                for k in NCU_CALLS}
+    return {"kernels": out, "per_call": per_call,
+            "dram_read_bytes": sum(c["read"] for c in per_call.values()),
+            "dram_write_bytes": sum(c["write"] for c in per_call.values()),
+            "model_min_bytes": NCU_ENTRIES * 4}
 
 
 def ncu_probe():
-    """One select_k call: the profiled process (its kernels only, by name)."""
+    """The profiled process: one select_k call per k of NCU_CALLS (its kernels only, by name)."""
     x = torch.randn(16, 1_000_000, device="cuda")
-    rasfast.select_k(x, 10, backend="cuda")
+    for k in NCU_CALLS:
+        rasfast.select_k(x, k, backend="cuda")
     torch.cuda.synchronize()
+
+
+def ncu_markdown(n) -> list:
+    L = ["", "## Nsight Compute: one select_k call at k = 10 and one at k = 10,000 (16 x 1M float32)", ""]
+    if not n.get("kernels"):
+        return L + [f"Not measured: {n}"]
+    for k, c in n.get("per_call", {}).items():
+        L.append(f"- k = {int(k):,}: DRAM read {c['read'] / 1e6:,.1f} MB, written {c['write'] / 1e6:,.1f} MB; "
+                 f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read.")
+    L += ["", "k = 10 takes the filtered pass, which reads each row once; k = 10,000 the radix "
+          "passes, which read it twice (the write pass a third time when the first filter's "
+          "buffer overflows). Instructions per entry: executed thread instructions / "
+          f"{NCU_ENTRIES:,} entries (the row passes; benchmarks/results/select_sass_model.md "
+          "has the static model).", "",
+          "| k | kernel | read MB | written MB | us | registers | achieved occupancy % | instructions per entry |",
+          "|---|---|---|---|---|---|---|---|"]
+    for r in n["kernels"]:
+        inst = r.get("smsp__thread_inst_executed.sum")
+        per = f"{inst / NCU_ENTRIES:.1f}" if inst else "-"
+        L.append(f"| {int(r['k']):,} | {r['name']} | {r.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "
+                 f"{r.get('dram__bytes_write.sum', 0) / 1e6:.2f} | {r.get('gpu__time_duration.sum', 0) / 1e3:.1f} | "
+                 f"{r.get('launch__registers_per_thread', 0):.0f} | "
+                 f"{r.get('sm__warps_active.avg.pct_of_peak_sustained_active', 0):.0f} | {per} |")
+    return L
 
 
 # ------------------------------------------------------------------------------- report
@@ -666,19 +711,7 @@ def markdown(res) -> str:
                      f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} |")
     L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
-    n = res["ncu"]
-    L += ["", "## Nsight Compute: DRAM bytes of one select_k call (16 x 1M float32, k = 10)", ""]
-    if "kernels" in n and n["kernels"]:
-        L += [f"DRAM read {n['dram_read_bytes'] / 1e6:,.1f} MB, written {n['dram_write_bytes'] / 1e6:,.1f} MB; "
-              f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read (k = 10 takes the filtered "
-              "pass, which reads each row once; the radix passes read it twice, and the write pass "
-              "a third time when the first filter's buffer overflows).", "",
-              "| kernel | read MB | written MB | us |", "|---|---|---|---|"]
-        for k in n["kernels"]:
-            L.append(f"| {k['name']} | {k.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "
-                     f"{k.get('dram__bytes_write.sum', 0) / 1e6:.2f} | {k.get('gpu__time_duration.sum', 0) / 1e3:.1f} |")
-    else:
-        L.append(f"Not measured: {n}")
+    L += ncu_markdown(res["ncu"])
     return "\n".join(L) + "\n"
 
 

@@ -70,3 +70,37 @@ def test_the_theme_benchmark_paths_run_on_the_emulator():
     rows = res["rows"]
     assert [r["B"] for r in rows] == [8, 4, 1]
     assert all(r.get("ids_agree") == 1.0 and "gemm_s" in r for r in rows), rows
+
+
+def test_ncu_csv_is_read_per_kernel_and_per_call():
+    """The Nsight Compute table (a GPU run's only check of the select SASS model) parses
+    ncu's CSV: units scaled, kernels tagged with the probe call they belong to."""
+    from benchmarks.gpu_roofline import NCU_CALLS, NCU_ENTRIES, ncu_markdown, parse_ncu_csv
+    head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",' \
+           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+
+    def row(i, kernel, metric, unit, value):
+        return (f'"{i}","1","python","h","{kernel}","1","7","(256, 1, 1)","(66, 16, 1)","0","9.0","",'
+                f'"{metric}","{unit}","{value}"')
+    text = "\n".join([
+        "==PROF== Connected to process", head,
+        row(0, "void filter_topk<0>(const float*)", "dram__bytes_read.sum", "Mbyte", "64.10"),
+        row(0, "void filter_topk<0>(const float*)", "gpu__time_duration.sum", "usecond", "25.5"),
+        row(1, "void sort_rows_small<0>(const unsigned long long*)", "dram__bytes_read.sum", "Kbyte", "10"),
+        row(2, "void radix_pass<0, 0>(const float*)", "dram__bytes_read.sum", "Mbyte", "64.00"),
+        row(2, "void radix_pass<0, 0>(const float*)", "smsp__thread_inst_executed.sum", "inst", "256,000,000"),
+        row(2, "void radix_pass<0, 0>(const float*)", "launch__registers_per_thread", "register/thread", "32"),
+        row(3, "void radix_pass<0, 1>(const float*)", "dram__bytes_read.sum", "Mbyte", "64.20"),
+        row(3, "void radix_pass<0, 1>(const float*)", "dram__bytes_write.sum", "Kbyte", "80"),
+    ])
+    n = parse_ncu_csv(text)
+    ks = {(r["id"], r["k"]) for r in n["kernels"]}
+    assert ks == {("0", 10), ("1", 10), ("2", 10_000), ("3", 10_000)}
+    assert n["per_call"][10]["read"] == pytest.approx(64.11e6)
+    assert n["per_call"][10_000] == pytest.approx({"read": 128.2e6, "write": 80e3})
+    first = next(r for r in n["kernels"] if r["id"] == "2")
+    assert first["smsp__thread_inst_executed.sum"] / NCU_ENTRIES == 16.0
+    md = "\n".join(ncu_markdown(n))
+    assert "| 10,000 | void radix_pass<0, 0>(const float*) | 64.00 | 0.00 | 0.0 | 32 | 0 | 16.0 |" in md
+    assert NCU_CALLS == (10, 10_000)
+    assert "Not measured" in "\n".join(ncu_markdown({"skipped": "no GPU"}))
