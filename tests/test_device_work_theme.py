@@ -92,6 +92,27 @@ def test_theme_scope_reads_no_corpus_and_syncs_once():
     assert torch.equal(ids, rasfast.theme_scope(q, c, K, backend="torch"))
 
 
+def test_a_per_question_call_launches_little(monkeypatch):
+    """A per-question call (B = 1, N = 20,000, K = 2,000, k = 10, validate="none") takes the
+    GEMM path (the planner's choice); on a GPU it is host-bound, each launch a few us of host
+    time. Budgets, counted on this code (thirteenth session): theme_scoped_search 15 launches
+    (was 32: the quantile shift's sample GEMM and kthvalue, 15 torch ops, ran for a scope of
+    20,000 values, and |q|^2 was computed twice), theme_scope 14 (was 16)."""
+    monkeypatch.delenv("RASFAST_THEME_PATH", raising=False)
+    g = torch.Generator().manual_seed(fresh_seed())
+    q, c = torch.rand(1, 298, generator=g), torch.rand(20_000, 298, generator=g)
+    q, c = q / q.sum(1, keepdim=True), c / c.sum(1, keepdim=True)
+    qe, e = torch.randn(1, 64, generator=g), torch.randn(20_000, 64, generator=g)
+    work, (ids, sc) = count(lambda: rasfast.theme_scoped_search(q, qe, c, e, 2_000, 10, backend="cuda",
+                                                                validate="none"), [c, e])
+    assert work.launches <= 15 and work.syncs == 0, work.summary()
+    assert set(work.watched_ops) <= {"mm"}, work.summary()  # the corpus is read to compute only
+    check_scoped_search(ids, sc, q, qe, c, e, 2_000, 10, 0.0)
+    work, scope = count(lambda: rasfast.theme_scope(q, c, 2_000, backend="cuda", validate="none"), [c])
+    assert work.launches <= 14 and work.syncs == 0, work.summary()
+    assert scope.shape == (1, 2_000)
+
+
 @pytest.mark.parametrize("op", ["theme_scoped_search", "theme_scope", "scoped_dense_search"])
 def test_scratch_costs_no_allocation_once_the_arena_has_grown(op):
     """The launchers' scratch comes from a per-stream arena kept between calls: after one

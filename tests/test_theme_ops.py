@@ -564,6 +564,7 @@ def test_quantile_shift_keeps_the_scope(metric, monkeypatch):
     q, _, c, _ = (x.to(GPU_DEVICE) for x in float_data(5, 3000, 40, 8, torch.float16, seed=7))
     q = q.float()
     monkeypatch.setattr(theme_gemm, "_SAMPLE", 256)
+    monkeypatch.setattr(theme_gemm, "_SHIFT_MIN_VALUES", 0)  # this small scope shifted too
     m = theme_gemm.quantile_shift(q, c, 300, metric)
     full = theme_gemm.theme_values(q, c, metric)
     kth = full.sort(dim=1, descending=metric == "ip").values[:, 299]
@@ -573,6 +574,25 @@ def test_quantile_shift_keeps_the_scope(metric, monkeypatch):
     ids0, vals0 = theme_gemm.scope(q, c, 300, metric, sorted=False)
     assert torch.equal(ids.sort(1).values, ids0.sort(1).values)
     torch.testing.assert_close(vals, torch.gather(full, 1, ids), atol=1e-6, rtol=1e-6)
+
+
+@cuda_kernels
+def test_small_scopes_skip_the_quantile_shift(monkeypatch):
+    """Below _SHIFT_MIN_VALUES [B, N] values (a per-question call) the scope is selected on
+    the values as they are: the shift's sample GEMM and kthvalue (about 10 launches) would
+    cost more than the select passes they save. At or above it, the shift runs."""
+    from rasfast.ops import theme_gemm
+    q, _, c, _ = (x.to(GPU_DEVICE) for x in float_data(2, 3000, 40, 8, torch.float16, seed=3))
+    q = q.float()
+    calls = []
+    real = theme_gemm.quantile_shift
+    monkeypatch.setattr(theme_gemm, "quantile_shift", lambda *a: calls.append(a) or real(*a))
+    small = theme_gemm.scope(q, c, 300, "l2", sorted=False)
+    assert calls == []
+    monkeypatch.setattr(theme_gemm, "_SHIFT_MIN_VALUES", 2 * 3000)
+    shifted = theme_gemm.scope(q, c, 300, "l2", sorted=False)
+    assert len(calls) == 1
+    assert torch.equal(small[0].sort(1).values, shifted[0].sort(1).values)
 
 
 @cuda_kernels

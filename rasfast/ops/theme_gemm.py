@@ -225,18 +225,18 @@ def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str,
                  shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger), less
     ``shift[b]`` per query when given (free in the L2 kernel's epilogue)."""
+    qn = None
     if metric == "l2":
-        qn = q.square().sum(1)
-        fused = _fused_split(q, c, corpus_norms(c), qn if shift is None else qn - shift)
+        qn = q.square().sum(1)  # once: the fused kernel's epilogue or the sum below
+        if shift is not None:
+            qn = qn - shift
+        fused = _fused_split(q, c, corpus_norms(c), qn)
         if fused is not None:
             return fused
     dots = split_products(q, c)
     if metric == "ip":
         return dots if shift is None else dots.sub_(shift[:, None])
-    qn = q.square().sum(1, keepdim=True)
-    if shift is not None:
-        qn = qn - shift[:, None]
-    return dots.mul_(-2.0).add_(corpus_norms(c)[None, :]).add_(qn)
+    return dots.mul_(-2.0).add_(corpus_norms(c)[None, :]).add_(qn[:, None])
 
 
 _SAMPLE = 8192  # corpus rows sampled for the shift's quantile estimate
@@ -282,11 +282,22 @@ def scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor,
     return _by_query_groups(lambda q_: _scope(q_, c, K, metric, sorted), q.shape[0], c.shape[0], q)
 
 
+# The fewest [B, N] values for which the quantile shift pays. Model, from the H100 at B = 64,
+# N = 5M (benchmarks/results/gpu_run5): the shift took the scope's select from 6.79 to
+# 2.81 ms, about 12 ps saved per value; what it costs at small sizes is its ~10 torch
+# launches, some 30-50 us of host time. They break even near 4M values, so below that (a
+# per-question call: B = 1, N = 20k) the select runs on the values as they are. Not yet
+# timed at the crossing.
+_SHIFT_MIN_VALUES = 1 << 22
+
+
 def _scope(q, c, K: int, metric: str, sorted: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     """(ids[B, K], theme values[B, K]) of each query's K nearest rows. The unsorted scope
-    (a set) is selected on values shifted by :func:`quantile_shift`; the sorted one is not
-    (a shifted value far from the cut may round onto its neighbour and change the order)."""
-    if sorted or K >= c.shape[0] or not shift_enabled():
+    (a set) is selected on values shifted by :func:`quantile_shift` when there are enough of
+    them to pay for it (``_SHIFT_MIN_VALUES``); the sorted one is not (a shifted value far
+    from the cut may round onto its neighbour and change the order)."""
+    if (sorted or K >= c.shape[0] or not shift_enabled()
+            or q.shape[0] * c.shape[0] < _SHIFT_MIN_VALUES):
         return _select(theme_values(q, c, metric), K, metric == "ip", sorted)
     m = quantile_shift(q, c, K, metric)
     idx, vals = _select(theme_values(q, c, metric, shift=m), K, metric == "ip", False)
