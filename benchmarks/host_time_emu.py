@@ -42,20 +42,22 @@ from machine import header_markdown, machine_info  # noqa: E402
 import rasfast  # noqa: E402
 import rasfast._threads as _threads  # noqa: E402
 from rasfast.device_work import count_device_work  # noqa: E402
+from rasfast.ops import segment as segment_mod  # noqa: E402
 from rasfast.ops import select as select_mod  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 
 
 def python_kernel(fn):
-    """fn with select_k's C++ kernels out of the way (the Python kernel function serves)."""
+    """fn with the C++ operator kernels out of the way (select_k's and segment_topk_scores'
+    Python kernel functions serve, as before those kernels)."""
     def run():
-        saved = select_mod.native_call
-        select_mod.native_call = lambda *a: False
+        saved = select_mod.native_call, segment_mod.native_call
+        select_mod.native_call = segment_mod.native_call = lambda *a: False
         try:
             return fn()
         finally:
-            select_mod.native_call = saved
+            select_mod.native_call, segment_mod.native_call = saved
     return run
 
 
@@ -81,8 +83,11 @@ def cases(quick: bool):
         ("torch.topk 16 x 4096, k = 10 (CPU: not a GPU peer; for scale)", lambda: torch.topk(x, 10, 1, False)),
         (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate auto", beam("auto")),
         (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate none", beam("none")),
-        (f"segment_topk_scores B = {B} x 40, n = 10, validate none",
+        (f"segment_topk_scores B = {B} x 40, n = 10, validate none (C++ CUDA kernel)",
          lambda: rasfast.segment_topk_scores(q, cand, cptr, 10, backend="cuda", validate="none")),
+        (f"segment_topk_scores B = {B} x 40, n = 10, validate none (Python kernel)",
+         python_kernel(lambda: rasfast.segment_topk_scores(q, cand, cptr, 10, backend="cuda",
+                                                           validate="none"))),
     ]
     return out
 

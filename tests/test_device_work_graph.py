@@ -36,6 +36,7 @@ call with a weights object concatenates its projections once, 2 more launches pe
 | segment_max_rank, checks on the device | 1 | 14 (1 + 13) | 0 | 1 (item_scores) |
 | segment_topk_scores, checks in the kernels | 1 | 4 (2 + 2) | 0 | 0 (cand_emb) |
 | segment_topk_scores with cand_ids, checks in the kernels | 1 | 4 (2 + 2) | 0 | 0 (table) |
+| segment_topk_scores, C++ CUDA operator kernel (thirteenth session) | 1 | 3 (3 + 0) | 0 | 0 (cand_emb) |
 | segment_max_rank, checks in the kernel | 1 | 3 (1 + 2) | 0 | 0 (item_scores) |
 
 (The "checks on the device" rows: the checks as torch ops on the device, read with the flag.
@@ -233,7 +234,9 @@ def seg_problem(seed, B=8, D=16, max_len=10, table=None):
     return q, c, ptr, torch.from_numpy(rng.integers(0, table, size=M))
 
 
-TOPK_LAUNCHES = 4  # measured (module docstring): the flag's fill and read, two kernels
+# measured (module docstring): the flag's fill and read, two kernels (the Python kernel); the
+# C++ CUDA operator kernel, which serves the public op: the flag's reset kernel, two kernels
+TOPK_LAUNCHES = 4
 
 
 @pytest.mark.parametrize("table", [None, 50])
@@ -243,7 +246,7 @@ def test_segment_topk_budget_and_reference(table):
     with count_device_work(watch=[c]) as w:
         got_i, got_s = rasfast.segment_topk_scores(q, c, ptr, 4, cand_ids=ids, backend="cuda")
     assert w.syncs <= 1 and w.allocs == 0 and w.watched_reads == 0, (seed, w.summary())
-    assert w.launches <= TOPK_LAUNCHES and w.kernels == 2, (seed, w.summary())
+    assert w.launches <= TOPK_LAUNCHES and w.kernels <= 3, (seed, w.summary())
     want_i, want_s = seg_ref.segment_topk_from_scores(seg_ref.candidate_scores(q, c, ptr, ids), ptr, 4)
     assert torch.equal(got_i, want_i), seed
     torch.testing.assert_close(got_s, want_s, rtol=1e-5, atol=1e-5)

@@ -117,3 +117,116 @@ def test_the_cpp_kernel_keeps_select_ks_device_budget():
             rasfast.select_k(x, k, backend="cuda")
         assert work.syncs == 0 and work.allocs == 0 and work.watched_reads == 0, work.summary()
         assert work.torch_ops == 0 and work.kernels + work.memsets <= launches, work.summary()
+
+
+# ------------------------------------------------------------------- segment_topk_scores
+# The C++ CUDA kernel launches the same two kernels (and a flag reset) through the table and
+# reads the kernels' error flag itself (validate "auto"/"full": one blocking copy; "none":
+# none). A flagged call goes to the Python kernel, which repeats it and names the argument.
+
+def seg_input(B, lens, D, dtype, with_ids, seed, ptr_dtype=torch.int64):
+    """Fresh random queries and ragged candidates (repeated rows: ties) on the device."""
+    g = torch.Generator().manual_seed(seed)
+    M = sum(lens)
+    ptr = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=ptr_dtype)
+    q = torch.randn(B, D, generator=g).to(dtype)
+    ids = None
+    if with_ids:
+        c = torch.randn(M + 5, D, generator=g).to(dtype)
+        ids = torch.randint(0, M + 5, (M,), generator=g, dtype=ptr_dtype).to(GPU_DEVICE)
+    else:
+        c = torch.randn(M, D, generator=g).to(dtype)
+        if M > 4:
+            c[::4] = c[:1]
+    return q.to(GPU_DEVICE), c.to(GPU_DEVICE), ptr.to(GPU_DEVICE), ids
+
+
+def seg_both(*args):
+    ops = torch.ops.rasfast
+    return ops.segment_topk_scores.default(*args), ops.segment_topk_scores_python.default(*args)
+
+
+def _calls_segment_python(fn) -> bool:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return any(e.name.endswith("segment_topk_scores_python") for e in prof.events())
+
+
+@cuda_kernels
+def test_segment_topk_cuda_kernel_is_attached_and_serves_ordinary_calls():
+    assert "segment_topk_scores" in _native.native_cuda_ops()
+    q, c, ptr, _ = seg_input(3, [7, 0, 20], 16, torch.float32, False, seed=1)
+    assert _library.native_call("segment_topk_scores", "cuda", q, c, ptr, None)
+    assert _native.attached_cuda() is _bk.cuda_module()
+    ops = torch.ops.rasfast
+    for backend in BACKENDS:
+        for validate in ("auto", "none"):
+            assert not _calls_segment_python(
+                lambda: ops.segment_topk_scores(q, c, ptr, 4, None, backend, validate))
+            assert not _calls_segment_python(
+                lambda: rasfast.segment_topk_scores(q, c, ptr, 4, backend=backend, validate=validate))
+    assert _calls_segment_python(lambda: ops.segment_topk_scores(q, c, ptr, 4, None, "torch", "auto"))
+    # a host index array of a device call is checked on the host: the Python kernel's path
+    if q.is_cuda:
+        assert not _library.native_call("segment_topk_scores", "cuda", q, c, ptr.cpu(), None)
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_ids", [False, True])
+@pytest.mark.parametrize("B,lens,n", [(0, [], 3), (1, [1], 1), (3, [10, 0, 30], 5),
+                                      (4, [5, 300, 1, 77], 64), (2, [2_100, 3], 2_048)])
+def test_segment_topk_equals_the_python_kernel(dtype, with_ids, B, lens, n):
+    for D, ptr_dtype in ((16, torch.int64), (13, torch.int32)):  # 16-byte rows and not
+        q, c, ptr, ids = seg_input(B, lens, D, dtype, with_ids, seed=B * 31 + D + n, ptr_dtype=ptr_dtype)
+        for backend in BACKENDS:
+            for validate in ("auto", "none"):
+                same(*seg_both(q, c, ptr, n, ids, backend, validate))
+        if B:  # a half-precision query, a non-contiguous table, and the reference's answer
+            same(*seg_both(q.half(), c, ptr, n, ids, "cuda", "auto"))
+            wide = torch.cat([c, c], 1)[:, :D]
+            same(*seg_both(q, wide, ptr, n, ids, "cuda", "auto"))
+            got = rasfast.segment_topk_scores(q, c, ptr, n, cand_ids=ids, backend="cuda")
+            want = rasfast.segment_topk_scores(q.cpu(), c.cpu(), ptr.cpu(), n,
+                                               cand_ids=None if ids is None else ids.cpu(), backend="torch")
+            # (the ids may differ within near-ties: the torch backend's GEMM rounds otherwise)
+            torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-5, atol=1e-5)
+            assert torch.equal(got[0] < 0, want[0].to(got[0].device) < 0)
+
+
+@cuda_kernels
+def test_segment_topk_bad_calls_raise_the_python_kernels_errors():
+    q, c, ptr, _ = seg_input(3, [4, 6, 5], 8, torch.float32, False, seed=3)
+    nan_c = c.clone()
+    nan_c[5, 2] = float("nan")
+    ids = torch.tensor([0, 1, 2, 99] + [3] * 11, device=GPU_DEVICE)
+    cases = [(q, nan_c, ptr, 2, None, "cuda", "auto"),                              # NaN in a scored row
+             (q, c, ptr.flip(0), 2, None, "cuda", "auto"),                          # cand_ptr decreasing
+             (q, c, ptr, 2, ids, "cuda", "auto"),                                   # an id out of range
+             (q, c, ptr, 0, None, "cuda", "auto"), (q, c, ptr, 2_049, None, "cuda", "auto"),
+             (q, c[:, :5], ptr, 2, None, "cuda", "auto"), (q, c, ptr[:3], 2, None, "cuda", "auto"),
+             (q, c, ptr, 2, None, "cuda", "sometimes"), (q, c, ptr.float(), 2, None, "cuda", "auto")]
+    for args in cases:
+        errors = []
+        for op in (torch.ops.rasfast.segment_topk_scores.default,
+                   torch.ops.rasfast.segment_topk_scores_python.default):
+            with pytest.raises(Exception) as info:
+                op(*args)
+            errors.append(info.value)
+        assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), (args[3], errors)
+    with pytest.raises(ValueError, match="cand_emb: a candidate's score is not finite"):
+        rasfast.segment_topk_scores(q, nan_c, ptr, 2, backend="cuda")
+
+
+@cuda_kernels
+@pytest.mark.skipif(not EMULATED, reason="the emulator counts the launches")
+def test_segment_topk_cpp_kernel_keeps_its_device_budget():
+    """validate="none": no host read at all (capturable); "auto": the flag's one read. Three
+    launches (the flag's reset, scoring, selection), no torch op, no allocation."""
+    q, c, ptr, _ = seg_input(8, [40] * 8, 16, torch.float32, False, seed=4)
+    for validate, syncs in (("none", 0), ("auto", 1)):
+        rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=validate)
+        with count_device_work(watch=[c]) as work:
+            rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=validate)
+        assert work.syncs == syncs and work.allocs == 0 and work.watched_reads == 0, work.summary()
+        assert work.torch_ops == 0 and work.kernels == 3 and work.memsets == 0, work.summary()

@@ -8,6 +8,7 @@
 
 #include "common/cuda_entry_points.h"
 #include "common/registry.h"
+#include "segment/segment_cuda.h"
 #include "select/select_cuda.h"
 
 namespace rasfast {
@@ -44,6 +45,36 @@ int select_k_entry_cuda(const void* x, int dtype_code, int64_t rows, int64_t n, 
   }
 }
 
+int segment_topk_scores_entry_cuda(const float* q, const void* emb, int dtype_code, int64_t D,
+                                   int64_t T, const int64_t* ids, const int64_t* ptr, int64_t B,
+                                   int64_t M, int64_t n, int vec, float* scratch, int64_t* out_ids,
+                                   float* out_scores, int64_t* err, int64_t* flag_out,
+                                   void* stream) {
+  // the binding's requirements (segment/segment_cuda.cpp), as a status
+  if (dtype_code < 0 || dtype_code > 2 || B < 0 || D < 1 || T < 0 || M < 0 ||
+      M >= (int64_t(1) << 32) || n < 1 || n > segment_cuda::kMaxN || ptr == nullptr ||
+      err == nullptr || (B > 0 && (q == nullptr || out_ids == nullptr || out_scores == nullptr)) ||
+      (M > 0 && (emb == nullptr || scratch == nullptr)))
+    return -1;
+  auto u = [](const void* v) { return reinterpret_cast<uintptr_t>(v); };
+  try {
+    segment_cuda::reset_flag(u(err), u(stream));
+    segment_cuda::topk_scores(u(q), u(emb), dtype_code, D, T, u(ids), u(ptr), B, M, n, vec != 0,
+                              u(scratch), u(out_ids), u(out_scores), u(err), u(stream));
+    if (flag_out == nullptr) return 0;
+    // the call's one host read (validate "auto"/"full"), ordered on the call's stream after
+    // the kernels. flag_out is pageable (the caller's stack): a device-to-host copy there
+    // returns only once it has completed (CUDA's API synchronisation rules), so no stream
+    // synchronisation follows it.
+    if (cudaMemcpyAsync(flag_out, err, sizeof(int64_t), cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(stream)) != cudaSuccess)
+      return -1;
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 const RasfastCudaEntries kCudaEntries = {
     kRasfastCudaEntriesAbi,
     static_cast<int32_t>(sizeof(RasfastCudaEntries)),
@@ -54,6 +85,7 @@ const RasfastCudaEntries kCudaEntries = {
 #endif
     &select_k_workspace_entry,
     &select_k_entry_cuda,
+    &segment_topk_scores_entry_cuda,
 };
 
 void bind(pybind11::module_& m) {

@@ -32,8 +32,19 @@ struct RasfastCudaEntries {
   int (*select_k)(const void* x, int dtype_code, int64_t rows, int64_t n, int64_t k,
                   int largest, int sorted, int64_t* out, void* out_vals, void* workspace,
                   size_t workspace_bytes, void* stream);
+  // segment_topk_scores (segment/segment_cuda.h): q float32 [B, D]; emb [T, D] in
+  // `dtype_code`; ids int64 [M] or null (then T = M); ptr int64 [B + 1]; scratch float32
+  // [max(M, 1)]; out [B, n]; err int64 [1] of device scratch, which the entry resets and the
+  // kernels lower. flag_out: null (no host read: the call has no synchronisation), or a host
+  // pageable int64 that receives the flag (one blocking device-to-host copy on `stream`; the
+  // kernels' no-error value is 2^62). `vec`: 16-byte loads allowed. 0 ok, -1 bad arguments
+  // or failure.
+  int (*segment_topk_scores)(const float* q, const void* emb, int dtype_code, int64_t D,
+                             int64_t T, const int64_t* ids, const int64_t* ptr, int64_t B,
+                             int64_t M, int64_t n, int vec, float* scratch, int64_t* out_ids,
+                             float* out_scores, int64_t* err, int64_t* flag_out, void* stream);
 };
 
 }  // extern "C"
 
-constexpr int32_t kRasfastCudaEntriesAbi = 1;
+constexpr int32_t kRasfastCudaEntriesAbi = 2;

@@ -20,6 +20,9 @@ constexpr int64_t kMaxN = 2048;
 constexpr int64_t kScoreError = int64_t(1) << 40;
 constexpr int64_t kNoError = int64_t(1) << 62;
 
+// Sets *err to kNoError on `stream` (one single-thread launch): for callers without torch.
+void reset_flag(uintptr_t err, uintptr_t stream);
+
 // q: float32 [B, D]; emb: [M or T, D] in storage dtype `dtype_code` (T rows); ids: int64 [M]
 // or 0 (then T = M and candidate j is row j); ptr: int64 [B + 1]; scratch: float32 [M];
 // out: int64/float32 [B, n]. `vec`: q and emb are 16-byte aligned and a row is a whole

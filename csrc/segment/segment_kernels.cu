@@ -364,6 +364,13 @@ int lanes_per_row(int64_t units) {
 
 }  // namespace
 
+__global__ void reset_flag_kernel(unsigned long long* err) { *err = (unsigned long long)kNoError; }
+
+void reset_flag(uintptr_t err, uintptr_t stream) {
+  reset_flag_kernel<<<1, 1, 0, as_stream(stream)>>>(as_dptr<unsigned long long>(err));
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
 void topk_scores(uintptr_t q, uintptr_t emb, int dtype_code, int64_t D, int64_t T,
                  uintptr_t ids, uintptr_t ptr, int64_t B, int64_t M, int64_t n, bool vec,
                  uintptr_t scratch, uintptr_t out_ids, uintptr_t out_scores, uintptr_t err,

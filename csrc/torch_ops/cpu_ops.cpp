@@ -261,12 +261,15 @@ Pair theme_scoped_search(const Tensor& q_ppd, const Tensor& q_emb, const Tensor&
 }
 
 // ------------------------------------------------------------------------ segment ops
-using TopkSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t,
-                     const std::optional<Tensor>&, Str, Str);
+using rasfast_ops::TopkSig;
 
 Pair segment_topk_scores(const Tensor& q_emb, const Tensor& cand_emb, const Tensor& cand_ptr,
                          int64_t n, const std::optional<Tensor>& cand_ids, Str backend,
                          Str validate) {
+  Pair out;  // backend "cuda" under the emulator: the CUDA kernels on CPU tensors
+  if (backend == "cuda" && rasfast_ops::segment_topk_scores_device(q_emb, cand_emb, cand_ptr, n, cand_ids,
+                                                                   backend, validate, &out))
+    return out;
   const RasfastCpuEntries* e = entries();
   const bool with_ids = cand_ids.has_value() && cand_ids->defined();
   if (e && host_backend(backend) && one_of(validate, {"auto", "full", "none"}) && n >= 1 &&

@@ -1,6 +1,8 @@
 // rasfast._torch_ops, CUDA side: C++ kernels for the CUDA dispatch key of the registered
 // operators whose GPU calls are short enough that the Python layer's host time shows
-// (select_k: 50-150 us of Python around a 100-300 us call on an H100, gpu_roofline.md).
+// (select_k: 50-150 us of Python around a 100-300 us call on an H100, gpu_roofline.md;
+// segment_topk_scores: KiRAG's per-question aligner step, 48-420 us calls, 27 us of host
+// path on the emulator's dry run before this kernel, host_time_emu.md).
 //
 // Built against torch's headers only, like cpu_ops.cpp: no CUDA toolkit, no libc10_cuda, so
 // the same library serves a CPU wheel and a CUDA one. What a CUDA kernel needs from torch is
@@ -23,6 +25,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +92,75 @@ bool select_k_device(const Tensor& x, int64_t k, bool largest, bool sorted, Str 
 
 namespace {
 
+// segment/segment_cuda.h: n at most kMaxN; the no-error value of the kernels' flag
+constexpr int64_t kSegmentMaxN = 2048;
+constexpr int64_t kSegmentNoError = int64_t(1) << 62;
+
+bool index_vector(const Tensor& t, const Tensor& like) {
+  return t.defined() && t.device() == like.device() && t.layout() == at::kStrided && t.dim() == 1 &&
+         (t.scalar_type() == at::kInt || t.scalar_type() == at::kLong);
+}
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+}  // namespace
+
+bool segment_topk_scores_device(const Tensor& q_emb, const Tensor& cand_emb,
+                                const Tensor& cand_ptr, int64_t n,
+                                const std::optional<Tensor>& cand_ids, Str backend, Str validate,
+                                Pair* out) {
+  const RasfastCudaEntries* e = serving(q_emb, backend);
+  if (e == nullptr || e->segment_topk_scores == nullptr) return false;
+  if (validate != "auto" && validate != "full" && validate != "none") return false;
+  const bool with_ids = cand_ids.has_value() && cand_ids->defined();
+  // device tensors only: host index arrays of a GPU call are checked on the host (Python)
+  if (q_emb.layout() != at::kStrided || q_emb.dim() != 2 || dtype_code(q_emb) < 0 ||
+      !cand_emb.defined() || cand_emb.device() != q_emb.device() ||
+      cand_emb.layout() != at::kStrided || cand_emb.dim() != 2 || dtype_code(cand_emb) < 0 ||
+      !index_vector(cand_ptr, q_emb) || (with_ids && !index_vector(*cand_ids, q_emb)))
+    return false;
+  const int64_t B = q_emb.size(0), D = q_emb.size(1), T = cand_emb.size(0);
+  const int64_t M = with_ids ? cand_ids->size(0) : T;
+  if (D < 1 || cand_emb.size(1) != D || cand_ptr.size(0) != B + 1 || n < 1 || n > kSegmentMaxN ||
+      M >= (int64_t(1) << 32))
+    return false;
+  c10::OptionalDeviceGuard guard;
+  if (q_emb.device().is_cuda()) guard.reset_device(q_emb.device());
+  const Tensor q = q_emb.to(at::kFloat).contiguous(), c = cand_emb.contiguous();
+  const Tensor p = cand_ptr.to(at::kLong).contiguous();
+  const Tensor ids = with_ids ? cand_ids->to(at::kLong).contiguous() : Tensor();
+  const auto opts = q.options();
+  Tensor out_i = at::empty({B, n}, opts.dtype(at::kLong)), out_s = at::empty({B, n}, opts);
+  Tensor scratch = at::empty({std::max<int64_t>(M, 1)}, opts);
+  Tensor err = at::empty({1}, opts.dtype(at::kLong));  // reset by the entry, on the stream
+  int64_t flag = kSegmentNoError;
+  // 16-byte row loads: both bases aligned, a row a whole number of vectors (as the Python kernel)
+  const bool vec = aligned16(q) && aligned16(c) && (D * 4) % 16 == 0 && (D * c.element_size()) % 16 == 0;
+  if (e->segment_topk_scores(q.data_ptr<float>(), c.data_ptr(), dtype_code(c), D, T,
+                             with_ids ? ids.data_ptr<int64_t>() : nullptr, p.data_ptr<int64_t>(), B,
+                             M, n, vec, scratch.data_ptr<float>(), out_i.data_ptr<int64_t>(),
+                             out_s.data_ptr<float>(), err.data_ptr<int64_t>(),
+                             validate == "none" ? nullptr : &flag, stream_of(q_emb)) != 0)
+    return false;
+  // a checked call read the flag (its one host sync); a lowered one goes to the Python
+  // kernel, which repeats the call and names the argument
+  if (validate != "none" && flag != kSegmentNoError) return false;
+  *out = {out_i, out_s};
+  return true;
+}
+
+namespace {
+
+Pair segment_topk_scores_cuda(const Tensor& q_emb, const Tensor& cand_emb, const Tensor& cand_ptr,
+                              int64_t n, const std::optional<Tensor>& cand_ids, Str backend,
+                              Str validate) {
+  Pair out;
+  if (segment_topk_scores_device(q_emb, cand_emb, cand_ptr, n, cand_ids, backend, validate, &out))
+    return out;
+  static auto py = python_kernel<TopkSig>("rasfast::segment_topk_scores_python");
+  return py.call(q_emb, cand_emb, cand_ptr, n, cand_ids, backend, validate);
+}
+
 Pair select_k_cuda(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend) {
   Pair out;
   if (select_k_device(x, k, largest, sorted, backend, &out)) return out;
@@ -101,9 +173,12 @@ Pair select_k_cuda(const Tensor& x, int64_t k, bool largest, bool sorted, Str ba
 
 // The ops whose CUDA kernel this library registers (rasfast/ops/_library.py reads the list and
 // registers their Python kernel under <op>_python only).
-#define RASFAST_NATIVE_CUDA_OPS "select_k"
+#define RASFAST_NATIVE_CUDA_OPS "select_k,segment_topk_scores"
 
-TORCH_LIBRARY_IMPL(rasfast, CUDA, m) { m.impl("select_k", &rasfast_ops::select_k_cuda); }
+TORCH_LIBRARY_IMPL(rasfast, CUDA, m) {
+  m.impl("select_k", &rasfast_ops::select_k_cuda);
+  m.impl("segment_topk_scores", &rasfast_ops::segment_topk_scores_cuda);
+}
 
 extern "C" {
 

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
 #include <tuple>
 
 namespace rasfast_ops {
@@ -35,5 +36,17 @@ using SelectSig = Pair(const Tensor&, int64_t, bool, bool, Str);
 // the emulator), false to hand the call to the Python kernel.
 bool select_k_device(const Tensor& x, int64_t k, bool largest, bool sorted, Str backend,
                      Pair* out);
+
+using TopkSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t,
+                     const std::optional<Tensor>&, Str, Str);
+
+// The CUDA segment_topk_scores fast path (cuda_ops.cpp): {ids, scores} into `out`, true when
+// it served the call (as select_k_device; every index tensor on q_emb's device, and with
+// validate "auto"/"full" the kernels' error flag read once and clear), false to hand the call
+// to the Python kernel, which repeats it and raises the error that names the argument.
+bool segment_topk_scores_device(const Tensor& q_emb, const Tensor& cand_emb,
+                                const Tensor& cand_ptr, int64_t n,
+                                const std::optional<Tensor>& cand_ids, Str backend, Str validate,
+                                Pair* out);
 
 }  // namespace rasfast_ops
