@@ -49,8 +49,8 @@ RESULTS = os.path.join(HERE, "results")
 
 
 def python_kernel(fn):
-    """fn with the C++ operator kernels out of the way (select_k's and segment_topk_scores'
-    Python kernel functions serve, as before those kernels)."""
+    """fn with the C++ operator kernels out of the way (the Python kernel functions of
+    select_k and the segment ops serve, as before those kernels)."""
     def run():
         saved = select_mod.native_call, segment_mod.native_call
         select_mod.native_call = segment_mod.native_call = lambda *a: False
@@ -71,6 +71,7 @@ def cases(quick: bool):
     emb, q = torch.randn(n, 16, generator=g), torch.randn(B, 16, generator=g)
     ptr, ids = torch.arange(0, B * 50 + 1, 50), torch.randint(0, n, (B * 50,), generator=g)
     cand, cptr = torch.randn(B * 40, 16, generator=g), torch.arange(0, B * 40 + 1, 40)
+    items, groups = torch.randn(B * 40, generator=g), torch.randint(0, 20, (B * 40,), generator=g)
 
     def beam(v):
         return lambda: rasfast.triple_beam_search(graph, emb, q, (ptr, ids), beam_width=10, max_len=2,
@@ -88,6 +89,11 @@ def cases(quick: bool):
         (f"segment_topk_scores B = {B} x 40, n = 10, validate none (Python kernel)",
          python_kernel(lambda: rasfast.segment_topk_scores(q, cand, cptr, 10, backend="cuda",
                                                            validate="none"))),
+        (f"segment_max_rank B = {B} x 40 items, 20 groups, k = 5, validate none (C++ CUDA kernel)",
+         lambda: rasfast.segment_max_rank(items, groups, cptr, 5, backend="cuda", validate="none")),
+        (f"segment_max_rank B = {B} x 40 items, 20 groups, k = 5, validate none (Python kernel)",
+         python_kernel(lambda: rasfast.segment_max_rank(items, groups, cptr, 5, backend="cuda",
+                                                        validate="none"))),
     ]
     return out
 

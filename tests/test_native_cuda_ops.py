@@ -8,7 +8,9 @@ emulator: the table is attached (no silent fallback), the C++ kernel gives the P
 results bit for bit (the same compiled kernels) on fresh random inputs (dtypes, odd and empty
 sizes, ties and infinities, both of select's designs, non-contiguous views), ordinary calls
 never reach the Python kernel, bad calls raise the same errors both ways, and the call keeps
-select_k's device budget (no sync, no allocation outside the caching allocator).
+select_k's device budget (no sync, no allocation outside the caching allocator). The segment
+ops' C++ CUDA kernels (segment_topk_scores, segment_max_rank) are held to the same, below, with
+their error flag read once (validate "auto") or never ("none").
 """
 import pytest
 import torch
@@ -230,3 +232,94 @@ def test_segment_topk_cpp_kernel_keeps_its_device_budget():
             rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=validate)
         assert work.syncs == syncs and work.allocs == 0 and work.watched_reads == 0, work.summary()
         assert work.torch_ops == 0 and work.kernels == 3 and work.memsets == 0, work.summary()
+
+
+# ---------------------------------------------------------------------- segment_max_rank
+
+def rank_input(lens, groups, dtype, seed, idx_dtype=torch.int64):
+    """Fresh random item scores (-inf items, repeated scores: ties) grouped at random."""
+    g = torch.Generator().manual_seed(seed)
+    M = sum(lens)
+    s = torch.randn(M, generator=g)
+    if M > 3:
+        s[::3] = s[:1]
+        s[1] = -float("inf")
+    grp = torch.randint(0, groups, (M,), generator=g, dtype=idx_dtype)
+    ptr = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=idx_dtype)
+    return s.to(dtype).to(GPU_DEVICE), grp.to(GPU_DEVICE), ptr.to(GPU_DEVICE)
+
+
+def rank_both(*args):
+    ops = torch.ops.rasfast
+    return ops.segment_max_rank.default(*args), ops.segment_max_rank_python.default(*args)
+
+
+def _calls_rank_python(fn) -> bool:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return any(e.name.endswith("segment_max_rank_python") for e in prof.events())
+
+
+@cuda_kernels
+def test_segment_max_rank_cuda_kernel_serves_ordinary_calls():
+    assert "segment_max_rank" in _native.native_cuda_ops()
+    s, grp, ptr = rank_input([9, 0, 30], 12, torch.float32, seed=2)
+    assert _library.native_call("segment_max_rank", "cuda", s, grp, ptr)
+    ops = torch.ops.rasfast
+    for backend in BACKENDS:
+        for validate in ("auto", "none"):
+            assert not _calls_rank_python(lambda: ops.segment_max_rank(s, grp, ptr, 4, backend, validate))
+            assert not _calls_rank_python(
+                lambda: rasfast.segment_max_rank(s, grp, ptr, 4, backend=backend, validate=validate))
+    assert _calls_rank_python(lambda: ops.segment_max_rank(s, grp, ptr, 4, "torch", "auto"))
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lens,groups,k", [([], 3, 2), ([1], 1, 1), ([10, 0, 30], 7, 5),
+                                           ([50, 3, 400], 200, 64), ([2_500], 3_000, 2_048)])
+def test_segment_max_rank_equals_the_python_kernel(dtype, lens, groups, k):
+    for idx_dtype in (torch.int64, torch.int32):
+        s, grp, ptr = rank_input(lens, groups, dtype, seed=len(lens) * 97 + groups + k, idx_dtype=idx_dtype)
+        for backend in BACKENDS:
+            for validate in ("auto", "none"):
+                same(*rank_both(s, grp, ptr, k, backend, validate))
+        if lens:
+            got = rasfast.segment_max_rank(s, grp, ptr, k, backend="cuda")
+            want = rasfast.segment_max_rank(s.cpu(), grp.cpu(), ptr.cpu(), k, backend="torch")
+            assert torch.equal(got[0].cpu(), want[0])
+            torch.testing.assert_close(got[1].cpu(), want[1], rtol=0, atol=0)
+
+
+@cuda_kernels
+def test_segment_max_rank_bad_calls_raise_the_python_kernels_errors():
+    s, grp, ptr = rank_input([4, 6, 5], 9, torch.float32, seed=5)
+    nan_s = s.clone()
+    nan_s[7] = float("nan")
+    far = grp.clone()
+    far[3] = 2 ** 31
+    cases = [(nan_s, grp, ptr, 2, "cuda", "auto"), (s, far, ptr, 2, "cuda", "auto"),
+             (s, -grp - 1, ptr, 2, "cuda", "auto"), (s, grp, ptr.flip(0), 2, "cuda", "auto"),
+             (s, grp, ptr, 0, "cuda", "auto"), (s, grp, ptr, 2_049, "cuda", "auto"),
+             (s, grp[:-1], ptr, 2, "cuda", "auto"), (s, grp, ptr, 2, "cuda", "maybe"),
+             (s[None], grp, ptr, 2, "cuda", "auto")]
+    for args in cases:
+        errors = []
+        for op in (torch.ops.rasfast.segment_max_rank.default,
+                   torch.ops.rasfast.segment_max_rank_python.default):
+            with pytest.raises(Exception) as info:
+                op(*args)
+            errors.append(info.value)
+        assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), (args[3], errors)
+
+
+@cuda_kernels
+@pytest.mark.skipif(not EMULATED, reason="the emulator counts the launches")
+def test_segment_max_rank_cpp_kernel_keeps_its_device_budget():
+    s, grp, ptr = rank_input([40] * 8, 30, torch.float32, seed=6)
+    for validate, syncs in (("none", 0), ("auto", 1)):
+        rasfast.segment_max_rank(s, grp, ptr, 10, backend="cuda", validate=validate)
+        with count_device_work(watch=[s]) as work:
+            rasfast.segment_max_rank(s, grp, ptr, 10, backend="cuda", validate=validate)
+        assert work.syncs == syncs and work.allocs == 0 and work.watched_reads == 0, work.summary()
+        assert work.torch_ops == 0 and work.kernels == 2 and work.memsets == 0, work.summary()

@@ -45,6 +45,16 @@ int select_k_entry_cuda(const void* x, int dtype_code, int64_t rows, int64_t n, 
   }
 }
 
+// The kernels' error flag into *flag_out (when not null): the call's one host read
+// (validate "auto"/"full"), ordered on the call's stream after its kernels. flag_out is
+// pageable (the caller's stack): a device-to-host copy there returns only once it has
+// completed (CUDA's API synchronisation rules), so no stream synchronisation follows it.
+int read_flag(const int64_t* err, int64_t* flag_out, void* stream) {
+  if (flag_out == nullptr) return 0;
+  return cudaMemcpyAsync(flag_out, err, sizeof(int64_t), cudaMemcpyDeviceToHost,
+                         static_cast<cudaStream_t>(stream)) == cudaSuccess ? 0 : -1;
+}
+
 int segment_topk_scores_entry_cuda(const float* q, const void* emb, int dtype_code, int64_t D,
                                    int64_t T, const int64_t* ids, const int64_t* ptr, int64_t B,
                                    int64_t M, int64_t n, int vec, float* scratch, int64_t* out_ids,
@@ -61,15 +71,27 @@ int segment_topk_scores_entry_cuda(const float* q, const void* emb, int dtype_co
     segment_cuda::reset_flag(u(err), u(stream));
     segment_cuda::topk_scores(u(q), u(emb), dtype_code, D, T, u(ids), u(ptr), B, M, n, vec != 0,
                               u(scratch), u(out_ids), u(out_scores), u(err), u(stream));
-    if (flag_out == nullptr) return 0;
-    // the call's one host read (validate "auto"/"full"), ordered on the call's stream after
-    // the kernels. flag_out is pageable (the caller's stack): a device-to-host copy there
-    // returns only once it has completed (CUDA's API synchronisation rules), so no stream
-    // synchronisation follows it.
-    if (cudaMemcpyAsync(flag_out, err, sizeof(int64_t), cudaMemcpyDeviceToHost,
-                        static_cast<cudaStream_t>(stream)) != cudaSuccess)
-      return -1;
-    return 0;
+    return read_flag(err, flag_out, stream);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int segment_max_rank_entry_cuda(const float* scores, const int64_t* groups, const int64_t* ptr,
+                                int64_t B, int64_t M, int64_t k, int64_t* slot_keys,
+                                uint32_t* slot_vals, int64_t* out_ids, float* out_scores,
+                                int64_t* err, int64_t* flag_out, void* stream) {
+  if (B < 0 || M < 0 || M >= (int64_t(1) << 32) || k < 1 || k > segment_cuda::kMaxN ||
+      ptr == nullptr || err == nullptr || slot_keys == nullptr || slot_vals == nullptr ||
+      (B > 0 && (out_ids == nullptr || out_scores == nullptr)) ||
+      (M > 0 && (scores == nullptr || groups == nullptr)))
+    return -1;
+  auto u = [](const void* v) { return reinterpret_cast<uintptr_t>(v); };
+  try {
+    segment_cuda::reset_flag(u(err), u(stream));
+    segment_cuda::max_rank(u(scores), u(groups), u(ptr), B, M, k, u(slot_keys), u(slot_vals),
+                           u(out_ids), u(out_scores), u(err), u(stream));
+    return read_flag(err, flag_out, stream);
   } catch (const std::exception&) {
     return -1;
   }
@@ -86,6 +108,7 @@ const RasfastCudaEntries kCudaEntries = {
     &select_k_workspace_entry,
     &select_k_entry_cuda,
     &segment_topk_scores_entry_cuda,
+    &segment_max_rank_entry_cuda,
 };
 
 void bind(pybind11::module_& m) {

@@ -43,8 +43,15 @@ struct RasfastCudaEntries {
                              int64_t T, const int64_t* ids, const int64_t* ptr, int64_t B,
                              int64_t M, int64_t n, int vec, float* scratch, int64_t* out_ids,
                              float* out_scores, int64_t* err, int64_t* flag_out, void* stream);
+  // segment_max_rank (segment/segment_cuda.h, max_rank): scores float32 [M]; groups int64
+  // [M]; ptr int64 [B + 1]; slot_keys int64 [2 max(M, 1)] and slot_vals uint32 [2 max(M, 1)]
+  // of scratch; out [B, k]; err / flag_out as for segment_topk_scores.
+  int (*segment_max_rank)(const float* scores, const int64_t* groups, const int64_t* ptr,
+                          int64_t B, int64_t M, int64_t k, int64_t* slot_keys,
+                          uint32_t* slot_vals, int64_t* out_ids, float* out_scores, int64_t* err,
+                          int64_t* flag_out, void* stream);
 };
 
 }  // extern "C"
 
-constexpr int32_t kRasfastCudaEntriesAbi = 2;
+constexpr int32_t kRasfastCudaEntriesAbi = 3;

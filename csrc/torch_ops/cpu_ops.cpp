@@ -295,10 +295,14 @@ Pair segment_topk_scores(const Tensor& q_emb, const Tensor& cand_emb, const Tens
   return py.call(q_emb, cand_emb, cand_ptr, n, cand_ids, backend, validate);
 }
 
-using RankSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t, Str, Str);
+using rasfast_ops::RankSig;
 
 Pair segment_max_rank(const Tensor& item_scores, const Tensor& item_to_group, const Tensor& ptr,
                       int64_t k, Str backend, Str validate) {
+  Pair out;  // backend "cuda" under the emulator: the CUDA kernels on CPU tensors
+  if (backend == "cuda" &&
+      rasfast_ops::segment_max_rank_device(item_scores, item_to_group, ptr, k, backend, validate, &out))
+    return out;
   const RasfastCpuEntries* e = entries();
   if (e && host_backend(backend) && one_of(validate, {"auto", "full", "none"}) && k >= 1 &&
       float_matrix(item_scores, 1) && int_vector(item_to_group) &&

@@ -2,7 +2,8 @@
 // operators whose GPU calls are short enough that the Python layer's host time shows
 // (select_k: 50-150 us of Python around a 100-300 us call on an H100, gpu_roofline.md;
 // segment_topk_scores: KiRAG's per-question aligner step, 48-420 us calls, 27 us of host
-// path on the emulator's dry run before this kernel, host_time_emu.md).
+// path on the emulator's dry run before this kernel, host_time_emu.md; segment_max_rank, its
+// document ranking, the same way).
 //
 // Built against torch's headers only, like cpu_ops.cpp: no CUDA toolkit, no libc10_cuda, so
 // the same library serves a CPU wheel and a CUDA one. What a CUDA kernel needs from torch is
@@ -149,7 +150,48 @@ bool segment_topk_scores_device(const Tensor& q_emb, const Tensor& cand_emb,
   return true;
 }
 
+bool segment_max_rank_device(const Tensor& item_scores, const Tensor& item_to_group,
+                             const Tensor& ptr, int64_t k, Str backend, Str validate, Pair* out) {
+  const RasfastCudaEntries* e = serving(item_scores, backend);
+  if (e == nullptr || e->segment_max_rank == nullptr) return false;
+  if (validate != "auto" && validate != "full" && validate != "none") return false;
+  if (item_scores.layout() != at::kStrided || item_scores.dim() != 1 || dtype_code(item_scores) < 0 ||
+      !index_vector(item_to_group, item_scores) || !index_vector(ptr, item_scores))
+    return false;
+  const int64_t M = item_scores.size(0), B = ptr.size(0) - 1;
+  if (item_to_group.size(0) != M || B < 0 || k < 1 || k > kSegmentMaxN || M >= (int64_t(1) << 32))
+    return false;
+  c10::OptionalDeviceGuard guard;
+  if (item_scores.device().is_cuda()) guard.reset_device(item_scores.device());
+  const Tensor s = item_scores.to(at::kFloat).contiguous();
+  const Tensor g = item_to_group.to(at::kLong).contiguous(), p = ptr.to(at::kLong).contiguous();
+  const auto opts = s.options();
+  Tensor out_i = at::empty({B, k}, opts.dtype(at::kLong)), out_s = at::empty({B, k}, opts);
+  // the kernel fills its own hash tables (2 slots an item)
+  Tensor slot_keys = at::empty({2 * std::max<int64_t>(M, 1)}, opts.dtype(at::kLong));
+  Tensor slot_vals = at::empty({2 * std::max<int64_t>(M, 1)}, opts.dtype(at::kInt));
+  Tensor err = at::empty({1}, opts.dtype(at::kLong));  // reset by the entry, on the stream
+  int64_t flag = kSegmentNoError;
+  if (e->segment_max_rank(s.data_ptr<float>(), g.data_ptr<int64_t>(), p.data_ptr<int64_t>(), B, M, k,
+                          slot_keys.data_ptr<int64_t>(),
+                          reinterpret_cast<uint32_t*>(slot_vals.data_ptr<int32_t>()),
+                          out_i.data_ptr<int64_t>(), out_s.data_ptr<float>(), err.data_ptr<int64_t>(),
+                          validate == "none" ? nullptr : &flag, stream_of(item_scores)) != 0)
+    return false;
+  if (validate != "none" && flag != kSegmentNoError) return false;  // named by the Python kernel
+  *out = {out_i, out_s};
+  return true;
+}
+
 namespace {
+
+Pair segment_max_rank_cuda(const Tensor& item_scores, const Tensor& item_to_group, const Tensor& ptr,
+                           int64_t k, Str backend, Str validate) {
+  Pair out;
+  if (segment_max_rank_device(item_scores, item_to_group, ptr, k, backend, validate, &out)) return out;
+  static auto py = python_kernel<RankSig>("rasfast::segment_max_rank_python");
+  return py.call(item_scores, item_to_group, ptr, k, backend, validate);
+}
 
 Pair segment_topk_scores_cuda(const Tensor& q_emb, const Tensor& cand_emb, const Tensor& cand_ptr,
                               int64_t n, const std::optional<Tensor>& cand_ids, Str backend,
@@ -173,11 +215,12 @@ Pair select_k_cuda(const Tensor& x, int64_t k, bool largest, bool sorted, Str ba
 
 // The ops whose CUDA kernel this library registers (rasfast/ops/_library.py reads the list and
 // registers their Python kernel under <op>_python only).
-#define RASFAST_NATIVE_CUDA_OPS "select_k,segment_topk_scores"
+#define RASFAST_NATIVE_CUDA_OPS "select_k,segment_topk_scores,segment_max_rank"
 
 TORCH_LIBRARY_IMPL(rasfast, CUDA, m) {
   m.impl("select_k", &rasfast_ops::select_k_cuda);
   m.impl("segment_topk_scores", &rasfast_ops::segment_topk_scores_cuda);
+  m.impl("segment_max_rank", &rasfast_ops::segment_max_rank_cuda);
 }
 
 extern "C" {

@@ -49,4 +49,10 @@ bool segment_topk_scores_device(const Tensor& q_emb, const Tensor& cand_emb,
                                 const std::optional<Tensor>& cand_ids, Str backend, Str validate,
                                 Pair* out);
 
+using RankSig = Pair(const Tensor&, const Tensor&, const Tensor&, int64_t, Str, Str);
+
+// The CUDA segment_max_rank fast path (cuda_ops.cpp), as segment_topk_scores_device.
+bool segment_max_rank_device(const Tensor& item_scores, const Tensor& item_to_group,
+                             const Tensor& ptr, int64_t k, Str backend, Str validate, Pair* out);
+
 }  // namespace rasfast_ops
