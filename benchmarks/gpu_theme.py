@@ -6,7 +6,9 @@ Measures, in one run:
 - the cuda PPD scan (pass 1 alone): corpus-PPD bytes read / s, and as a fraction of copy;
 - theme_scoped_search cuda (and triton) end to end;
 - the torch peer: f16 matmul distances + topk(K) + gather + bmm + topk (query-chunked so the
-  gathered [B, K, D] block fits), and theme_scope cuda vs torch.topk + sort.
+  gathered [B, K, D] block fits), and theme_scope cuda vs torch.topk + sort;
+- a per-question call (B = 1, N = 20,000, K = 2,000): call time and host time, with the
+  quantile shift skipped (the default there) and forced, on the planner's and the kernel path.
 Writes benchmarks/results/theme_gpu.md/.json.
 
     .venv/bin/python benchmarks/gpu_theme.py            # issue sizes (~14 GB of GPU memory)
@@ -171,6 +173,57 @@ def paths(q, qe, c, e, K, k, run, tm):
     return out
 
 
+def per_question(q, qe, c, e, run, tm, n=20_000, K=2_000, k=10, calls=50):
+    """One query over the first n rows (a RAS per-question call; host-bound on a GPU): the
+    public call with the quantile shift skipped (the default below
+    theme_gemm._SHIFT_MIN_VALUES [B, N] values) and forced, on the planner's path and on the
+    fused kernel path. Per case: the best CUDA-event span of one call (host gaps between its
+    launches included) and the host microseconds a call (``calls`` calls issued back to back,
+    then one sync). A failing case records its error and the run goes on."""
+    import time
+    q1, qe1, cs, es = q[:1], qe[:1], c[:n], e[:n]
+    rows, saved = [], theme_gemm._SHIFT_MIN_VALUES
+    for shift_label, floor in (("shift skipped (default)", saved), ("shift forced", 0)):
+        for path in ("planner", "kernel"):
+            row = {"shift": shift_label, "path": path}
+            theme_gemm._SHIFT_MIN_VALUES = floor
+            if path != "planner":
+                os.environ["RASFAST_THEME_PATH"] = path
+            try:
+                call = lambda: rasfast.theme_scoped_search(q1, qe1, cs, es, K, k, backend="cuda",  # noqa: E731
+                                                           validate="none")
+                name = f"per question N={n:,}: theme_scoped_search [{path}, {shift_label}]"
+                run(name, call)
+                row["call_ms"] = tm[name] * 1e3
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                row["host_us"] = (time.perf_counter() - t0) / calls * 1e6
+                torch.cuda.synchronize()
+            except Exception as ex:
+                row["error"] = f"{type(ex).__name__}: {str(ex)[:160]}"
+            finally:
+                theme_gemm._SHIFT_MIN_VALUES = saved
+                os.environ.pop("RASFAST_THEME_PATH", None)
+            rows.append(row)
+            print(row, flush=True)
+    return {"N": n, "K": K, "k": k, "rows": rows}
+
+
+def per_question_markdown(pq) -> list:
+    lines = ["", f"## Per question: B = 1, N = {pq['N']:,}, K = {pq['K']:,}, k = {pq['k']}, validate none", "",
+             "The quantile shift pays from about 4M [B, N] values by the model in docs/gpu.md "
+             "(theme_gemm._SHIFT_MIN_VALUES); this checks the small side of that crossing.", "",
+             "| quantile shift | path | one call, ms (CUDA events) | host us a call |", "|---|---|---:|---:|"]
+    for r in pq["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['shift']} | {r['path']} | error: {r['error']} | |")
+        else:
+            lines.append(f"| {r['shift']} | {r['path']} | {r['call_ms']:.3f} | {r['host_us']:.0f} |")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5_000_000)
@@ -223,6 +276,7 @@ def main(argv=None):
                lambda: rasfast.theme_scoped_search(q, qe, c, e, K, k, backend="cuda"))
     run("rasfast cuda theme_scope (sorted K)", lambda: rasfast.theme_scope(q, c, K, backend="cuda"))
     res["paths"] = paths(q, qe, c, e, K, k, run, tm)
+    res["per_question"] = per_question(q, qe, c, e, run, tm)
     res["gemm_mm_mode"] = theme_gemm.MM_MODE
     if not a.no_triton:
         kt = rasfast.dispatch.triton_kernels().theme  # pass 1: tl.dot (B > 8) or small-B kernel
@@ -261,6 +315,7 @@ def main(argv=None):
         lines.append(f"| {r['B']} | {f(times['kernel'])} | {f(times['gemm'])} | {f(times['gemm+gather'])} | "
                      f"{r['rule_picks']} | {fast} | {f(r.get('kernel_scope_s'))} | {f(r.get('gemm_scope_s'))} | "
                      f"{r.get('ids_agree', float('nan')) * 100:.2f}%, {r.get('ids_agree_hybrid', float('nan')) * 100:.2f}% |")
+    lines += per_question_markdown(res["per_question"])
     out.with_suffix(".md").write_text("\n".join(lines))
     print("\n".join(lines))
 
