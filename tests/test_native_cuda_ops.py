@@ -31,15 +31,30 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKENDS = ("cuda",) if EMULATED else ("cuda", "auto")
 
 
-def both(*args):
+def _kernels(op):
+    """The op's registered call (its C++ kernel) and its Python kernel."""
     ops = torch.ops.rasfast
-    return ops.select_k.default(*args), ops.select_k_python.default(*args)
+    return getattr(ops, op).default, getattr(ops, op + "_python").default
 
 
-def _calls_python_kernel(fn) -> bool:
+def both(*args, op="select_k"):
+    return tuple(kernel(*args) for kernel in _kernels(op))
+
+
+def assert_same_errors(args, op="select_k"):
+    """Both kernels raise on ``args``, the same exception type with the same message."""
+    errors = []
+    for kernel in _kernels(op):
+        with pytest.raises(Exception) as info:
+            kernel(*args)
+        errors.append(info.value)
+    assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), (op, errors)
+
+
+def _calls_python_kernel(fn, op="select_k") -> bool:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()
-    return any(e.name.endswith("select_k_python") for e in prof.events())
+    return any(e.name.endswith(op + "_python") for e in prof.events())
 
 
 @cuda_kernels
@@ -94,12 +109,7 @@ def test_bad_calls_raise_the_python_kernels_errors():
              (x[None], 2, False, True, "cuda"), (x.long(), 2, False, True, "cuda"),
              (x[:, :0], 1, False, True, "cuda"), (x, 2, False, True, "gpu")]
     for args in cases:
-        errors = []
-        for op in (torch.ops.rasfast.select_k.default, torch.ops.rasfast.select_k_python.default):
-            with pytest.raises(Exception) as info:
-                op(*args)
-            errors.append(info.value)
-        assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), errors
+        assert_same_errors(args)
     # the public op's messages name the argument, whichever way it went
     with pytest.raises(ValueError, match="k: must be <= N"):
         rasfast.select_k(x, 21, backend="cuda")
@@ -143,31 +153,20 @@ def seg_input(B, lens, D, dtype, with_ids, seed, ptr_dtype=torch.int64):
     return q.to(GPU_DEVICE), c.to(GPU_DEVICE), ptr.to(GPU_DEVICE), ids
 
 
-def seg_both(*args):
-    ops = torch.ops.rasfast
-    return ops.segment_topk_scores.default(*args), ops.segment_topk_scores_python.default(*args)
-
-
-def _calls_segment_python(fn) -> bool:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        fn()
-    return any(e.name.endswith("segment_topk_scores_python") for e in prof.events())
-
-
 @cuda_kernels
 def test_segment_topk_cuda_kernel_is_attached_and_serves_ordinary_calls():
     assert "segment_topk_scores" in _native.native_cuda_ops()
     q, c, ptr, _ = seg_input(3, [7, 0, 20], 16, torch.float32, False, seed=1)
     assert _library.native_call("segment_topk_scores", "cuda", q, c, ptr, None)
     assert _native.attached_cuda() is _bk.cuda_module()
-    ops = torch.ops.rasfast
+    ops, op = torch.ops.rasfast, "segment_topk_scores"
     for backend in BACKENDS:
         for validate in ("auto", "none"):
-            assert not _calls_segment_python(
-                lambda: ops.segment_topk_scores(q, c, ptr, 4, None, backend, validate))
-            assert not _calls_segment_python(
-                lambda: rasfast.segment_topk_scores(q, c, ptr, 4, backend=backend, validate=validate))
-    assert _calls_segment_python(lambda: ops.segment_topk_scores(q, c, ptr, 4, None, "torch", "auto"))
+            assert not _calls_python_kernel(
+                lambda: ops.segment_topk_scores(q, c, ptr, 4, None, backend, validate), op)
+            assert not _calls_python_kernel(
+                lambda: rasfast.segment_topk_scores(q, c, ptr, 4, backend=backend, validate=validate), op)
+    assert _calls_python_kernel(lambda: ops.segment_topk_scores(q, c, ptr, 4, None, "torch", "auto"), op)
     # a host index array of a device call is checked on the host: the Python kernel's path
     if q.is_cuda:
         assert not _library.native_call("segment_topk_scores", "cuda", q, c, ptr.cpu(), None)
@@ -183,11 +182,11 @@ def test_segment_topk_equals_the_python_kernel(dtype, with_ids, B, lens, n):
         q, c, ptr, ids = seg_input(B, lens, D, dtype, with_ids, seed=B * 31 + D + n, ptr_dtype=ptr_dtype)
         for backend in BACKENDS:
             for validate in ("auto", "none"):
-                same(*seg_both(q, c, ptr, n, ids, backend, validate))
+                same(*both(q, c, ptr, n, ids, backend, validate, op="segment_topk_scores"))
         if B:  # a half-precision query, a non-contiguous table, and the reference's answer
-            same(*seg_both(q.half(), c, ptr, n, ids, "cuda", "auto"))
+            same(*both(q.half(), c, ptr, n, ids, "cuda", "auto", op="segment_topk_scores"))
             wide = torch.cat([c, c], 1)[:, :D]
-            same(*seg_both(q, wide, ptr, n, ids, "cuda", "auto"))
+            same(*both(q, wide, ptr, n, ids, "cuda", "auto", op="segment_topk_scores"))
             got = rasfast.segment_topk_scores(q, c, ptr, n, cand_ids=ids, backend="cuda")
             want = rasfast.segment_topk_scores(q.cpu(), c.cpu(), ptr.cpu(), n,
                                                cand_ids=None if ids is None else ids.cpu(), backend="torch")
@@ -209,29 +208,9 @@ def test_segment_topk_bad_calls_raise_the_python_kernels_errors():
              (q, c[:, :5], ptr, 2, None, "cuda", "auto"), (q, c, ptr[:3], 2, None, "cuda", "auto"),
              (q, c, ptr, 2, None, "cuda", "sometimes"), (q, c, ptr.float(), 2, None, "cuda", "auto")]
     for args in cases:
-        errors = []
-        for op in (torch.ops.rasfast.segment_topk_scores.default,
-                   torch.ops.rasfast.segment_topk_scores_python.default):
-            with pytest.raises(Exception) as info:
-                op(*args)
-            errors.append(info.value)
-        assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), (args[3], errors)
+        assert_same_errors(args, "segment_topk_scores")
     with pytest.raises(ValueError, match="cand_emb: a candidate's score is not finite"):
         rasfast.segment_topk_scores(q, nan_c, ptr, 2, backend="cuda")
-
-
-@cuda_kernels
-@pytest.mark.skipif(not EMULATED, reason="the emulator counts the launches")
-def test_segment_topk_cpp_kernel_keeps_its_device_budget():
-    """validate="none": no host read at all (capturable); "auto": the flag's one read. Three
-    launches (the flag's reset, scoring, selection), no torch op, no allocation."""
-    q, c, ptr, _ = seg_input(8, [40] * 8, 16, torch.float32, False, seed=4)
-    for validate, syncs in (("none", 0), ("auto", 1)):
-        rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=validate)
-        with count_device_work(watch=[c]) as work:
-            rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=validate)
-        assert work.syncs == syncs and work.allocs == 0 and work.watched_reads == 0, work.summary()
-        assert work.torch_ops == 0 and work.kernels == 3 and work.memsets == 0, work.summary()
 
 
 # ---------------------------------------------------------------------- segment_max_rank
@@ -249,29 +228,18 @@ def rank_input(lens, groups, dtype, seed, idx_dtype=torch.int64):
     return s.to(dtype).to(GPU_DEVICE), grp.to(GPU_DEVICE), ptr.to(GPU_DEVICE)
 
 
-def rank_both(*args):
-    ops = torch.ops.rasfast
-    return ops.segment_max_rank.default(*args), ops.segment_max_rank_python.default(*args)
-
-
-def _calls_rank_python(fn) -> bool:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        fn()
-    return any(e.name.endswith("segment_max_rank_python") for e in prof.events())
-
-
 @cuda_kernels
 def test_segment_max_rank_cuda_kernel_serves_ordinary_calls():
     assert "segment_max_rank" in _native.native_cuda_ops()
     s, grp, ptr = rank_input([9, 0, 30], 12, torch.float32, seed=2)
     assert _library.native_call("segment_max_rank", "cuda", s, grp, ptr)
-    ops = torch.ops.rasfast
+    ops, op = torch.ops.rasfast, "segment_max_rank"
     for backend in BACKENDS:
         for validate in ("auto", "none"):
-            assert not _calls_rank_python(lambda: ops.segment_max_rank(s, grp, ptr, 4, backend, validate))
-            assert not _calls_rank_python(
-                lambda: rasfast.segment_max_rank(s, grp, ptr, 4, backend=backend, validate=validate))
-    assert _calls_rank_python(lambda: ops.segment_max_rank(s, grp, ptr, 4, "torch", "auto"))
+            assert not _calls_python_kernel(lambda: ops.segment_max_rank(s, grp, ptr, 4, backend, validate), op)
+            assert not _calls_python_kernel(
+                lambda: rasfast.segment_max_rank(s, grp, ptr, 4, backend=backend, validate=validate), op)
+    assert _calls_python_kernel(lambda: ops.segment_max_rank(s, grp, ptr, 4, "torch", "auto"), op)
 
 
 @cuda_kernels
@@ -283,7 +251,7 @@ def test_segment_max_rank_equals_the_python_kernel(dtype, lens, groups, k):
         s, grp, ptr = rank_input(lens, groups, dtype, seed=len(lens) * 97 + groups + k, idx_dtype=idx_dtype)
         for backend in BACKENDS:
             for validate in ("auto", "none"):
-                same(*rank_both(s, grp, ptr, k, backend, validate))
+                same(*both(s, grp, ptr, k, backend, validate, op="segment_max_rank"))
         if lens:
             got = rasfast.segment_max_rank(s, grp, ptr, k, backend="cuda")
             want = rasfast.segment_max_rank(s.cpu(), grp.cpu(), ptr.cpu(), k, backend="torch")
@@ -304,22 +272,27 @@ def test_segment_max_rank_bad_calls_raise_the_python_kernels_errors():
              (s, grp[:-1], ptr, 2, "cuda", "auto"), (s, grp, ptr, 2, "cuda", "maybe"),
              (s[None], grp, ptr, 2, "cuda", "auto")]
     for args in cases:
-        errors = []
-        for op in (torch.ops.rasfast.segment_max_rank.default,
-                   torch.ops.rasfast.segment_max_rank_python.default):
-            with pytest.raises(Exception) as info:
-                op(*args)
-            errors.append(info.value)
-        assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]), (args[3], errors)
+        assert_same_errors(args, "segment_max_rank")
 
 
 @cuda_kernels
 @pytest.mark.skipif(not EMULATED, reason="the emulator counts the launches")
-def test_segment_max_rank_cpp_kernel_keeps_its_device_budget():
-    s, grp, ptr = rank_input([40] * 8, 30, torch.float32, seed=6)
+@pytest.mark.parametrize("op", ["segment_topk_scores", "segment_max_rank"])
+def test_segment_cpp_kernels_keep_their_device_budget(op):
+    """validate="none": no host read at all (capturable); "auto": the flag's one read. The
+    launches: the flag's reset, then scoring and selection (segment_topk_scores) or the one
+    ranking kernel (segment_max_rank); no torch op, no allocation."""
+    if op == "segment_topk_scores":
+        q, c, ptr, _ = seg_input(8, [40] * 8, 16, torch.float32, False, seed=4)
+        watch, kernels = c, 3
+        call = lambda v: rasfast.segment_topk_scores(q, c, ptr, 10, backend="cuda", validate=v)  # noqa: E731
+    else:
+        s, grp, ptr = rank_input([40] * 8, 30, torch.float32, seed=6)
+        watch, kernels = s, 2
+        call = lambda v: rasfast.segment_max_rank(s, grp, ptr, 10, backend="cuda", validate=v)  # noqa: E731
     for validate, syncs in (("none", 0), ("auto", 1)):
-        rasfast.segment_max_rank(s, grp, ptr, 10, backend="cuda", validate=validate)
-        with count_device_work(watch=[s]) as work:
-            rasfast.segment_max_rank(s, grp, ptr, 10, backend="cuda", validate=validate)
+        call(validate)
+        with count_device_work(watch=[watch]) as work:
+            call(validate)
         assert work.syncs == syncs and work.allocs == 0 and work.watched_reads == 0, work.summary()
-        assert work.torch_ops == 0 and work.kernels == 2 and work.memsets == 0, work.summary()
+        assert work.torch_ops == 0 and work.kernels == kernels and work.memsets == 0, work.summary()
