@@ -18,7 +18,7 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     md = (tmp_path / "gpu_roofline.md").read_text()
-    for section in ("## Host synchronisations per call", "## select_k (cuda): parity and CUDA graph",
+    for section in ("## Host synchronisations and host time per call", "## select_k (cuda): parity and CUDA graph",
                     "## select_k timings", "## Nsight Compute"):
         assert section in md
     assert "Failures:" not in md
@@ -58,6 +58,7 @@ def test_the_theme_benchmark_paths_run_on_the_emulator():
             tm[name] = time.perf_counter() - t0
             return out
         res = gpu_theme.paths(q, qe, c, e, 60, 5, run, tm)
+        pq = gpu_theme.per_question(q, qe, c, e, run, tm, n=500, K=50, k=5, calls=1)
     finally:
         for k, v in old.items():
             if v is None:
@@ -70,6 +71,11 @@ def test_the_theme_benchmark_paths_run_on_the_emulator():
     rows = res["rows"]
     assert [r["B"] for r in rows] == [8, 4, 1]
     assert all(r.get("ids_agree") == 1.0 and "gemm_s" in r for r in rows), rows
+    # the per-question case: shift skipped and forced, planner and kernel path, none failing
+    assert [(r["shift"][:10], r["path"]) for r in pq["rows"]] == [
+        ("shift skip", "planner"), ("shift skip", "kernel"), ("shift forc", "planner"), ("shift forc", "kernel")]
+    assert all("error" not in r and r["host_us"] > 0 for r in pq["rows"]), pq
+    assert "| shift forced | kernel |" in "\n".join(gpu_theme.per_question_markdown(pq))
 
 
 def test_ncu_csv_is_read_per_kernel_and_per_call():
