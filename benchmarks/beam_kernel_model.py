@@ -14,6 +14,15 @@ and one pool sort merges them all. The kernel's sizes come from the built module
 ``beam_plan``; the beams' rows are sampled uniformly from the graph (an approximation: the
 real beams are the seeds' best-scoring triples).
 
+The second model is the scoring's dependent global-load round trips on a warp's critical
+path, per query, with each query's real first beams (its seeds' best b by cosine, as the
+kernel picks them). Before the batched scoring a warp scored its candidates one after
+another: the candidate's id (one trip), then its row, 12 float32 per lane at D = 384, which
+nvcc's unrolled loop (16, then 8 and 4 at a time: read from the sm_90 SASS) loads in two
+trips. Now a warp loads its batch's 32 ids at once (one trip) and scores 32 / lanes rows at
+once, 16 bytes per lane per load, ``unroll`` loads in flight per lane. A trip is one DRAM
+(or L2) latency; the bytes of a query are the same either way.
+
     RASFAST_CUDA_EMU=1 python benchmarks/beam_kernel_model.py
 """
 from __future__ import annotations
@@ -63,6 +72,49 @@ def barriers(deg, plan, b: int, seeds: int, rng, queries: int = 2000):
     return old / queries, grouped / queries, one / queries
 
 
+def old_row_trips(D: int) -> int:
+    """Trips for one row by a whole warp before: ceil(D / 32) scalar loads per lane in nvcc's
+    unrolled loop (16 at a time, then 8, then 4, then one by one)."""
+    n = -(-D // 32)
+    return n // 16 + (n % 16) // 8 + (n % 8) // 4 + n % 4
+
+
+def warp_trips(counts_per_warp, D: int, lanes: int, unroll: int, entry_bytes: int = 4, old=False):
+    """Critical-path trips of the busiest warp of a phase that spreads ``counts_per_warp``
+    candidates over the warps (candidate f to warp f % 8, in batches of 32 per warp)."""
+    if old:
+        return max(c * (1 + old_row_trips(D)) for c in counts_per_warp)
+    per16 = 16 // entry_bytes
+    vec_per_lane = -(-(-(-D // per16)) // lanes)       # 16-byte loads per lane per row
+    per_round = 32 // lanes
+    worst = 0
+    for c in counts_per_warp:
+        trips = 0
+        for b0 in range(0, c, 32):                     # a batch: one trip for its ids
+            batch = min(32, c - b0)
+            trips += 1 + -(-batch // per_round) * -(-vec_per_lane // unroll)
+        worst = max(worst, trips)
+    return worst
+
+
+def spread(total: int, warps: int = 8):
+    """Candidates per warp when candidate f goes to warp f % warps."""
+    return [len(range(w, total, warps)) for w in range(warps)]
+
+
+def load_trips(P, deg, b: int, D: int, lanes: int, unroll: int):
+    """Per query: (before, now) trips on the busiest warp's path, seeds plus one step."""
+    E, Q = P["triple_emb"], P["q_emb"]
+    old, new = [], []
+    for i, s in enumerate(P["seeds"]):
+        sc = (E[s] @ Q[i]) / np.maximum(np.linalg.norm(E[s], axis=1) * np.linalg.norm(Q[i]), 1e-30)
+        beams = s[np.argsort(-sc, kind="stable")[:b]]
+        total = int(deg[beams].sum())
+        old.append(warp_trips(spread(len(s)), D, 32, 0, old=True) + warp_trips(spread(total), D, 32, 0, old=True))
+        new.append(warp_trips(spread(len(s)), D, lanes, unroll) + warp_trips(spread(total), D, lanes, unroll))
+    return np.array(old), np.array(new)
+
+
 def main():
     import rasfast
     from beam_graph import power_law_graph
@@ -80,6 +132,19 @@ def main():
     print(f"barriers per query, one expansion step: before {old:.0f}; rows sorted at their own size, "
           f"grouped merges {grouped:.0f}; and the one-sort step {new:.0f} ({old / new:.2f}x fewer than before)")
     B, D = 1024, 384
+    from beam_graph import make_problem
+    P = make_problem(n, D, B, seeds, seed=0)
+    unroll = 2  # csrc/beam/beam_search.cu: `#pragma unroll 2` in warp_score_batch
+    print(f"load round trips on the busiest warp's path per query (seeds + one step; {B} queries of "
+          f"benchmarks/gpu_beam.py, their real first beams), float32 D = {D}:")
+    for lanes in (32, 16, 8, 4):
+        before, now = load_trips(P, deg, b, D, lanes, unroll)
+        if lanes == 32:
+            print(f"  before (a warp per candidate, one after another): mean {before.mean():.0f}, "
+                  f"max {before.max()}")
+        tag = " (the default)" if lanes == plan.get("lanes") else ""
+        print(f"  now, {lanes} lanes per candidate{tag}: mean {now.mean():.0f}, max {now.max()} "
+              f"({before.mean() / now.mean():.2f}x fewer on the mean, {before.max() / now.max():.2f}x on the max)")
     rows = B * (seeds + b * deg.mean())   # rows scored: the seeds, then every beam's whole row
     print(f"bytes: {B} queries score {rows / B:.0f} rows of {D} float32 each: {rows * D * 4 / 1e6:,.0f} MB "
           f"(without L2 reuse of hub rows): {rows * D * 4 / 2977e9 * 1e3:.2f} ms at the H100's measured "

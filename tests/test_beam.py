@@ -194,6 +194,55 @@ def test_cuda_step_paths_match_reference(combined, monkeypatch):
             assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw))
 
 
+def _misaligned(t):
+    """A contiguous copy of t whose first entry sits one entry past a 16-byte boundary."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    out = flat[1:].view(t.shape)
+    out.copy_(t)
+    assert out.is_contiguous() and out.data_ptr() % 16 != 0
+    return out
+
+
+@cuda_kernels
+@pytest.mark.parametrize("lanes", ["4", "8", "16", "32"])
+def test_cuda_scoring_lanes_and_loads_match_reference(lanes, monkeypatch):
+    """The kernel scores 32 / lanes candidates per warp at once (RASFAST_BEAM_LANES, default
+    8), with 16-byte loads where D and the bases allow and scalar loads otherwise: each way,
+    through both step paths and the seeds, equals the reference. D = 16 and 40 take the
+    16-byte loads in every dtype, D = 12 in float32 only, D = 9 and a misaligned table never;
+    rows of up to ~120 candidates and 40 seeds give warps several rounds."""
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_BEAM_LANES", lanes)
+    assert rasfast.dispatch.cuda_module().beam_plan(n=10, D=16, beam_width=2, max_len=2, max_neighbors=0,
+                                                     decay_len=1, max_deg=4)["lanes"] == int(lanes)
+    rng = np.random.default_rng(int(lanes))
+    for D, dtype, misalign in ((16, torch.float16, False), (40, torch.bfloat16, False), (12, torch.float32, False),
+                               (9, torch.float32, False), (16, torch.float32, True), (12, torch.float16, False)):
+        n = 160
+        graph = random_graph(rng, n, 60, hub=120, isolated=10)
+        emb = torch.from_numpy(quantized(rng, (n, D))).to(dtype)
+        p = dict(graph=tuple(torch.from_numpy(a) for a in graph), emb=emb,
+                 q=torch.from_numpy(quantized(rng, (4, D))), seeds=random_seeds(rng, 4, n, 40))
+        emb_g = emb.to(GPU_DEVICE)
+        pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]),
+                  emb=_misaligned(emb_g) if misalign else emb_g, q=p["q"].to(GPU_DEVICE))
+        for combined in ("0", "2048"):
+            monkeypatch.setenv("RASFAST_BEAM_COMBINED", combined)
+            kw = dict(beam_width=6, max_len=3, max_neighbors=None)
+            assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw))
+
+
+@cuda_kernels
+def test_cuda_bad_lanes_setting_is_a_clear_error(monkeypatch):
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_BEAM_LANES", "3")
+    with pytest.raises(ValueError, match="RASFAST_BEAM_LANES: expected 4, 8, 16 or 32, got '3'"):
+        rasfast.dispatch.cuda_module().beam_plan(n=10, D=16, beam_width=2, max_len=2, max_neighbors=0,
+                                                 decay_len=1, max_deg=4)
+
+
 @cuda_kernels
 @pytest.mark.parametrize("gamma", [None, 7.3])
 def test_cuda_pool_merged_per_group_and_rows_over_chunks(gamma):

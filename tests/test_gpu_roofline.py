@@ -110,3 +110,42 @@ def test_ncu_csv_is_read_per_kernel_and_per_call():
     assert "| 10,000 | void radix_pass<0, 0>(const float*) | 64.00 | 0.00 | 0.0 | 32 | 0 | 16.0 |" in md
     assert NCU_CALLS == (10, 10_000)
     assert "Not measured" in "\n".join(ncu_markdown({"skipped": "no GPU"}))
+
+
+def test_the_beam_benchmark_knobs_run_on_the_emulator():
+    """benchmarks/gpu_beam.py's knob rows (RASFAST_BEAM_COMBINED and RASFAST_BEAM_LANES, the
+    kernel-only timing) run here on a small emulated problem, each variant equal to the cpu
+    backend, and leave no knob set behind."""
+    import numpy as np
+    import torch
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_beam
+    from beam_graph import make_problem
+
+    import rasfast
+    old = os.environ.get("RASFAST_CUDA_EMU")
+    os.environ["RASFAST_CUDA_EMU"] = "1"
+    try:
+        P = make_problem(400, 32, 3, 12, seed=0)
+        kw = dict(beam_width=4, max_len=2, max_neighbors=20)
+        graph = tuple(torch.from_numpy(a) for a in P["graph"])
+        emb, q = torch.from_numpy(P["triple_emb"]), torch.from_numpy(P["q_emb"])
+        ptr = np.cumsum([0] + [len(s) for s in P["seeds"]])
+        seeds_ptr = (torch.from_numpy(ptr), torch.from_numpy(np.concatenate(P["seeds"])))
+        ref = rasfast.triple_beam_search(P["graph"], P["triple_emb"], P["q_emb"], P["seeds"], backend="cpu", **kw)
+        calls = []
+
+        def time_ms(fn):
+            calls.append(fn())
+            return 1.0
+        rows, parity = gpu_beam.knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms,
+                                      gpu_beam.kernel_call(graph, emb, q, seeds_ptr, kw, 400, 3))
+    finally:
+        if old is None:
+            os.environ.pop("RASFAST_CUDA_EMU", None)
+        else:
+            os.environ["RASFAST_CUDA_EMU"] = old
+    assert [r[0] for r in rows] == [f"cuda, float32, RASFAST_BEAM_COMBINED={c}" for c in ("0", "1024", "2048")] + [
+        f"cuda, float32, RASFAST_BEAM_LANES={n}" for n in ("32", "16", "8", "4")]
+    assert len(parity) == 7 and all(parity.values()), parity
+    assert len(calls) == 7 and "RASFAST_BEAM_LANES" not in os.environ and "RASFAST_BEAM_COMBINED" not in os.environ

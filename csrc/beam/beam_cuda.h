@@ -23,6 +23,7 @@ struct BeamCudaArgs {
   int64_t cap2;    // power of two >= b + group * m_step           (global pool)
   int64_t cap3;    // all beams' rows scored and sorted together when their lengths sum to
                    // at most cap3 (a power of two; 0: every step beam by beam)
+  int64_t lanes;   // lanes of a warp that score one candidate together (4, 8, 16 or 32)
   // device pointers
   const int64_t* indptr;
   const void* indices;

@@ -100,25 +100,93 @@ __device__ __forceinline__ int pow2_at_least(int x) {
   return p;
 }
 
-// dot(q, u + e) and |u + e|^2 by one warp (u == nullptr: u = 0); every lane gets the sums.
+struct alignas(16) V16 {  // one 16-byte load: 4 float32 or 8 16-bit entries
+  uint32_t w[4];
+};
+
+// entry i of a 16-byte word of storage type DT, as float
 template <DType DT>
-__device__ __forceinline__ void warp_score_parts(const typename Storage<DT>::type* e,
-                                                 const float* u, const float* q, int64_t D,
+__device__ __forceinline__ float word_entry(const V16& v, int i) {
+  if constexpr (DT == DType::F32) {
+    return bits_to_float(v.w[i]);
+  } else {
+    const uint16_t h = (uint16_t)(v.w[i >> 1] >> ((i & 1) * 16));
+    return Storage<DT>::load(&h, 0);
+  }
+}
+
+// dot(q, u_j + e_t) and |u_j + e_t|^2 for up to 32 candidates at once, one per lane: a lane
+// that wants a score names its triple t and the beam j whose running sum it adds (j < 0: no
+// sum, as for the seeds) and gets its two sums back. `lanes` lanes (a power of two <= 32)
+// score one candidate together, so a warp loads 32 / lanes rows at once. With a whole warp
+// per candidate, a warp's candidates were scored one after another, each a dependent DRAM
+// round trip (its id, then its row): the kernel is latency-bound, and the benchmark's slowest
+// query (hub rows among its beams) waited on ~700 trips on its busiest warp
+// (benchmarks/beam_kernel_model.py). `vec`: 16-byte loads (D a multiple of
+// 16 / sizeof(T) and aligned bases; the caller checks). Every lane of the warp must call it.
+template <DType DT>
+__device__ __forceinline__ void warp_score_batch(const typename Storage<DT>::type* emb,
+                                                 const float* u_base, const float* q, int64_t D,
+                                                 int lanes, bool vec, bool want, int64_t t, int j,
                                                  float& dot, float& nn) {
-  const int lane = threadIdx.x & 31;
-  float sd = 0.f, sn = 0.f;
-  for (int64_t k = lane; k < D; k += 32) {
-    const float x = Storage<DT>::load(e, k);
-    const float w = u ? u[k] + x : x;
-    sd += q[k] * w;
-    sn += w * w;
+  using T = typename Storage<DT>::type;
+  constexpr int E = 16 / (int)sizeof(T);
+  const unsigned full = 0xffffffffu;
+  const int lane = threadIdx.x & 31, sub = lane & (lanes - 1), grp = lane / lanes;
+  const int per_round = 32 / lanes;
+  const unsigned mask = __ballot_sync(full, want);
+  const int n = __popc(mask);
+  const int my_rank = __popc(mask & ((1u << lane) - 1u));
+  unsigned m = mask;  // set bits not yet taken, less the first grp: this group's next lane
+  for (int i = 0; i < grp; ++i) m &= m - 1u;
+  for (int r0 = 0; r0 < n; r0 += per_round) {
+    const int src = m ? __ffs((int)m) - 1 : -1;
+    for (int i = 0; i < per_round; ++i) m &= m - 1u;
+    const long long tt = __shfl_sync(full, (long long)t, src < 0 ? 0 : src);
+    const int jj = __shfl_sync(full, j, src < 0 ? 0 : src);
+    float sd = 0.f, sn = 0.f;
+    if (src >= 0) {
+      const T* e = emb + (int64_t)tt * D;
+      const float* u = jj >= 0 ? u_base + (int64_t)jj * D : nullptr;
+      if (vec) {
+        const int64_t nv = D / E;
+#pragma unroll 2  // two 16-byte row loads in flight per lane: 64 registers (see the kernel)
+        for (int64_t v = sub; v < nv; v += lanes) {
+          const V16 x = *reinterpret_cast<const V16*>(e + v * E);
+#pragma unroll
+          for (int h = 0; h < E; h += 4) {
+            const V16 qv = *reinterpret_cast<const V16*>(q + v * E + h);
+            V16 uv = {};
+            if (u) uv = *reinterpret_cast<const V16*>(u + v * E + h);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float w = bits_to_float(uv.w[i]) + word_entry<DT>(x, h + i);
+              sd += bits_to_float(qv.w[i]) * w;
+              sn += w * w;
+            }
+          }
+        }
+      } else {
+        for (int64_t k = sub; k < D; k += lanes) {
+          const float x = Storage<DT>::load(e, k);
+          const float w = u ? u[k] + x : x;
+          sd += q[k] * w;
+          sn += w * w;
+        }
+      }
+    }
+    for (int o = lanes >> 1; o > 0; o >>= 1) {
+      sd += __shfl_xor_sync(full, sd, o);
+      sn += __shfl_xor_sync(full, sn, o);
+    }
+    // the lane whose candidate this round scored takes its group's sums
+    const int from = ((my_rank - r0) & (per_round - 1)) * lanes;
+    const float gd = __shfl_sync(full, sd, from), gn = __shfl_sync(full, sn, from);
+    if (want && my_rank >= r0 && my_rank < r0 + per_round) {
+      dot = gd;
+      nn = gn;
+    }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    sd += __shfl_xor_sync(0xffffffffu, sd, o);
-    sn += __shfl_xor_sync(0xffffffffu, sn, o);
-  }
-  dot = sd;
-  nn = sn;
 }
 
 __device__ __forceinline__ float cosine(float dot, float nn, float qnorm) {
@@ -126,8 +194,11 @@ __device__ __forceinline__ float cosine(float dot, float nn, float qnorm) {
   return den > 0.f ? dot / den : 0.f;
 }
 
+// Four blocks per SM (64 registers), as before the batched scoring: without the bound its
+// unrolled row loads took 128 registers, two blocks per SM -- no more bytes in flight per SM
+// (half the warps, twice the loads each) and less to hide the sorts' barriers behind.
 template <DType DT, class Idx>
-__global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs a) {
+__global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaArgs a) {
   using T = typename Storage<DT>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   const int64_t b = a.b, L = a.L, D = a.D;
@@ -164,6 +235,17 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
   const Idx* indices = static_cast<const Idx*>(a.indices);
   float* u_base = a.scratch_u + qi * 2 * b * D;
   auto less_key = [](uint64_t x, uint64_t y) { return x < y; };
+  const int lanes = (int)a.lanes;
+  constexpr int kEntries16 = 16 / (int)sizeof(T);
+  const bool vec = D % kEntries16 == 0 && (reinterpret_cast<uintptr_t>(a.emb) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.q) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.scratch_u) & 15) == 0;
+  // a scored candidate's key (kNone and error 3 when its sums are not finite)
+  auto scored_key = [&](float dot, float nn, float sv, int64_t t) -> uint64_t {
+    if (isfinite(dot) && isfinite(nn)) return value_key(sv + cosine(dot, nn, qn), (uint32_t)t);
+    set_error(a.err, 3, t);
+    return kNone;
+  };
 
   // ---- seeds: running top-b by (score desc, id asc)
   // The offsets are checked here, not by ~8 torch launches and a Python round of checks on
@@ -185,19 +267,19 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
     const int P = pow2_at_least(m_seed + (int)(scount - base < chunk ? scount - base : chunk));
     for (int i = m_seed + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
     __syncthreads();
-    for (int c = warp; c < chunk; c += kWarps) {
-      if (base + c >= scount) break;
-      const int64_t t = a.seed_ids[s0 + base + c];
-      uint64_t key = kNone;
-      if (t >= 0 && t < a.n) {
-        float dot, nn;
-        warp_score_parts<DT>(emb + t * D, nullptr, q, D, dot, nn);
-        if (isfinite(dot) && isfinite(nn)) key = value_key(cosine(dot, nn, qn), (uint32_t)t);
-        else if (lane == 0) set_error(a.err, 3, t);
-      } else if (lane == 0) {
-        set_error(a.err, 4, t);
+    const int64_t here = scount - base < chunk ? scount - base : chunk;
+    for (int c0 = 0; c0 < here; c0 += kBeamThreads) {  // chunk <= kBeamThreads: one round
+      const int c = c0 + warp + lane * kWarps;          // candidates spread over the warps
+      int64_t t = -1;
+      bool want = false;
+      if (c < here) {
+        t = a.seed_ids[s0 + base + c];
+        want = t >= 0 && t < a.n;
+        if (!want) set_error(a.err, 4, t);
       }
-      if (lane == 0) buf[m_seed + c] = key;
+      float dot = 0.f, nn = 0.f;
+      warp_score_batch<DT>(emb, nullptr, q, D, lanes, vec, want, t, -1, dot, nn);
+      if (c < here) buf[m_seed + c] = want ? scored_key(dot, nn, 0.f, t) : kNone;
     }
     __syncthreads();
     bitonic_sort(buf, P, less_key);
@@ -252,28 +334,22 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
     float* u_next = u_base + (1 - cur) * b * D;
     for (int i = threadIdx.x; i < cap2; i += blockDim.x) pool[i] = PoolEntry{kNone, ~0u, ~0u};
     __syncthreads();
-    const int64_t nvis = nb * step;
-    // the key of candidate edge e of row [rs, re) of triple `last`, for the beam with sum u
-    // and value sv (kNone when it is excluded; errors flagged) -- by the whole warp
-    auto candidate_key = [&](int64_t e, int64_t rs, int64_t last, const float* uj, float sv) {
-      const int64_t t = (int64_t)indices[e];
-      uint64_t key = kNone;
+    // candidate edge e of row [rs, re) of triple `last`, by one lane: its triple in t; true
+    // when it is to be scored (false when excluded: visited by a beam, or an error, flagged)
+    auto candidate_ok = [&](int64_t e, int64_t rs, int64_t last, int64_t& t) -> bool {
+      t = (int64_t)indices[e];
       if (t < 0 || t >= a.n) {
-        if (lane == 0) set_error(a.err, 1, t);
-      } else if (e > rs && (int64_t)indices[e - 1] >= t) {
-        if (lane == 0) set_error(a.err, 2, last);
-      } else {
-        bool seen = false;
-        for (int64_t k = lane; k < nvis; k += 32)
-          seen |= seq[(k / step) * L + (k % step)] == t;
-        if (!__any_sync(0xffffffffu, seen)) {
-          float dot, nn;
-          warp_score_parts<DT>(emb + t * D, uj, q, D, dot, nn);
-          if (isfinite(dot) && isfinite(nn)) key = value_key(sv + cosine(dot, nn, qn), (uint32_t)t);
-          else if (lane == 0) set_error(a.err, 3, t);
-        }
+        set_error(a.err, 1, t);
+        return false;
       }
-      return key;
+      if (e > rs && (int64_t)indices[e - 1] >= t) {
+        set_error(a.err, 2, last);
+        return false;
+      }
+      for (int64_t j = 0; j < nb; ++j)
+        for (int64_t k = 0; k < step; ++k)
+          if (seq[j * L + k] == t) return false;
+      return true;
     };
     // One sort for the step when every beam's row fits the combined buffer together (and
     // their kept candidates the pool): the rows' lengths and prefix offsets, by one thread
@@ -300,16 +376,23 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
       // in its own order, so a candidate's rank is its place there -- as in the beam-by-beam
       // path, whose running top m_step of a row is the first m_step of that order
       const int64_t total = off[nb];
-      for (int64_t f = warp; f < total; f += kWarps) {
-        int64_t lo = 0, hi = nb - 1;  // the beam of f: the last j with off[j] <= f
-        while (lo < hi) {
-          const int64_t mid = (lo + hi + 1) >> 1;
-          if (off[mid] <= f) lo = mid; else hi = mid - 1;
+      for (int64_t f0 = 0; f0 < total; f0 += kBeamThreads) {
+        const int64_t f = f0 + warp + lane * kWarps;  // candidates spread over the warps
+        int64_t t = -1, lo = 0;
+        bool want = false;
+        if (f < total) {
+          int64_t hi = nb - 1;  // the beam of f: the last j with off[j] <= f
+          while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) >> 1;
+            if (off[mid] <= f) lo = mid; else hi = mid - 1;
+          }
+          const int64_t last = seq[lo * L + step - 1];
+          const int64_t rs = a.indptr[last];
+          want = candidate_ok(rs + (f - off[lo]), rs, last, t);
         }
-        const int64_t last = seq[lo * L + step - 1];
-        const int64_t rs = a.indptr[last];
-        const uint64_t key = candidate_key(rs + (f - off[lo]), rs, last, u + lo * D, s[lo]);
-        if (lane == 0) comb[f] = CombEntry{key, (uint32_t)lo, 0u};
+        float dot = 0.f, nn = 0.f;
+        warp_score_batch<DT>(emb, u, q, D, lanes, vec, want, t, (int)lo, dot, nn);
+        if (f < total) comb[f] = CombEntry{want ? scored_key(dot, nn, s[lo], t) : kNone, (uint32_t)lo, 0u};
       }
       const int P3 = pow2_at_least(total > 2 ? (int)total : 2);
       for (int64_t f = total + threadIdx.x; f < P3; f += blockDim.x) comb[f] = CombEntry{kNone, ~0u, 0u};
@@ -330,7 +413,6 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
     for (int64_t j = 0; j < nb && !fast; ++j) {
       const int64_t last = seq[j * L + step - 1];
       const int64_t rs = a.indptr[last], re = a.indptr[last + 1];
-      const float* uj = u + j * D;
       const float sj = s[j];
       for (int i = threadIdx.x; i < m_step; i += blockDim.x) buf[i] = kNone;
       __syncthreads();
@@ -340,11 +422,15 @@ __global__ void __launch_bounds__(kBeamThreads) beam_search_kernel(BeamCudaArgs 
         const int P = pow2_at_least(m_step + (int)(re - base < chunk ? re - base : chunk));
         for (int i = m_step + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
         __syncthreads();
-        for (int c = warp; c < chunk; c += kWarps) {
-          const int64_t e = base + c;
-          if (e >= re) break;
-          const uint64_t key = candidate_key(e, rs, last, uj, sj);
-          if (lane == 0) buf[m_step + c] = key;
+        const int64_t here = re - base < chunk ? re - base : chunk;
+        for (int c0 = 0; c0 < here; c0 += kBeamThreads) {  // chunk <= kBeamThreads: one round
+          const int c = c0 + warp + lane * kWarps;
+          int64_t t = -1;
+          bool want = false;
+          if (c < here) want = candidate_ok(base + c, rs, last, t);
+          float dot = 0.f, nn = 0.f;
+          warp_score_batch<DT>(emb, u, q, D, lanes, vec, want, t, (int)j, dot, nn);
+          if (c < here) buf[m_step + c] = want ? scored_key(dot, nn, sj, t) : kNone;
         }
         __syncthreads();
         bitonic_sort(buf, P, less_key);
