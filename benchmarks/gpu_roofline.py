@@ -558,33 +558,43 @@ def host_profile(dev, emulate: bool):
     return out.getvalue()
 
 
-NCU_ENTRIES = 16 * 1_000_000  # the probe's input: 16 x 1M float32
+NCU_ENTRIES = 16 * 1_000_000  # the select probes' input: 16 x 1M float32
 NCU_CALLS = (10, 10_000)       # the filtered pass, then the radix passes (k > 256)
+NCU_MORE_CALLS = (250_000,)    # the second probe: the large-k sort (cub), then the beam kernel
 NCU_METRICS = ("dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,"
                "smsp__thread_inst_executed.sum,launch__registers_per_thread,"
                "sm__warps_active.avg.pct_of_peak_sustained_active")
+NCU_KERNELS = "regex:filter_topk|radix_pass|write_selected|sort_rows_small|decode_sorted|RadixSort|beam_search"
+# the beam probe's problem: benchmarks/gpu_beam.py's (200k triples, 1,024 x 50 seeds, D = 384)
+NCU_BEAM = dict(n=200_000, dim=384, queries=1024, seeds_per_query=50)
+NCU_BEAM_MODEL_BYTES = 992e6   # benchmarks/beam_kernel_model.py: rows scored, without L2 reuse
 
 
-def ncu_select(emulate: bool):
-    """Nsight Compute on two 16 x 1M float32 select_k calls (k = 10, then 10,000), per kernel:
-    DRAM bytes, time, executed thread instructions (per entry of the row for the row passes:
-    benchmarks/select_sass_model.py's static count, measured), registers, achieved occupancy."""
+def ncu_select(emulate: bool, probe: str = "select", calls=NCU_CALLS, timeout: float = 150):
+    """Nsight Compute on the probe's calls (``select``: two 16 x 1M float32 select_k calls,
+    k = 10 and 10,000; ``more``: k = 250,000, whose cub sort dominates, and one beam search
+    at gpu_beam.py's shape), per kernel: DRAM bytes, time, executed thread instructions
+    (per entry of the row for the row passes: benchmarks/select_sass_model.py's static
+    count, measured), registers, achieved occupancy."""
     exe = shutil.which("ncu")
     if emulate or exe is None:
         return {"skipped": "no GPU" if emulate else "ncu not on the PATH"}
-    cmd = [exe, "--csv", "--clock-control", "none",
-           "--kernel-name", "regex:filter_topk|radix_pass|write_selected|sort_rows_small|decode_sorted|RadixSort",
-           "--metrics", NCU_METRICS, sys.executable, os.path.abspath(__file__), "--ncu-probe"]
+    if timeout < 20:
+        return {"skipped": f"{timeout:.0f} s left of the roofline's time limit"}
+    cmd = [exe, "--csv", "--clock-control", "none", "--kernel-name", NCU_KERNELS,
+           "--metrics", NCU_METRICS, sys.executable, os.path.abspath(__file__), "--ncu-probe", probe]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
-    return parse_ncu_csv(res.stdout) | {"rc": res.returncode, "stderr_tail": res.stderr[-500:]}
+    return parse_ncu_csv(res.stdout, calls) | {"rc": res.returncode, "stderr_tail": res.stderr[-500:]}
 
 
-def parse_ncu_csv(text: str) -> dict:
-    """Per-kernel metrics from ``ncu --csv`` output, each kernel tagged with the probe call
-    (k) it belongs to: the k = 10 call runs the filtered pass, the other the radix passes."""
+def parse_ncu_csv(text: str, calls=NCU_CALLS) -> dict:
+    """Per-kernel metrics from ``ncu --csv`` output, each kernel tagged with the probe call it
+    belongs to: select_k calls in ``calls`` order (a call starts at its first row pass --
+    ``filter_topk`` or ``radix_pass`` -- after the previous call's last kernel, its sort or
+    decode), and "beam" for the beam kernel."""
     kernels = {}
     for line in text.splitlines():
         cells = [c.strip('"') for c in line.split('","')]
@@ -594,46 +604,84 @@ def parse_ncu_csv(text: str) -> dict:
         scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
                  "msecond": 1e6}.get(unit, 1)
         kernels.setdefault((cells[0], name), {})[metric] = value * scale
-    out, call = [], NCU_CALLS[0]
+    out, ci, ended = [], -1, True
     for (kid, name), v in sorted(kernels.items(), key=lambda kv: int(kv[0][0]) if kv[0][0].isdigit() else 0):
-        if "radix_pass" in name:
-            call = NCU_CALLS[1]
+        if "beam_search" in name:
+            call = "beam"
+        else:
+            if ended and ("filter_topk" in name or "radix_pass" in name):
+                ci += 1
+            call = calls[min(max(ci, 0), len(calls) - 1)]
+            ended = "sort_rows_small" in name or "decode_sorted" in name
         out.append({"id": kid, "name": name, "k": call, **v})
+    keys = list(calls) + (["beam"] if any(r["k"] == "beam" for r in out) else [])
     per_call = {k: {"read": sum(r.get("dram__bytes_read.sum", 0) for r in out if r["k"] == k),
-                    "write": sum(r.get("dram__bytes_write.sum", 0) for r in out if r["k"] == k)}
-                for k in NCU_CALLS}
+                    "write": sum(r.get("dram__bytes_write.sum", 0) for r in out if r["k"] == k),
+                    "ns": sum(r.get("gpu__time_duration.sum", 0) for r in out if r["k"] == k)}
+                for k in keys}
     return {"kernels": out, "per_call": per_call,
             "dram_read_bytes": sum(c["read"] for c in per_call.values()),
             "dram_write_bytes": sum(c["write"] for c in per_call.values()),
             "model_min_bytes": NCU_ENTRIES * 4}
 
 
-def ncu_probe():
-    """The profiled process: one select_k call per k of NCU_CALLS (its kernels only, by name)."""
-    x = torch.randn(16, 1_000_000, device="cuda")
-    for k in NCU_CALLS:
-        rasfast.select_k(x, k, backend="cuda")
-    torch.cuda.synchronize()
+def ncu_probe(which: str = "select", dev=None, small: bool = False):
+    """The profiled process: one select_k call per k of the probe (its kernels only, by
+    name), and for ``more`` one beam search on device arrays. ``dev``/``small``: the
+    emulator's test runs the same code on tiny inputs."""
+    dev = dev or torch.device("cuda")
+    x = torch.randn(2 if small else 16, 5_000 if small else 1_000_000).to(dev)
+    for k in (NCU_CALLS if which == "select" else NCU_MORE_CALLS):
+        rasfast.select_k(x, min(k, x.shape[1] // 2) if small else k, backend="cuda")
+    if which == "more":
+        del x
+        from beam_graph import make_problem
+        P = make_problem(**(dict(n=500, dim=16, queries=3, seeds_per_query=5) if small else NCU_BEAM), seed=0)
+        graph = tuple(torch.from_numpy(a).to(dev) for a in P["graph"])
+        emb, q = torch.from_numpy(P["triple_emb"]).to(dev), torch.from_numpy(P["q_emb"]).to(dev)
+        ptr = torch.from_numpy(np.cumsum([0] + [len(s) for s in P["seeds"]])).to(dev)
+        ids = torch.from_numpy(np.concatenate(P["seeds"])).to(dev)
+        # one call, so one beam kernel (the device CSR's one check on its first search runs
+        # torch ops, which the kernel-name filter leaves out)
+        out = rasfast.triple_beam_search(graph, emb, q, (ptr, ids), beam_width=10, max_len=2,
+                                         max_neighbors=100, backend="cuda")
+        if small:
+            return out
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
 
 
-def ncu_markdown(n) -> list:
-    L = ["", "## Nsight Compute: one select_k call at k = 10 and one at k = 10,000 (16 x 1M float32)", ""]
+def _call_label(k) -> str:
+    return "beam" if k == "beam" else f"{int(k):,}"
+
+
+def ncu_markdown(n, title: str = "one select_k call at k = 10 and one at k = 10,000 (16 x 1M float32)") -> list:
+    L = ["", f"## Nsight Compute: {title}", ""]
     if not n.get("kernels"):
         return L + [f"Not measured: {n}"]
     for k, c in n.get("per_call", {}).items():
-        L.append(f"- k = {int(k):,}: DRAM read {c['read'] / 1e6:,.1f} MB, written {c['write'] / 1e6:,.1f} MB; "
-                 f"the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read.")
-    L += ["", "k = 10 takes the filtered pass, which reads each row once; k = 10,000 the radix "
+        if k == "beam":
+            us = c["ns"] / 1e3
+            gbs = c["read"] / c["ns"] if c["ns"] else 0.0
+            L.append(f"- beam search (gpu_beam.py's shape, one call): DRAM read {c['read'] / 1e6:,.1f} MB, "
+                     f"written {c['write'] / 1e6:,.1f} MB in {us:,.0f} us ({gbs:,.0f} GB/s read); the model's rows "
+                     f"scored: {NCU_BEAM_MODEL_BYTES / 1e6:,.0f} MB without L2 reuse of hub rows "
+                     "(benchmarks/beam_kernel_model.py: latency-bound, so well under the copy rate).")
+            continue
+        L.append(f"- k = {int(k):,}: DRAM read {c['read'] / 1e6:,.1f} MB, written {c['write'] / 1e6:,.1f} MB, "
+                 f"{c['ns'] / 1e3:,.0f} us over its kernels; the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read.")
+    L += ["", "k = 10 takes the filtered pass, which reads each row once; larger k the radix "
           "passes, which read it twice (the write pass a third time when the first filter's "
-          "buffer overflows). Instructions per entry: executed thread instructions / "
+          "buffer overflows), and for k > 2,048 cub's radix sort of the answers' composite keys. "
+          "Instructions per entry: executed thread instructions / "
           f"{NCU_ENTRIES:,} entries (the row passes; benchmarks/results/select_sass_model.md "
           "has the static model).", "",
           "| k | kernel | read MB | written MB | us | registers | achieved occupancy % | instructions per entry |",
           "|---|---|---|---|---|---|---|---|"]
     for r in n["kernels"]:
         inst = r.get("smsp__thread_inst_executed.sum")
-        per = f"{inst / NCU_ENTRIES:.1f}" if inst else "-"
-        L.append(f"| {int(r['k']):,} | {r['name']} | {r.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "
+        per = f"{inst / NCU_ENTRIES:.1f}" if inst and r["k"] != "beam" else "-"
+        L.append(f"| {_call_label(r['k'])} | {r['name']} | {r.get('dram__bytes_read.sum', 0) / 1e6:.2f} | "
                  f"{r.get('dram__bytes_write.sum', 0) / 1e6:.2f} | {r.get('gpu__time_duration.sum', 0) / 1e3:.1f} | "
                  f"{r.get('launch__registers_per_thread', 0):.0f} | "
                  f"{r.get('sm__warps_active.avg.pct_of_peak_sustained_active', 0):.0f} | {per} |")
@@ -745,6 +793,9 @@ def markdown(res) -> str:
     L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     L += ncu_markdown(res["ncu"])
+    if "ncu_more" in res:
+        L += ncu_markdown(res["ncu_more"], "a select_k call at k = 250,000 (16 x 1M float32) and one beam "
+                                           "search (200k triples, 1,024 x 50 seeds, D = 384)")
     return "\n".join(L) + "\n"
 
 
@@ -752,13 +803,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--emulate", action="store_true", help="no GPU: the CUDA emulator, tiny sizes")
     p.add_argument("--quick", action="store_true", help="float32 only in the timing table")
-    p.add_argument("--ncu-probe", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ncu-probe", nargs="?", const="select", default=None, help=argparse.SUPPRESS)
     p.add_argument("--select-only", action="store_true",
                    help="select_k parity and timings only (a short follow-up run after a kernel change)")
     p.add_argument("--out", default=os.path.join(RESULTS, "gpu_roofline"))
     a = p.parse_args(argv)
     if a.ncu_probe:
-        ncu_probe()
+        ncu_probe(a.ncu_probe)
         return 0
     if a.emulate:
         os.environ["RASFAST_CUDA_EMU"] = "1"
@@ -798,17 +849,29 @@ def main(argv=None) -> int:
     print("segment", res["segment"], flush=True)
     res["host_profile"] = host_profile(dev, a.emulate)
     print(res["host_profile"], flush=True)
-    res["ncu"] = ncu_select(a.emulate)
-    res["seconds"] = time.time() - t0
-    md = markdown(res)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out + ".md", "w") as f:
-        f.write(md)
-    with open(a.out + ".json", "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    # the report is written before each Nsight Compute step and after it: a step cut short by
+    # the roofline's time limit (tools/gpu_session.sh: ROOF_S) leaves what came before it
+    deadline = t0 + float(os.environ.get("ROOF_S", "210")) - 15
+    res["ncu"] = {"skipped": "not reached (the run's time limit)"}
+    write_report(res, a.out, t0)
+    res["ncu"] = ncu_select(a.emulate, timeout=min(150, deadline - time.time()))
+    write_report(res, a.out, t0)
+    res["ncu_more"] = ncu_select(a.emulate, "more", NCU_MORE_CALLS, timeout=min(120, deadline - time.time()))
+    md = write_report(res, a.out, t0)
     print(md)
     print(f"wrote {a.out}.md and .json in {res['seconds']:.0f} s")
     return 0 if not res["parity"][1] else 1
+
+
+def write_report(res, out: str, t0: float) -> str:
+    res["seconds"] = time.time() - t0
+    md = markdown(res)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".md", "w") as f:
+        f.write(md)
+    with open(out + ".json", "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    return md
 
 
 if __name__ == "__main__":

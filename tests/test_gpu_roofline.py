@@ -81,7 +81,7 @@ def test_the_theme_benchmark_paths_run_on_the_emulator():
 def test_ncu_csv_is_read_per_kernel_and_per_call():
     """The Nsight Compute table (a GPU run's only check of the select SASS model) parses
     ncu's CSV: units scaled, kernels tagged with the probe call they belong to."""
-    from benchmarks.gpu_roofline import NCU_CALLS, NCU_ENTRIES, ncu_markdown, parse_ncu_csv
+    from benchmarks.gpu_roofline import NCU_CALLS, NCU_ENTRIES, NCU_MORE_CALLS, ncu_markdown, parse_ncu_csv
     head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",' \
            '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
 
@@ -103,13 +103,36 @@ def test_ncu_csv_is_read_per_kernel_and_per_call():
     ks = {(r["id"], r["k"]) for r in n["kernels"]}
     assert ks == {("0", 10), ("1", 10), ("2", 10_000), ("3", 10_000)}
     assert n["per_call"][10]["read"] == pytest.approx(64.11e6)
-    assert n["per_call"][10_000] == pytest.approx({"read": 128.2e6, "write": 80e3})
+    assert n["per_call"][10_000] == pytest.approx({"read": 128.2e6, "write": 80e3, "ns": 0})
     first = next(r for r in n["kernels"] if r["id"] == "2")
     assert first["smsp__thread_inst_executed.sum"] / NCU_ENTRIES == 16.0
     md = "\n".join(ncu_markdown(n))
     assert "| 10,000 | void radix_pass<0, 0>(const float*) | 64.00 | 0.00 | 0.0 | 32 | 0 | 16.0 |" in md
     assert NCU_CALLS == (10, 10_000)
     assert "Not measured" in "\n".join(ncu_markdown({"skipped": "no GPU"}))
+    # the second probe: k = 250,000 (radix passes, cub's sort, the decode), then the beam kernel
+    more = parse_ncu_csv("\n".join([
+        head,
+        row(0, "void radix_pass<0, 0>(const float*)", "dram__bytes_read.sum", "Mbyte", "64.00"),
+        row(1, "void radix_pass<0, 1>(const float*)", "dram__bytes_read.sum", "Mbyte", "64.00"),
+        row(2, "void cub::DeviceRadixSortOnesweepKernel<Policy>(...)", "gpu__time_duration.sum", "usecond", "30"),
+        row(3, "void decode_sorted<0>(const unsigned long long*)", "dram__bytes_write.sum", "Mbyte", "48"),
+        row(4, "void beam_search_kernel<0, int>(BeamCudaArgs)", "dram__bytes_read.sum", "Mbyte", "500"),
+        row(4, "void beam_search_kernel<0, int>(BeamCudaArgs)", "gpu__time_duration.sum", "msecond", "1.25"),
+        row(4, "void beam_search_kernel<0, int>(BeamCudaArgs)", "smsp__thread_inst_executed.sum", "inst", "9"),
+    ]), NCU_MORE_CALLS)
+    assert [r["k"] for r in more["kernels"]] == [250_000] * 4 + ["beam"]
+    assert more["per_call"]["beam"] == pytest.approx({"read": 500e6, "write": 0, "ns": 1.25e6})
+    assert more["per_call"][250_000]["ns"] == pytest.approx(30e3)
+    md = "\n".join(ncu_markdown(more, "k = 250,000 and the beam kernel"))
+    assert "DRAM read 500.0 MB, written 0.0 MB in 1,250 us (400 GB/s read)" in md
+    assert "| beam | void beam_search_kernel<0, int>(BeamCudaArgs) | 500.00 | 0.00 | 1250.0 | 0 | 0 | - |" in md
+    # a select call starts again after its predecessor's sort: two calls' kernels are told apart
+    two = parse_ncu_csv("\n".join([head, row(0, "void radix_pass<0, 0>(x)", "dram__bytes_read.sum", "byte", "1"),
+                                    row(1, "void sort_rows_small<0>(x)", "dram__bytes_read.sum", "byte", "1"),
+                                    row(2, "void radix_pass<0, 0>(x)", "dram__bytes_read.sum", "byte", "1")]),
+                        (1_000, 2_000))
+    assert [r["k"] for r in two["kernels"]] == [1_000, 1_000, 2_000]
 
 
 def test_the_beam_benchmark_knobs_run_on_the_emulator():
@@ -149,3 +172,22 @@ def test_the_beam_benchmark_knobs_run_on_the_emulator():
         f"cuda, float32, RASFAST_BEAM_LANES={n}" for n in ("32", "16", "8", "4")]
     assert len(parity) == 7 and all(parity.values()), parity
     assert len(calls) == 7 and "RASFAST_BEAM_LANES" not in os.environ and "RASFAST_BEAM_COMBINED" not in os.environ
+
+
+def test_the_ncu_probes_run_on_the_emulator():
+    """The processes Nsight Compute profiles (gpu_roofline.py --ncu-probe select|more) run
+    here on tiny inputs: a broken probe would lose a GPU run's only kernel counters."""
+    import torch
+    from benchmarks.gpu_roofline import ncu_probe
+    old = os.environ.get("RASFAST_CUDA_EMU")
+    os.environ["RASFAST_CUDA_EMU"] = "1"
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        ncu_probe("select", torch.device("cpu"), small=True)
+        out = ncu_probe("more", torch.device("cpu"), small=True)
+    finally:
+        if old is None:
+            os.environ.pop("RASFAST_CUDA_EMU", None)
+        else:
+            os.environ["RASFAST_CUDA_EMU"] = old
+    assert out.sequences.shape == (3, 10, 2) and int(out.num_beams.min()) > 0

@@ -109,7 +109,8 @@ roofline)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu \
     --format=csv >"$OUT/nvidia_smi.csv" 2>&1
   bash "$me" build >"$OUT/build_stage.log" 2>&1 || { tail -40 "$OUT/build_stage.log"; exit 1; }
-  timeout "${ROOF_S:-210}" $PY benchmarks/gpu_roofline.py --out "$OUT/gpu_roofline" >"$OUT/roofline.log" 2>&1
+  export ROOF_S=${ROOF_S:-210}  # the script reads it too: its Nsight Compute steps end in time
+  timeout "$ROOF_S" $PY benchmarks/gpu_roofline.py --out "$OUT/gpu_roofline" >"$OUT/roofline.log" 2>&1
   echo "roofline rc=$?"
   grep -E "^\| (select|theme|triple|segment|graph)|^\| [0-9]|parity|Ceilings|DRAM|CUDA graph" "$OUT/roofline.log" | tail -45
   if [ "${BENCHES-beam graph_conv theme graph_train}" != "" ]; then  # BENCHES= skips the stage
