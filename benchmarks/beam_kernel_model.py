@@ -20,8 +20,9 @@ kernel picks them). Before the batched scoring a warp scored its candidates one 
 another: the candidate's id (one trip), then its row, 12 float32 per lane at D = 384, which
 nvcc's unrolled loop (16, then 8 and 4 at a time: read from the sm_90 SASS) loads in two
 trips. Now a warp loads its batch's 32 ids at once (one trip) and scores 32 / lanes rows at
-once, 16 bytes per lane per load, ``unroll`` loads in flight per lane. A trip is one DRAM
-(or L2) latency; the bytes of a query are the same either way.
+once, 16 bytes per lane per load, ``unroll`` loads in flight per lane. Between the two,
+the step's pass over the beams' row offsets: one thread, a trip per beam before; a lane per
+beam now. A trip is one DRAM (or L2) latency; the bytes of a query are the same either way.
 
     RASFAST_CUDA_EMU=1 python benchmarks/beam_kernel_model.py
 """
@@ -103,15 +104,18 @@ def spread(total: int, warps: int = 8):
 
 
 def load_trips(P, deg, b: int, D: int, lanes: int, unroll: int):
-    """Per query: (before, now) trips on the busiest warp's path, seeds plus one step."""
+    """Per query: (before, now) trips on the busiest warp's path: the seeds, the step's
+    offsets pass and the step's scoring."""
     E, Q = P["triple_emb"], P["q_emb"]
     old, new = [], []
     for i, s in enumerate(P["seeds"]):
         sc = (E[s] @ Q[i]) / np.maximum(np.linalg.norm(E[s], axis=1) * np.linalg.norm(Q[i]), 1e-30)
         beams = s[np.argsort(-sc, kind="stable")[:b]]
         total = int(deg[beams].sum())
-        old.append(warp_trips(spread(len(s)), D, 32, 0, old=True) + warp_trips(spread(total), D, 32, 0, old=True))
-        new.append(warp_trips(spread(len(s)), D, lanes, unroll) + warp_trips(spread(total), D, lanes, unroll))
+        nb = len(beams)  # the step's offsets pass: one thread walked the beams, a trip each;
+        #                  now a lane per beam, 32 beams a trip
+        old.append(warp_trips(spread(len(s)), D, 32, 0, old=True) + nb + warp_trips(spread(total), D, 32, 0, old=True))
+        new.append(warp_trips(spread(len(s)), D, lanes, unroll) + -(-nb // 32) + warp_trips(spread(total), D, lanes, unroll))
     return np.array(old), np.array(new)
 
 

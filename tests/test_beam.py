@@ -234,6 +234,32 @@ def test_cuda_scoring_lanes_and_loads_match_reference(lanes, monkeypatch):
 
 
 @cuda_kernels
+@pytest.mark.parametrize("b", [33, 64, 70])
+def test_cuda_one_sort_step_with_more_beams_than_a_warp(b):
+    """The one-sort step's row offsets are scanned by one warp, a lane per beam, 32 beams a
+    round: wider beams (short rows, so every step takes that path) equal the reference."""
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    rng = np.random.default_rng(b)
+    n = 500
+    graph = random_graph(rng, n, 700)  # many entities: short rows, the steps fit the buffer
+    deg = np.diff(graph[0])
+    plan = rasfast.dispatch.cuda_module().beam_plan(n=n, D=8, beam_width=b, max_len=3, max_neighbors=0,
+                                                     decay_len=int(min(2 * b, deg.max())) + 1,
+                                                     max_deg=int(deg.max()))
+    assert plan["cap3"] >= 1024 and b * deg.max() <= plan["cap3"], plan
+    p = dict(graph=tuple(torch.from_numpy(a) for a in graph), emb=torch.from_numpy(quantized(rng, (n, 8))),
+             q=torch.from_numpy(quantized(rng, (3, 8))), seeds=[rng.choice(n, size=90, replace=False)
+                                                               for _ in range(3)])
+    pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+              q=p["q"].to(GPU_DEVICE))
+    kw = dict(beam_width=b, max_len=3)
+    got, ref = search(pg, "cuda", **kw), search(p, "torch", **kw)
+    assert int(torch.as_tensor(ref.num_beams).min()) > 32  # the steps had more than 32 beams
+    assert_same(got, ref)
+
+
+@cuda_kernels
 def test_cuda_bad_lanes_setting_is_a_clear_error(monkeypatch):
     if "cuda" not in gpu_backends():
         pytest.skip("cuda module not built")

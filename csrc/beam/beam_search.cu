@@ -352,21 +352,39 @@ __global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaAr
       return true;
     };
     // One sort for the step when every beam's row fits the combined buffer together (and
-    // their kept candidates the pool): the rows' lengths and prefix offsets, by one thread
-    // (nb <= b is small).
-    if (threadIdx.x == 0) {
+    // their kept candidates the pool): the rows' lengths and prefix offsets, by warp 0, a
+    // lane per beam and a shuffle scan. (One thread walking the beams read their offsets one
+    // round trip after another: nb trips on every query's path, each step.)
+    if (warp == 0) {
       int64_t tot = 0, ptot = b;
-      for (int64_t j = 0; j < nb; ++j) {
-        const int64_t last = seq[j * L + step - 1];
-        const int64_t d = a.indptr[last + 1] - a.indptr[last];
-        off[j] = tot;
-        poff[j] = ptot;
-        tot += d;
-        ptot += d < m_step ? d : m_step;
+      for (int64_t j0 = 0; j0 < nb; j0 += 32) {
+        const int64_t j = j0 + lane;
+        int64_t d = 0;
+        if (j < nb) {
+          const int64_t last = seq[j * L + step - 1];
+          d = a.indptr[last + 1] - a.indptr[last];
+        }
+        const int64_t kept = d < m_step ? d : m_step;
+        int64_t sd = d, sk = kept;  // inclusive scans over the lanes
+        for (int o = 1; o < 32; o <<= 1) {
+          const int64_t xd = __shfl_up_sync(0xffffffffu, sd, o), xk = __shfl_up_sync(0xffffffffu, sk, o);
+          if (lane >= o) {
+            sd += xd;
+            sk += xk;
+          }
+        }
+        if (j < nb) {
+          off[j] = tot + sd - d;
+          poff[j] = ptot + sk - kept;
+        }
+        tot += __shfl_sync(0xffffffffu, sd, 31);
+        ptot += __shfl_sync(0xffffffffu, sk, 31);
       }
-      off[nb] = tot;
-      poff[nb] = ptot;
-      sh_fast = a.cap3 > 0 && tot <= a.cap3 && ptot <= cap2;
+      if (lane == 0) {
+        off[nb] = tot;
+        poff[nb] = ptot;
+        sh_fast = a.cap3 > 0 && tot <= a.cap3 && ptot <= cap2;
+      }
     }
     __syncthreads();
     const bool fast = sh_fast != 0;
