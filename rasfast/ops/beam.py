@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os as _os
 import numbers
 from dataclasses import dataclass
 from typing import List, Optional
@@ -246,11 +247,21 @@ def _q_error(qf: torch.Tensor) -> ValueError:
 def _cuda_smem_limit(D: int, a) -> Optional[str]:
     """The CUDA search keeps its candidate lists on chip: the limit these settings exceed
     (auto then falls back to triton), or None."""
+    if _bk.cuda_attr("beam_search_smem") is None:
+        return None
+    # the kernel's plan reads RASFAST_BEAM_COMBINED (a benchmark knob), so it is in the key
+    return _smem_limit(a["n"], D, a["b"], a["L"], a["max_neighbors"] or 0, len(a["decay"]),
+                       a["max_deg"], _os.environ.get("RASFAST_BEAM_COMBINED"))
+
+
+@functools.lru_cache(maxsize=256)
+def _smem_limit(n, D, b, L, max_nb, decay_len, max_deg, _combined) -> Optional[str]:
+    """_cuda_smem_limit's answer, once per setting (the plan's pybind11 call and the module
+    lookups were ~3 us of each GPU call's host path)."""
     need_fn, cap = _bk.cuda_attr("beam_search_smem"), _bk.cuda_attr("beam_max_smem")
     if need_fn is None or cap is None:
         return None
-    need = need_fn(a["n"], D, a["b"], a["L"], a["max_neighbors"] or 0, len(a["decay"]),
-                   a["max_deg"])
+    need = need_fn(n, D, b, L, max_nb, decay_len, max_deg)
     if need <= cap:
         return None
     return (f"beam_width/max_len/max_neighbors: backend 'cuda' would need {need} bytes of "
@@ -279,6 +290,17 @@ def _graph(graph, n: Optional[int], dev: torch.device):
     CPU tensors for a GPU search) with numpy -- once per graph object (a TripleGraph), cached
     on it --, a device tensor once per tensor (cached by its version), with one host sync.
     """
+    # a device CSR searched before, as it was then: its checked max degree, without the
+    # general path's checks and conversions (~5 us of a GPU call's host time)
+    if type(graph) is tuple and len(graph) == 2:
+        ip, ix = graph
+        if (type(ip) is torch.Tensor and type(ix) is torch.Tensor and ip.dtype == torch.int64
+                and ix.dtype in (torch.int32, torch.int64) and ip.device == dev and ix.device == dev
+                and ip.dim() == 1 and ix.dim() == 1 and (n is None or len(ip) == n + 1)
+                and ip.is_contiguous() and ix.is_contiguous()):
+            hit = getattr(ip, _CSR_ATTR, None)
+            if hit is not None and hit[0] == (ip._version, ip.data_ptr(), ip.device, len(ix)):
+                return ip, ix, hit[1]
     owner = None
     if isinstance(graph, (tuple, list)):
         if len(graph) != 2:
@@ -407,6 +429,16 @@ def _seeds(seeds, B: int, n: int, dev: torch.device, deferred: Deferred, raw_dev
         if len(seeds) != 2:
             raise ValueError("seeds: a tuple must be (ptr, ids); pass per-query seeds as a list")
         ptr, ids = seeds
+        # the cuda kernel's usual input, as the general path below would pass it on (int64,
+        # 1-d, contiguous, on dev: raw_device means backend cuda, so dev is the GPU or the
+        # emulator's): the offsets' length is all there is to check here
+        if (raw_device and B > 0 and type(ptr) is torch.Tensor and type(ids) is torch.Tensor
+                and ptr.dtype == torch.int64 and ids.dtype == torch.int64 and ptr.device == dev
+                and ids.device == dev and ptr.dim() == 1 and ids.dim() == 1
+                and ptr.is_contiguous() and ids.is_contiguous()):
+            if len(ptr) != B + 1:
+                raise ValueError(f"seeds.ptr: expected B + 1 = {B + 1} entries, got {len(ptr)}")
+            return ptr, ids
         if not (is_host(ptr, dev) or isinstance(ptr, (list, range))) or \
                 not (is_host(ids, dev) or isinstance(ids, (list, range))):
             ptr, ids = _dev_int_1d(ptr, "seeds.ptr", dev), _dev_int_1d(ids, "seeds.ids", dev)
