@@ -32,7 +32,7 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     assert "| segment_topk_scores validate='none' | 0 |" in md
 
 
-def test_the_theme_benchmark_paths_run_on_the_emulator():
+def test_the_theme_benchmark_paths_run_on_the_emulator(monkeypatch):
     """benchmarks/gpu_theme.py (the roofline's bench stage) needs a GPU as a whole; its
     paths() -- every cuda path at several B, the GEMM path's steps, the masked and sorted
     dense select, 4 and 8 warps -- runs here on small emulated inputs, so a broken step is
@@ -42,29 +42,20 @@ def test_the_theme_benchmark_paths_run_on_the_emulator():
     import torch
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_theme
-    env = {"RASFAST_CUDA_EMU": "1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        g = torch.Generator().manual_seed(0)
-        unit = lambda x: (x / x.norm(dim=1, keepdim=True)).to(torch.float16)  # noqa: E731
-        c, e = unit(torch.rand(600, 30, generator=g)), unit(torch.randn(600, 16, generator=g))
-        q, qe = unit(torch.rand(8, 30, generator=g)), unit(torch.randn(8, 16, generator=g))
-        tm = {}
+    monkeypatch.setenv("RASFAST_CUDA_EMU", "1")
+    g = torch.Generator().manual_seed(0)
+    unit = lambda x: (x / x.norm(dim=1, keepdim=True)).to(torch.float16)  # noqa: E731
+    c, e = unit(torch.rand(600, 30, generator=g)), unit(torch.randn(600, 16, generator=g))
+    q, qe = unit(torch.rand(8, 30, generator=g)), unit(torch.randn(8, 16, generator=g))
+    tm = {}
 
-        def run(name, fn, repeats=1):
-            t0 = time.perf_counter()
-            out = fn()
-            tm[name] = time.perf_counter() - t0
-            return out
-        res = gpu_theme.paths(q, qe, c, e, 60, 5, run, tm)
-        pq = gpu_theme.per_question(q, qe, c, e, run, tm, n=500, K=50, k=5, calls=1)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    def run(name, fn, repeats=1):
+        t0 = time.perf_counter()
+        out = fn()
+        tm[name] = time.perf_counter() - t0
+        return out
+    res = gpu_theme.paths(q, qe, c, e, 60, 5, run, tm)
+    pq = gpu_theme.per_question(q, qe, c, e, run, tm, n=500, K=50, k=5, calls=1)
     for name in ("dense products under the scope mask", "whole call, dense select by mask",
                  "whole call, dense select by sort", "dense products (split GEMM), 8 warps"):
         assert name in res["steps_s"], name
@@ -135,7 +126,7 @@ def test_ncu_csv_is_read_per_kernel_and_per_call():
     assert [r["k"] for r in two["kernels"]] == [1_000, 1_000, 2_000]
 
 
-def test_the_beam_benchmark_knobs_run_on_the_emulator():
+def test_the_beam_benchmark_knobs_run_on_the_emulator(monkeypatch):
     """benchmarks/gpu_beam.py's knob rows (RASFAST_BEAM_COMBINED and RASFAST_BEAM_LANES, the
     kernel-only timing) run here on a small emulated problem, each variant equal to the cpu
     backend, and leave no knob set behind."""
@@ -146,48 +137,34 @@ def test_the_beam_benchmark_knobs_run_on_the_emulator():
     from beam_graph import make_problem
 
     import rasfast
-    old = os.environ.get("RASFAST_CUDA_EMU")
-    os.environ["RASFAST_CUDA_EMU"] = "1"
-    try:
-        P = make_problem(400, 32, 3, 12, seed=0)
-        kw = dict(beam_width=4, max_len=2, max_neighbors=20)
-        graph = tuple(torch.from_numpy(a) for a in P["graph"])
-        emb, q = torch.from_numpy(P["triple_emb"]), torch.from_numpy(P["q_emb"])
-        ptr = np.cumsum([0] + [len(s) for s in P["seeds"]])
-        seeds_ptr = (torch.from_numpy(ptr), torch.from_numpy(np.concatenate(P["seeds"])))
-        ref = rasfast.triple_beam_search(P["graph"], P["triple_emb"], P["q_emb"], P["seeds"], backend="cpu", **kw)
-        calls = []
+    monkeypatch.setenv("RASFAST_CUDA_EMU", "1")
+    P = make_problem(400, 32, 3, 12, seed=0)
+    kw = dict(beam_width=4, max_len=2, max_neighbors=20)
+    graph = tuple(torch.from_numpy(a) for a in P["graph"])
+    emb, q = torch.from_numpy(P["triple_emb"]), torch.from_numpy(P["q_emb"])
+    ptr = np.cumsum([0] + [len(s) for s in P["seeds"]])
+    seeds_ptr = (torch.from_numpy(ptr), torch.from_numpy(np.concatenate(P["seeds"])))
+    ref = rasfast.triple_beam_search(P["graph"], P["triple_emb"], P["q_emb"], P["seeds"], backend="cpu", **kw)
+    calls = []
 
-        def time_ms(fn):
-            calls.append(fn())
-            return 1.0
-        rows, parity = gpu_beam.knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms,
-                                      gpu_beam.kernel_call(graph, emb, q, seeds_ptr, kw, 400, 3))
-    finally:
-        if old is None:
-            os.environ.pop("RASFAST_CUDA_EMU", None)
-        else:
-            os.environ["RASFAST_CUDA_EMU"] = old
+    def time_ms(fn):
+        calls.append(fn())
+        return 1.0
+    rows, parity = gpu_beam.knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms,
+                                  gpu_beam.kernel_call(graph, emb, q, seeds_ptr, kw, 400, 3))
     assert [r[0] for r in rows] == [f"cuda, float32, RASFAST_BEAM_COMBINED={c}" for c in ("0", "1024", "2048")] + [
         f"cuda, float32, RASFAST_BEAM_LANES={n}" for n in ("32", "16", "8", "4")]
     assert len(parity) == 7 and all(parity.values()), parity
     assert len(calls) == 7 and "RASFAST_BEAM_LANES" not in os.environ and "RASFAST_BEAM_COMBINED" not in os.environ
 
 
-def test_the_ncu_probes_run_on_the_emulator():
+def test_the_ncu_probes_run_on_the_emulator(monkeypatch):
     """The processes Nsight Compute profiles (gpu_roofline.py --ncu-probe select|more) run
     here on tiny inputs: a broken probe would lose a GPU run's only kernel counters."""
     import torch
     from benchmarks.gpu_roofline import ncu_probe
-    old = os.environ.get("RASFAST_CUDA_EMU")
-    os.environ["RASFAST_CUDA_EMU"] = "1"
+    monkeypatch.setenv("RASFAST_CUDA_EMU", "1")
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        ncu_probe("select", torch.device("cpu"), small=True)
-        out = ncu_probe("more", torch.device("cpu"), small=True)
-    finally:
-        if old is None:
-            os.environ.pop("RASFAST_CUDA_EMU", None)
-        else:
-            os.environ["RASFAST_CUDA_EMU"] = old
+    ncu_probe("select", torch.device("cpu"), small=True)
+    out = ncu_probe("more", torch.device("cpu"), small=True)
     assert out.sequences.shape == (3, 10, 2) and int(out.num_beams.min()) > 0
