@@ -189,6 +189,13 @@ def op_calls(dev, emulate: bool):
     calls["triple_beam_search validate='none'"] = (
         lambda: rasfast.triple_beam_search((indptr, indices), emb, q, seeds, max_neighbors=50, backend=be,
                                            validate="none"), [emb])
+    # the seeds as device (ptr, ids): the host path a GPU pipeline takes (no staging copy of
+    # host arrays, the offsets checked by the kernel)
+    sptr = torch.as_tensor(np.cumsum([0] + [len(x) for x in seeds])).to(dev)
+    sids = torch.as_tensor(np.concatenate(seeds).astype(np.int64)).to(dev)
+    calls["triple_beam_search, device seeds, validate='none'"] = (
+        lambda: rasfast.triple_beam_search((indptr, indices), emb, q, (sptr, sids), max_neighbors=50, backend=be,
+                                           validate="none"), [emb])
 
     Bq, M, Ds = (64, 64 * 200, 384) if not emulate else (4, 40, 16)
     qs = torch.randn(Bq, Ds, generator=g).to(dev)
