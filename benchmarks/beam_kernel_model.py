@@ -82,7 +82,7 @@ def old_row_trips(D: int) -> int:
 
 def warp_trips(counts_per_warp, D: int, lanes: int, unroll: int, entry_bytes: int = 4, old=False):
     """Critical-path trips of the busiest warp of a phase that spreads ``counts_per_warp``
-    candidates over the warps (candidate f to warp f % 8, in batches of 32 per warp)."""
+    candidates over the warps (candidate f to warp f % warps, in batches of 32 per warp)."""
     if old:
         return max(c * (1 + old_row_trips(D)) for c in counts_per_warp)
     per16 = 16 // entry_bytes
@@ -103,9 +103,10 @@ def spread(total: int, warps: int = 8):
     return [len(range(w, total, warps)) for w in range(warps)]
 
 
-def load_trips(P, deg, b: int, D: int, lanes: int, unroll: int):
+def load_trips(P, deg, b: int, D: int, lanes: int, unroll: int, warps: int = 8):
     """Per query: (before, now) trips on the busiest warp's path: the seeds, the step's
-    offsets pass and the step's scoring."""
+    offsets pass and the step's scoring. ``warps``: the block's now (8, or 32 for the
+    1024-thread blocks of a batch of at most one query per SM); before is 8."""
     E, Q = P["triple_emb"], P["q_emb"]
     old, new = [], []
     for i, s in enumerate(P["seeds"]):
@@ -115,7 +116,8 @@ def load_trips(P, deg, b: int, D: int, lanes: int, unroll: int):
         nb = len(beams)  # the step's offsets pass: one thread walked the beams, a trip each;
         #                  now a lane per beam, 32 beams a trip
         old.append(warp_trips(spread(len(s)), D, 32, 0, old=True) + nb + warp_trips(spread(total), D, 32, 0, old=True))
-        new.append(warp_trips(spread(len(s)), D, lanes, unroll) + -(-nb // 32) + warp_trips(spread(total), D, lanes, unroll))
+        new.append(warp_trips(spread(len(s), warps), D, lanes, unroll) + -(-nb // 32)
+                   + warp_trips(spread(total, warps), D, lanes, unroll))
     return np.array(old), np.array(new)
 
 
@@ -149,6 +151,10 @@ def main():
         tag = " (the default)" if lanes == plan.get("lanes") else ""
         print(f"  now, {lanes} lanes per candidate{tag}: mean {now.mean():.0f}, max {now.max()} "
               f"({before.mean() / now.mean():.2f}x fewer on the mean, {before.max() / now.max():.2f}x on the max)")
+    before, now = load_trips(P, deg, b, D, plan.get("lanes", 8), unroll, warps=32)
+    print(f"  now, 1024-thread blocks (chosen when B <= the SM count: a per-question call), 8 lanes: "
+          f"mean {now.mean():.0f}, max {now.max()} ({before.mean() / now.mean():.2f}x fewer on the mean "
+          f"than before, {before.max() / now.max():.2f}x on the max)")
     rows = B * (seeds + b * deg.mean())   # rows scored: the seeds, then every beam's whole row
     print(f"bytes: {B} queries score {rows / B:.0f} rows of {D} float32 each: {rows * D * 4 / 1e6:,.0f} MB "
           f"(without L2 reuse of hub rows): {rows * D * 4 / 2977e9 * 1e3:.2f} ms at the H100's measured "

@@ -68,8 +68,8 @@ def kernel_call(graph, emb, q, seeds_ptr, kw, n, B):
 
 def knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms, kernel):
     """Rows (name, call ms, kernel ms) and parity for the kernel's measurement knobs:
-    RASFAST_BEAM_COMBINED (the one-sort step's buffer) and RASFAST_BEAM_LANES (lanes per
-    scored candidate). ``time_ms(fn)`` times a call; ``kernel()`` launches the kernel alone
+    RASFAST_BEAM_COMBINED (the one-sort step's buffer), RASFAST_BEAM_LANES (lanes per
+    scored candidate) and RASFAST_BEAM_THREADS (threads per block, also at B = 1). ``time_ms(fn)`` times a call; ``kernel()`` launches the kernel alone
     on prepared float32 arrays. Runs on the emulator's test with small inputs too."""
     rows, parity = [], {}
     call = lambda: rasfast.triple_beam_search(graph, emb, q, seeds_ptr, backend="cuda", **kw)  # noqa: E731
@@ -88,9 +88,23 @@ def knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms, kernel):
             os.environ["RASFAST_BEAM_LANES"] = lanes
             parity[f"cuda float32, RASFAST_BEAM_LANES={lanes}"] = same(call(), ref)
             rows.append((f"cuda, float32, RASFAST_BEAM_LANES={lanes}", float("nan"), time_ms(kernel)))
+        os.environ.pop("RASFAST_BEAM_LANES")
+        # threads per block: 256 at this B by default; 1024 when B <= the SM count (a
+        # per-question call, timed here on the first query alone: whole call)
+        for threads in ("256", "1024"):
+            os.environ["RASFAST_BEAM_THREADS"] = threads
+            parity[f"cuda float32, RASFAST_BEAM_THREADS={threads}"] = same(call(), ref)
+            rows.append((f"cuda, float32, RASFAST_BEAM_THREADS={threads}", float("nan"), time_ms(kernel)))
+        ptr, ids = seeds_ptr
+        one = (ptr[:2], ids[: int(ptr[1])])
+        call1 = lambda: rasfast.triple_beam_search(graph, emb, q[:1], one, backend="cuda", **kw)  # noqa: E731
+        for threads in ("256", "1024"):
+            os.environ["RASFAST_BEAM_THREADS"] = threads
+            rows.append((f"cuda, float32, one query (B = 1), RASFAST_BEAM_THREADS={threads}", time_ms(call1),
+                         float("nan")))
     finally:
-        os.environ.pop("RASFAST_BEAM_COMBINED", None)
-        os.environ.pop("RASFAST_BEAM_LANES", None)
+        for knob in ("RASFAST_BEAM_COMBINED", "RASFAST_BEAM_LANES", "RASFAST_BEAM_THREADS"):
+            os.environ.pop(knob, None)
     return rows, parity
 
 

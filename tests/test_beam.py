@@ -260,13 +260,41 @@ def test_cuda_one_sort_step_with_more_beams_than_a_warp(b):
 
 
 @cuda_kernels
-def test_cuda_bad_lanes_setting_is_a_clear_error(monkeypatch):
+@pytest.mark.parametrize("threads", ["256", "1024", ""])
+def test_cuda_block_sizes_match_reference(threads, monkeypatch):
+    """One block per query of 256 threads, or of 1024 when the batch leaves SMs idle (B <=
+    the SM count; the emulator reports 4 SMs), or as RASFAST_BEAM_THREADS sets it: each equals
+    the reference through both step paths, with hub rows, wide beams and small and large B."""
     if "cuda" not in gpu_backends():
         pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_BEAM_THREADS", threads)
+    assert rasfast.dispatch.cuda_module().beam_plan(n=10, D=16, beam_width=2, max_len=2, max_neighbors=0,
+                                                     decay_len=1, max_deg=4)["threads"] == int(threads or 0)
+    for seed, B in ((0, 1), (1, 3), (2, 9)):
+        rng = np.random.default_rng(200 + seed)
+        p = make_problem(rng, 150, 16, B, idx_dtype=np.int32 if seed % 2 else np.int64)
+        pg = dict(p, graph=tuple(a.to(GPU_DEVICE) for a in p["graph"]), emb=p["emb"].to(GPU_DEVICE),
+                  q=p["q"].to(GPU_DEVICE))
+        for combined in ("0", "2048"):
+            monkeypatch.setenv("RASFAST_BEAM_COMBINED", combined)
+            for b, max_len, mn in ((5, 3, None), (40, 2, 6)):
+                kw = dict(beam_width=b, max_len=max_len, max_neighbors=mn)
+                assert_same(search(pg, "cuda", **kw), search(p, "torch", **kw))
+
+
+@cuda_kernels
+def test_cuda_bad_lanes_or_threads_setting_is_a_clear_error(monkeypatch):
+    if "cuda" not in gpu_backends():
+        pytest.skip("cuda module not built")
+    plan = lambda: rasfast.dispatch.cuda_module().beam_plan(  # noqa: E731
+        n=10, D=16, beam_width=2, max_len=2, max_neighbors=0, decay_len=1, max_deg=4)
     monkeypatch.setenv("RASFAST_BEAM_LANES", "3")
     with pytest.raises(ValueError, match="RASFAST_BEAM_LANES: expected 4, 8, 16 or 32, got '3'"):
-        rasfast.dispatch.cuda_module().beam_plan(n=10, D=16, beam_width=2, max_len=2, max_neighbors=0,
-                                                 decay_len=1, max_deg=4)
+        plan()
+    monkeypatch.delenv("RASFAST_BEAM_LANES")
+    monkeypatch.setenv("RASFAST_BEAM_THREADS", "512")
+    with pytest.raises(ValueError, match="RASFAST_BEAM_THREADS: expected 256 or 1024, got '512'"):
+        plan()
 
 
 @cuda_kernels

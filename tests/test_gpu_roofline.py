@@ -127,8 +127,8 @@ def test_ncu_csv_is_read_per_kernel_and_per_call():
 
 
 def test_the_beam_benchmark_knobs_run_on_the_emulator(monkeypatch):
-    """benchmarks/gpu_beam.py's knob rows (RASFAST_BEAM_COMBINED and RASFAST_BEAM_LANES, the
-    kernel-only timing) run here on a small emulated problem, each variant equal to the cpu
+    """benchmarks/gpu_beam.py's knob rows (RASFAST_BEAM_COMBINED, RASFAST_BEAM_LANES and
+    RASFAST_BEAM_THREADS, the kernel-only timing, a one-query call) run here on a small emulated problem, each variant equal to the cpu
     backend, and leave no knob set behind."""
     import numpy as np
     import torch
@@ -153,9 +153,12 @@ def test_the_beam_benchmark_knobs_run_on_the_emulator(monkeypatch):
     rows, parity = gpu_beam.knobs(graph, emb, q, seeds_ptr, kw, ref, time_ms,
                                   gpu_beam.kernel_call(graph, emb, q, seeds_ptr, kw, 400, 3))
     assert [r[0] for r in rows] == [f"cuda, float32, RASFAST_BEAM_COMBINED={c}" for c in ("0", "1024", "2048")] + [
-        f"cuda, float32, RASFAST_BEAM_LANES={n}" for n in ("32", "16", "8", "4")]
-    assert len(parity) == 7 and all(parity.values()), parity
-    assert len(calls) == 7 and "RASFAST_BEAM_LANES" not in os.environ and "RASFAST_BEAM_COMBINED" not in os.environ
+        f"cuda, float32, RASFAST_BEAM_LANES={n}" for n in ("32", "16", "8", "4")] + [
+        f"cuda, float32, RASFAST_BEAM_THREADS={t}" for t in ("256", "1024")] + [
+        f"cuda, float32, one query (B = 1), RASFAST_BEAM_THREADS={t}" for t in ("256", "1024")]
+    assert len(parity) == 9 and all(parity.values()), parity
+    assert len(calls) == 11 and not any(k in os.environ for k in (
+        "RASFAST_BEAM_LANES", "RASFAST_BEAM_COMBINED", "RASFAST_BEAM_THREADS"))
 
 
 def test_the_ncu_probes_run_on_the_emulator(monkeypatch):

@@ -41,6 +41,7 @@ BeamCudaArgs plan(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L, int64_t
   a.cap2 = pow2_at_least(b + a.m_step);
   a.cap3 = 0;
   a.lanes = 8;
+  a.threads = 0;
   return a;
 }
 
@@ -73,11 +74,19 @@ BeamCudaArgs plan_grouped(int64_t n, int64_t D, int64_t B, int64_t b, int64_t L,
   // RASFAST_BEAM_LANES sets the lanes per scored candidate (4, 8, 16 or 32; default 8:
   // four rows' loads in flight per warp; 32 is the one-row-per-warp scoring before it) --
   // for benchmarks weighing the rows in flight against the wider reductions on a GPU.
-  if (const char* env = std::getenv("RASFAST_BEAM_LANES")) {
+  if (const char* env = std::getenv("RASFAST_BEAM_LANES"); env && *env) {
     const int64_t v = std::atoll(env);
     require(v == 4 || v == 8 || v == 16 || v == 32,
             "RASFAST_BEAM_LANES: expected 4, 8, 16 or 32, got '" + std::string(env) + "'");
     a.lanes = v;
+  }
+  // RASFAST_BEAM_THREADS fixes the threads per block (256 or 1024; default: by the batch, see
+  // beam_search_launch) -- a measurement knob too.
+  if (const char* env = std::getenv("RASFAST_BEAM_THREADS"); env && *env) {
+    const int64_t v = std::atoll(env);
+    require(v == 256 || v == 1024,
+            "RASFAST_BEAM_THREADS: expected 256 or 1024, got '" + std::string(env) + "'");
+    a.threads = v;
   }
   for (int64_t c3 = pow2_at_least(top + 1) / 2; c3 >= 64; c3 >>= 1) {
     BeamCudaArgs t = a;
@@ -152,7 +161,7 @@ void bind(py::module_& m) {
           const BeamCudaArgs a = plan_grouped(n, D, 1, b, L, max_nb, decay_len, max_deg);
           py::dict d;
           d["m_step"] = a.m_step; d["chunk"] = a.chunk; d["cap"] = a.cap;
-          d["group"] = a.group; d["cap2"] = a.cap2; d["cap3"] = a.cap3; d["lanes"] = a.lanes;
+          d["group"] = a.group; d["cap2"] = a.cap2; d["cap3"] = a.cap3; d["lanes"] = a.lanes; d["threads"] = a.threads;
           return d;
         }, py::arg("n"), py::arg("D"), py::arg("beam_width"), py::arg("max_len"),
         py::arg("max_neighbors"), py::arg("decay_len"), py::arg("max_deg"),

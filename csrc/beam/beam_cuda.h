@@ -24,6 +24,7 @@ struct BeamCudaArgs {
   int64_t cap3;    // all beams' rows scored and sorted together when their lengths sum to
                    // at most cap3 (a power of two; 0: every step beam by beam)
   int64_t lanes;   // lanes of a warp that score one candidate together (4, 8, 16 or 32)
+  int64_t threads; // threads per block, 256 or 1024 (0: 1024 when B <= the SM count)
   // device pointers
   const int64_t* indptr;
   const void* indices;
@@ -43,7 +44,7 @@ struct BeamCudaArgs {
                      // 4 seed id out of range, 5 |q| not finite, 6 seed offsets), where
 };
 
-constexpr int kBeamThreads = 256;
+constexpr int kBeamThreads = 256;  // the default block (and the largest chunk of candidates)
 
 // Bytes of dynamic shared memory the kernel needs for these sizes.
 size_t beam_search_smem_bytes(const BeamCudaArgs& a);

@@ -15,7 +15,9 @@
 // (see csrc/beam/beam_cpu.cpp for why). Running sums live in global scratch. Ties and
 // arithmetic follow rasfast/reference/beam.py, so results equal the other backends.
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "beam/beam_cuda.h"
 #include "common/cuda_check.h"
@@ -25,7 +27,6 @@ namespace rasfast {
 namespace {
 
 constexpr uint64_t kNone = ~0ull;
-constexpr int kWarps = kBeamThreads / 32;
 
 struct PoolEntry {  // ascending order = (d desc, id asc, beam asc)
   uint64_t dkey;
@@ -194,12 +195,15 @@ __device__ __forceinline__ float cosine(float dot, float nn, float qnorm) {
   return den > 0.f ? dot / den : 0.f;
 }
 
-// Four blocks per SM (64 registers), as before the batched scoring: without the bound its
-// unrolled row loads took 128 registers, two blocks per SM -- no more bytes in flight per SM
-// (half the warps, twice the loads each) and less to hide the sorts' barriers behind.
-template <DType DT, class Idx>
-__global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaArgs a) {
+// kThreads: 256 (four blocks per SM) or 1024 (one), 64 registers either way. 256 as before
+// the batched scoring: without the bound its unrolled row loads took 128 registers, two blocks
+// per SM -- no more bytes in flight per SM (half the warps, twice the loads each) and less to
+// hide the sorts' barriers behind. 1024 when the batch leaves SMs idle (B <= the SM count,
+// a per-question call): four times the warps on each query's candidates.
+template <DType DT, class Idx, int kThreads>
+__global__ void __launch_bounds__(kThreads, kThreads == 256 ? 4 : 1) beam_search_kernel(BeamCudaArgs a) {
   using T = typename Storage<DT>::type;
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
   const int64_t b = a.b, L = a.L, D = a.D;
   const int cap = (int)a.cap, cap2 = (int)a.cap2, chunk = (int)a.chunk;
@@ -268,8 +272,8 @@ __global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaAr
     for (int i = m_seed + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
     __syncthreads();
     const int64_t here = scount - base < chunk ? scount - base : chunk;
-    for (int c0 = 0; c0 < here; c0 += kBeamThreads) {  // chunk <= kBeamThreads: one round
-      const int c = c0 + warp + lane * kWarps;          // candidates spread over the warps
+    for (int c0 = 0; c0 < here; c0 += kThreads) {  // chunk <= kBeamThreads: one round
+      const int c = c0 + warp + lane * kWarps;      // candidates spread over the warps
       int64_t t = -1;
       bool want = false;
       if (c < here) {
@@ -394,7 +398,7 @@ __global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaAr
       // in its own order, so a candidate's rank is its place there -- as in the beam-by-beam
       // path, whose running top m_step of a row is the first m_step of that order
       const int64_t total = off[nb];
-      for (int64_t f0 = 0; f0 < total; f0 += kBeamThreads) {
+      for (int64_t f0 = 0; f0 < total; f0 += kThreads) {
         const int64_t f = f0 + warp + lane * kWarps;  // candidates spread over the warps
         int64_t t = -1, lo = 0;
         bool want = false;
@@ -441,7 +445,7 @@ __global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaAr
         for (int i = m_step + threadIdx.x; i < P; i += blockDim.x) buf[i] = kNone;
         __syncthreads();
         const int64_t here = re - base < chunk ? re - base : chunk;
-        for (int c0 = 0; c0 < here; c0 += kBeamThreads) {  // chunk <= kBeamThreads: one round
+        for (int c0 = 0; c0 < here; c0 += kThreads) {  // chunk <= kBeamThreads: one round
           const int c = c0 + warp + lane * kWarps;
           int64_t t = -1;
           bool want = false;
@@ -516,12 +520,24 @@ __global__ void __launch_bounds__(kBeamThreads, 4) beam_search_kernel(BeamCudaAr
   }
 }
 
-template <DType DT, class Idx>
+template <DType DT, class Idx, int kThreads>
 void launch_typed(const BeamCudaArgs& a, size_t smem, cudaStream_t stream) {
-  auto kernel = beam_search_kernel<DT, Idx>;
+  auto kernel = beam_search_kernel<DT, Idx, kThreads>;
   RASFAST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  kernel<<<(unsigned)a.B, kBeamThreads, smem, stream>>>(a);
+  kernel<<<(unsigned)a.B, kThreads, smem, stream>>>(a);
   RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+int sm_count() {
+  static std::mutex m;
+  static std::vector<int> cache;
+  int dev = 0;
+  RASFAST_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(m);
+  if ((int)cache.size() <= dev) cache.resize(dev + 1, 0);
+  if (cache[dev] == 0)
+    RASFAST_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
+  return cache[dev];
 }
 
 }  // namespace
@@ -538,9 +554,17 @@ void beam_search_launch(const BeamCudaArgs& a, cudaStream_t stream) {
   if (a.B == 0) return;
   const size_t smem = beam_search_smem_bytes(a);
   const DType dt = static_cast<DType>(a.dtype);
+  // threads per block (the plan's setting, 0: by the batch): a batch that leaves SMs idle
+  // gets 1024-thread blocks, each query four times the warps
+  const int threads = a.threads ? (int)a.threads : (a.B <= sm_count() ? 1024 : kBeamThreads);
   RASFAST_DISPATCH_DTYPE(dt, DT, {
-    if (a.idx64) launch_typed<DT, int64_t>(a, smem, stream);
-    else launch_typed<DT, int32_t>(a, smem, stream);
+    if (threads == 1024) {
+      if (a.idx64) launch_typed<DT, int64_t, 1024>(a, smem, stream);
+      else launch_typed<DT, int32_t, 1024>(a, smem, stream);
+    } else {
+      if (a.idx64) launch_typed<DT, int64_t, kBeamThreads>(a, smem, stream);
+      else launch_typed<DT, int32_t, kBeamThreads>(a, smem, stream);
+    }
   })
 }
 
