@@ -15,12 +15,11 @@
 // (see csrc/beam/beam_cpu.cpp for why). Running sums live in global scratch. Ties and
 // arithmetic follow rasfast/reference/beam.py, so results equal the other backends.
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
-#include <vector>
 
 #include "beam/beam_cuda.h"
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dtype.h"
 
 namespace rasfast {
@@ -526,18 +525,6 @@ void launch_typed(const BeamCudaArgs& a, size_t smem, cudaStream_t stream) {
   RASFAST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   kernel<<<(unsigned)a.B, kThreads, smem, stream>>>(a);
   RASFAST_CUDA_CHECK(cudaGetLastError());
-}
-
-int sm_count() {
-  static std::mutex m;
-  static std::vector<int> cache;
-  int dev = 0;
-  RASFAST_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(m);
-  if ((int)cache.size() <= dev) cache.resize(dev + 1, 0);
-  if (cache[dev] == 0)
-    RASFAST_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
-  return cache[dev];
 }
 
 }  // namespace

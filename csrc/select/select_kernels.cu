@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dtype.h"
 #include "select/select_cuda.h"
 
@@ -722,18 +723,6 @@ int bits_for(int64_t v) {  // bits needed to represent 0..v-1
   int b = 0;
   while (b < 62 && (int64_t(1) << b) < v) ++b;
   return b;
-}
-
-int sm_count() {
-  static std::mutex m;
-  static std::vector<int> cache;
-  int dev = 0;
-  RASFAST_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(m);
-  if ((int)cache.size() <= dev) cache.resize(dev + 1, 0);
-  if (cache[dev] == 0)
-    RASFAST_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
-  return cache[dev];
 }
 
 // One wave of resident pass blocks over all rows (fewer, longer blocks than 8 per SM: the
