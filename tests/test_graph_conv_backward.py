@@ -371,6 +371,33 @@ def test_compiled_training_step_uses_registered_autograd():
         torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
+def test_compiled_training_step_dynamic_sizes_one_graph():
+    """A training loss compiled with dynamic sizes: other node, edge and graph counts reuse
+    the one graph (no size guard from rasfast's layer) and give the eager gradients."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    g = torch.Generator().manual_seed(13)
+    enc = _encoder(layers=2, seed=5, edge_dim=5).train()
+
+    def loss_fn(x, ei, ea, gp):
+        return enc.encode_batch(x, ei, ea, gp).square().sum()
+
+    counter = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_fn, fullgraph=True, backend=counter, dynamic=True)
+    frames = []
+    for sizes in ([6, 5], [9, 2, 4, 8], [3, 13, 7, 4, 2]):
+        x, ei, ea, gp = _graph(g, sizes, 3, 6, 5, torch.float32)
+        enc.zero_grad()
+        compiled(x, ei, ea, gp).backward()
+        got = [p.grad.clone() for p in enc.parameters()]
+        enc.zero_grad()
+        loss_fn(x, ei, ea, gp).backward()
+        for (n, p), a in zip(enc.named_parameters(), got):
+            torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6, msg=n)
+        frames.append(counter.frame_count)
+    assert frames[0] >= 1 and frames == frames[:1] * 3, frames  # compiled once, then reused
+
+
 class _MatmulDtypes(torch.utils._python_dispatch.TorchDispatchMode):
     """Records (rows, operand dtypes) of every matrix product."""
 

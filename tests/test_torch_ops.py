@@ -193,6 +193,35 @@ def test_compile_ras_retrieval_step_fullgraph():
         assert torch.equal(a, b)
 
 
+def _ras_args(B, N, M, g):
+    """_ras_step's inputs at B queries, N corpus rows, M triples (T = 4, D = 8 throughout)."""
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    indptr, indices = _graph(M, 3, g)
+    cand_ptr = torch.tensor([0] + sorted(torch.randint(0, M, (B - 1,), generator=g).tolist()) + [M])
+    seed_ptr = torch.tensor([0] + sorted(torch.randint(0, 2 * B, (B - 1,), generator=g).tolist()) + [2 * B])
+    return (r(B, 4), r(B, 8), r(N, 4), r(N, 8), r(M, 8), cand_ptr, indptr, indices, seed_ptr,
+            torch.randint(0, M, (2 * B,), generator=g))
+
+
+def test_compile_ras_retrieval_step_dynamic_sizes_one_graph():
+    """With dynamic sizes, one compiled graph serves other query, corpus and graph sizes:
+    the public ops' Python layer adds no guard on a size (the operators are opaque and their
+    fake kernels symbolic). Sizes >= 2 and pairwise different: torch itself specialises 0/1
+    and equal sizes (duck sizing)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    g = torch.Generator().manual_seed(8)
+    counter = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    compiled = torch.compile(_ras_step, fullgraph=True, backend=counter, dynamic=True)
+    frames = []
+    for B, N, M in ((5, 50, 17), (6, 71, 23), (9, 37, 29)):
+        args = _ras_args(B, N, M, g)
+        for a, b in zip(compiled(*args), _ras_step(*args)):
+            assert torch.equal(a, b)
+        frames.append(counter.frame_count)
+    assert frames[0] >= 1 and frames == frames[:1] * 3, frames  # compiled once, then reused
+
+
 class _Encode(torch.nn.Module):
     def __init__(self, enc):
         super().__init__()

@@ -33,6 +33,7 @@ from ..ops.graph_conv import (flat_layers, graph_transformer_pool, pool_operator
                               transformer_conv)
 from ..ops.graph_conv_params import ConvWeights, NormWeights
 from ..reference import graph_conv as _ref
+from .graph_encoder_export import export_graph_encoder
 from .question_graph import QuestionGraph, batch_graphs
 
 
@@ -201,6 +202,14 @@ class GraphEncoder(nn.Module):
             return graph_transformer_pool(x.to(p.device, p.dtype), edge_index.to(p.device),
                                           None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                           graph_ptr.to(p.device), self.layer_specs(), backend=backend)
+
+    def export(self, x, edge_index, edge_attr, graph_ptr, backend: str = "auto",
+               project: bool = False, dynamic: bool = True) -> torch.export.ExportedProgram:
+        """``torch.export`` of :meth:`encode_batch` (eval mode) that serves every batch size:
+        the node, edge and graph counts are dynamic (one graph and empty batches included).
+        See :func:`rasfast.models.graph_encoder_export.export_graph_encoder`."""
+        return export_graph_encoder(self, x, edge_index, edge_attr, graph_ptr, backend=backend,
+                                    project=project, dynamic=dynamic)
 
     def _live_specs(self, detach: bool = True):
         """[(ConvWeights, NormWeights | None, relu)] read from the modules as they are (no
