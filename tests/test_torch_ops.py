@@ -222,6 +222,30 @@ def test_compile_ras_retrieval_step_dynamic_sizes_one_graph():
     assert frames[0] >= 1 and frames == frames[:1] * 3, frames  # compiled once, then reused
 
 
+class _RasStep(torch.nn.Module):
+    def forward(self, *args):
+        return _ras_step(*args)
+
+
+def test_export_ras_retrieval_step_dynamic_sizes():
+    """torch.export of the retrieval step with every size dynamic (queries, corpus rows,
+    triples, seeds): the program runs other sizes, one query included, equal to eager. It
+    fails if the public ops' Python layer fixes a size while tracing (as len() of a traced
+    tensor did in the segment ops' offset check)."""
+    from torch.export import Dim
+    g = torch.Generator().manual_seed(3)
+    B, N, M = Dim("B", min=1), Dim("N", min=1), Dim("M", min=1)
+    ids, seeds = Dim("indices", min=0), Dim("seeds", min=0)
+    shapes = ({0: B}, {0: B}, {0: N}, {0: N}, {0: M}, {0: B + 1}, {0: M + 1}, {0: ids}, {0: B + 1},
+              {0: seeds})
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        ep = torch.export.export(_RasStep(), _ras_args(5, 50, 17, g), dynamic_shapes=(shapes,))
+    for b, n, m in ((6, 71, 23), (1, 37, 29), (2, 16, 5)):
+        args = _ras_args(b, n, m, g)
+        for a, w in zip(ep.module()(*args), _ras_step(*args)):
+            assert torch.equal(a, w)
+
+
 class _Encode(torch.nn.Module):
     def __init__(self, enc):
         super().__init__()

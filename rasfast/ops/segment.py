@@ -39,7 +39,7 @@ def _ptr_shape(x, name: str) -> torch.Tensor:
     p = as_tensor(x, name)
     check_int(p, name)
     check_rank(p, name, 1, "[B + 1]")
-    if len(p) == 0:
+    if p.shape[0] == 0:  # not len(p): a traced size would be fixed to its example value
         raise ValueError(f"{name}: expected B + 1 >= 1 entries, got 0")
     return p
 
