@@ -47,7 +47,8 @@ test)
   # the kernel families' tests; their GPU cases compare cuda and triton with the reference
   files=${TESTS:-tests/test_select.py tests/test_theme_ops.py tests/test_theme_triton.py tests/test_beam.py \
     tests/test_segment.py tests/test_graph_conv.py tests/test_check_finite.py tests/test_index.py \
-    tests/test_dispatch.py tests/test_gpu_offsets.py tests/test_profile.py tests/test_native_cuda_ops.py}
+    tests/test_dispatch.py tests/test_gpu_offsets.py tests/test_profile.py tests/test_native_cuda_ops.py \
+    tests/test_torch_ops_cuda.py tests/test_graph_conv_backward.py}
   $PY -m pytest -q -p no:cacheprovider --timeout=900 -rs "$@" $files 2>&1 | tee "$OUT/test.log"
   ;;
 sanitize)
