@@ -461,6 +461,33 @@ def test_cpu_gemm_linear_matches_float64():
                 cpu_gemm.set_backend(None)
 
 
+def test_cpu_gemm_matmul_reads_views_in_place_and_matches_float64():
+    """matmul(a, b) = a @ b for the backward's operand views (transposes, column and row
+    slices, strided columns) and empty sizes, on both GEMMs; on oneDNN, float32 only (other
+    dtypes keep torch's product)."""
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    base = r(37, 50)
+    cases = [(base, r(50, 29)), (base.t(), r(37, 11)), (base[:, 5:25], r(20, 13)),
+             (base[3:20], r(50, 29)), (base, r(29, 50).t()), (base, r(50, 80)[:, 7:40]),
+             (base[:, ::2], r(25, 6)), (base.t()[:, 4:9], r(5, 17)), (r(1, 1), r(1, 1)),
+             (r(0, 4), r(4, 3)), (r(3, 0), r(0, 4)), (r(3, 4), r(4, 0)), (r(260, 150).t(), r(260, 130))]
+    for name in _gemm_backends():
+        cpu_gemm.set_backend(name)
+        try:
+            for a, b in cases:
+                want = a.double() @ b.double()
+                got = cpu_gemm.matmul(a, b)
+                assert got.shape == want.shape and got.dtype == torch.float32
+                assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-4 * max(1, a.shape[1]) ** 0.5), \
+                    (name, a.shape, a.stride(), b.shape, b.stride())
+            assert cpu_gemm.onednn_serves(base, base.t()) == (name == "onednn")
+            assert not cpu_gemm.onednn_serves(base.bfloat16(), base.t().bfloat16())
+            assert cpu_gemm.matmul(base.bfloat16(), base.t().bfloat16()).dtype == torch.bfloat16
+        finally:
+            cpu_gemm.set_backend(None)
+
+
 def test_projection_gemms_follow_the_busy_machine_rules(monkeypatch):
     """The GEMMs are torch ops on the OpenMP runtime the kernels share: inside a call they run
     at the width csrc/common/parallel.h gives the call's work (serial for a small batch,

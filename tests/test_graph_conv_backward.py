@@ -23,10 +23,12 @@ import torch
 from torch.library import opcheck
 
 from conftest import GPU_DEVICE, cuda_kernels
+from test_graph_conv import _gemm_backends
 
 import rasfast
 import rasfast.ops  # noqa: F401
 from rasfast.models.graph_encoder import GraphEncoder
+from rasfast.ops import cpu_gemm
 from rasfast.ops import graph_conv as gc
 from rasfast.ops.graph_conv import flat_layers
 from rasfast.ops.graph_conv_params import ConvWeights, NormWeights
@@ -179,8 +181,17 @@ def _grads(layers, x, ei, ea, gp, backend, seed, mode=None):
         return out, torch.autograd.grad(out, leaves, gy, allow_unused=True)
 
 
+@pytest.fixture(params=_gemm_backends())
+def gemm(request):
+    """The CPU GEMM of the forward's projections and the backward's products (both tested:
+    oneDNN is the default on AVX-512 CPUs, BLAS elsewhere)."""
+    cpu_gemm.set_backend(request.param)
+    yield request.param
+    cpu_gemm.set_backend(None)
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_float32_grads_match_reference(seed):
+def test_float32_grads_match_reference(seed, gemm):
     cfg = CONFIGS[seed % len(CONFIGS)]
     g, layers = _build(cfg, seed=100 + seed, din=12, dtype=torch.float32)
     sizes = [int(v) for v in torch.randint(0, 30, (5,), generator=g)]

@@ -84,4 +84,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return torch.addmm(bias, x, weight.t())
 
 
-__all__ = ["backend", "set_backend", "linear"]
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [M, K] @ b [K, N] -> [M, N] on the chosen GEMM: the CPU backward's products (weight
+    gradients d^T @ x, input gradients d @ W), whose operands are transposes and column
+    slices. oneDNN reads such views through their strides, so no operand is copied
+    (``b.t()`` is its [N, K] weight); a float32 product there ran 2.0-2.7x faster than
+    ``torch.mm``'s MKL on a Zen 5 EPYC at the graph encoder's backward shapes."""
+    if onednn_serves(a, b) and a.shape[0] > 0 and a.shape[1] > 0 and b.shape[1] > 0:
+        return torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], "")
+    return a @ b
+
+
+def onednn_serves(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether :func:`matmul` runs a @ b on oneDNN (float32 CPU operands, oneDNN chosen)."""
+    return (a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu"
+            and b.device.type == "cpu" and backend() == "onednn")
+
+
+__all__ = ["backend", "set_backend", "linear", "matmul", "onednn_serves"]

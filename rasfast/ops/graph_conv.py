@@ -30,7 +30,7 @@ from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule, torch_width
 from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, deferred_for
-from . import _library, host_scratch
+from . import _library, cpu_gemm, host_scratch
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
 
@@ -749,7 +749,9 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
         gout, relu = gout * (out > 0), False
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
     gt = gemm_dtype(x)
-    mm = lambda a, b: a.to(gt) @ b.to(gt)  # noqa: E731  (the result in gt)
+    # float32 products on the CPU run on the plans' GEMM (oneDNN where it is the faster one:
+    # rasfast/ops/cpu_gemm.py), reading the transposes and column slices below in place
+    mm = lambda a, b: cpu_gemm.matmul(a.to(gt), b.to(gt))  # noqa: E731  (the result in gt)
     n, h, c = x.shape[0], w.heads, w.channels
     hc, f = h * c, w.out_channels
     nodes, agg = nodes.to(ct), agg.to(ct)
@@ -804,7 +806,12 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
         col = 0
         for m in [w.w_query, w.w_key, w.w_value] + ([w.w_skip] if w.root_weight else []):
             blk = d_nodes[:, col:col + m.shape[0]].to(gt)
-            g_x = blk @ m.to(gt) if g_x is None else g_x.addmm_(blk, m.to(gt))
+            if g_x is None:
+                g_x = mm(blk, m)
+            elif cpu_gemm.onednn_serves(blk, m):  # oneDNN writes a fresh product: add it
+                g_x.add_(mm(blk, m))
+            else:
+                g_x.addmm_(blk, m.to(gt))
             col += m.shape[0]
         g_x = g_x.to(x.dtype)
     sl = [slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, 3 * hc), slice(3 * hc, 3 * hc + f)]
