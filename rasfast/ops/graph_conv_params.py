@@ -85,18 +85,23 @@ def packed_node_weights(w: ConvWeights, with_skip: bool = True):
     biases are zeros. Cached on the (immutable) weights object.
     """
     def make():
-        hc = w.heads * w.channels
         mats = [w.w_query, w.w_key, w.w_value]
-        biases = [w.b_query, w.b_key, w.b_value]
-        sizes = [hc, hc, hc]
         if with_skip and w.w_skip is not None:
             mats.append(w.w_skip)
-            biases.append(w.b_skip)
-            sizes.append(w.out_channels)
-        z = lambda n: torch.zeros(n, dtype=w.w_query.dtype, device=w.w_query.device)  # noqa: E731
-        return (torch.cat(mats, 0).contiguous(),
-                torch.cat([b if b is not None else z(n) for b, n in zip(biases, sizes)]))
+        return torch.cat(mats, 0).contiguous(), packed_node_biases(w, with_skip)
     return cached_on(w, ("packed", with_skip), make)
+
+
+def packed_node_biases(w: ConvWeights, with_skip: bool = True) -> torch.Tensor:
+    """The biases of :func:`packed_node_weights`' rows (zeros where a bias is missing)."""
+    hc = w.heads * w.channels
+    biases = [w.b_query, w.b_key, w.b_value]
+    sizes = [hc, hc, hc]
+    if with_skip and w.w_skip is not None:
+        biases.append(w.b_skip)
+        sizes.append(w.out_channels)
+    z = lambda n: torch.zeros(n, dtype=w.w_query.dtype, device=w.w_query.device)  # noqa: E731
+    return torch.cat([b if b is not None else z(n) for b, n in zip(biases, sizes)])
 
 
 @dataclasses.dataclass(frozen=True)
