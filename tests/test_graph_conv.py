@@ -488,6 +488,34 @@ def test_cpu_gemm_matmul_reads_views_in_place_and_matches_float64():
             cpu_gemm.set_backend(None)
 
 
+def test_cpu_gemm_bmm_matches_float64():
+    """bmm(a, b, out, add) = add + a @ b per batch entry, written into ``out`` (a reused
+    buffer), for the plan's operands (column-slice and transposed views), empty sizes and a
+    half dtype, on both GEMMs."""
+    g = torch.Generator().manual_seed(12)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    nodes = r(23, 5 * 12)
+    cases = [(nodes[:, :36].view(23, 3, 12).transpose(0, 1), r(3, 12, 40), True),  # q heads
+             (r(3, 23, 40), r(3, 12, 40).transpose(1, 2), True),
+             (r(2, 1, 7), r(2, 7, 1), False), (r(4, 0, 5), r(4, 5, 3), True),
+             (r(2, 3, 0), r(2, 0, 4), False), (r(0, 3, 4), r(0, 4, 2), True)]
+    for name in _gemm_backends():
+        cpu_gemm.set_backend(name)
+        try:
+            for a, b, with_add in cases:
+                add = r(a.shape[0], a.shape[1], b.shape[2]) if with_add else None
+                out = torch.full((a.shape[0], a.shape[1], b.shape[2]), float("nan"))
+                got = cpu_gemm.bmm(a, b, out, add=add)
+                want = a.double() @ b.double() + (0 if add is None else add.double())
+                assert got is out and torch.allclose(got.double(), want, rtol=1e-5, atol=1e-4), \
+                    (name, a.shape, b.shape, with_add)
+            a, b = r(2, 5, 8).bfloat16(), r(2, 8, 3).bfloat16()
+            got = cpu_gemm.bmm(a, b, torch.empty(2, 5, 3, dtype=torch.bfloat16))
+            torch.testing.assert_close(got.float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+        finally:
+            cpu_gemm.set_backend(None)
+
+
 def test_projection_gemms_follow_the_busy_machine_rules(monkeypatch):
     """The GEMMs are torch ops on the OpenMP runtime the kernels share: inside a call they run
     at the width csrc/common/parallel.h gives the call's work (serial for a small batch,

@@ -161,7 +161,7 @@ def _edge_operands(csr, ea, w, nodes, n, ea_groups: Optional[RowGroups] = None,
         ea = ea_groups.distinct
     we = w.w_edge.view(h, c, -1)                        # head h: rows h*C .. h*C+C
     q = nodes[:, :h * c].view(n, h, c).transpose(0, 1)  # [H, N, C]
-    qe = torch.bmm(q, we, out=_scratch("qe", (h, n, we.shape[2]), nodes.dtype)).view(h * n, -1)
+    qe = cpu_gemm.bmm(q, we, _scratch("qe", (h, n, we.shape[2]), nodes.dtype)).view(h * n, -1)
     return qe, n * qe.shape[1], ea, 0, ea.shape[1], we
 
 
@@ -211,7 +211,7 @@ def _conv_layer(x, csr, ea, w, norm, relu, x_groups, ea_groups, saved=None):
     elif we is None:
         agg = out1.add_(out2)
     else:
-        agg = torch.baddbmm(out1, out2, _per_head_t(w, "w_edge"), out=_scratch("agg", out1.shape))
+        agg = cpu_gemm.bmm(out2, _per_head_t(w, "w_edge"), _scratch("agg", out1.shape), add=out1)
     if saved is not None:
         saved["nodes"], saved["agg"] = nodes, agg.transpose(0, 1).contiguous()
         saved["e_rows"] = ed
@@ -249,11 +249,12 @@ def _pooled_last_layer(x, csr, ea, gp, w, ea_groups: Optional[RowGroups] = None)
     has_in = (csr.indptr.diff() > 0).float()[:, None]
     frac = graph_mean(has_in, gp)[:, 0]
     f32 = lambda t: t.float()  # noqa: E731
-    agg = torch.bmm(out1, _per_head_t(w, "w_value"))                       # [H, G, C]
+    agg = cpu_gemm.bmm(out1, _per_head_t(w, "w_value"), out1.new_empty((h, g, c)))  # [H, G, C]
     if w.b_value is not None:
         agg += f32(w.b_value).view(h, 1, c) * frac.view(1, g, 1)
     if out2 is not None:
-        agg = agg + (out2 if we is None else torch.bmm(out2, _per_head_t(w, "w_edge")))
+        agg = agg + (out2 if we is None else
+                     cpu_gemm.bmm(out2, _per_head_t(w, "w_edge"), out2.new_empty((h, g, c))))
     out = agg.transpose(0, 1).reshape(g, h * c) if w.concat else agg.mean(0)
     if w.w_skip is not None:
         out = out + graph_mean(f32(x), gp) @ f32(w.w_skip).t()
