@@ -488,15 +488,19 @@ def test_cpu_gemm_matmul_reads_views_in_place_and_matches_float64():
             cpu_gemm.set_backend(None)
 
 
-def test_cpu_gemm_bmm_matches_float64():
+@pytest.mark.parametrize("min_rows", [cpu_gemm.BMM_ONEDNN_MIN_ROWS, 1])
+def test_cpu_gemm_bmm_matches_float64(monkeypatch, min_rows):
     """bmm(a, b, out, add) = add + a @ b per batch entry, written into ``out`` (a reused
     buffer), for the plan's operands (column-slice and transposed views), empty sizes and a
-    half dtype, on both GEMMs."""
+    half dtype, on both GEMMs; with the per-head oneDNN products from the default row count
+    and from one row (every case then takes them)."""
+    monkeypatch.setattr(cpu_gemm, "BMM_ONEDNN_MIN_ROWS", min_rows)
     g = torch.Generator().manual_seed(12)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    nodes = r(23, 5 * 12)
-    cases = [(nodes[:, :36].view(23, 3, 12).transpose(0, 1), r(3, 12, 40), True),  # q heads
-             (r(3, 23, 40), r(3, 12, 40).transpose(1, 2), True),
+    nodes = r(61, 5 * 12)
+    cases = [(nodes[:, :36].view(61, 3, 12).transpose(0, 1), r(3, 12, 40), True),  # q heads
+             (r(3, 53, 40), r(3, 12, 40).transpose(1, 2), True),
+             (r(3, 23, 40), r(3, 40, 12), False),
              (r(2, 1, 7), r(2, 7, 1), False), (r(4, 0, 5), r(4, 5, 3), True),
              (r(2, 3, 0), r(2, 0, 4), False), (r(0, 3, 4), r(0, 4, 2), True)]
     for name in _gemm_backends():

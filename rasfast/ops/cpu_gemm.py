@@ -97,16 +97,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
+# Below this many rows a head, one torch.bmm call beats a oneDNN call per head (their fixed
+# costs): measured on Zen 5 in graph_transformer_pool at RAS's dims, interleaved in one
+# process, one 30-node subgraph 8.2 ms (torch.bmm) against 9.0 (per head); 60 nodes even,
+# 150 nodes 24.7 against 23.3, 480 nodes 69.5 against 60.0.
+BMM_ONEDNN_MIN_ROWS = 48
+
+
 def bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
         add: Optional[torch.Tensor] = None) -> torch.Tensor:
     """out[i] = (add[i] +) a[i] @ b[i] for every i < a.shape[0]: the per-head products of the
-    CPU plan (a [B, M, K], b [B, K, N], out and add [B, M, N]). On oneDNN one product per
-    entry, each copied into ``out[i]`` as it is made (a reused buffer: a fresh [B, M, N]
-    result pays its page faults), ``add`` fused as oneDNN's sum post-op; else torch.bmm /
-    baddbmm (MKL's AVX2 code on AMD CPUs: per-head oneDNN took half its time for the graph
-    encoder's [8, 1920, 128] x [8, 128, 1024] on a Zen 5 EPYC)."""
-    if onednn_serves(a, b) and a.shape[1] > 0 and a.shape[2] > 0 and b.shape[2] > 0 \
-            and (add is None or add.dtype == torch.float32):
+    CPU plan (a [B, M, K], b [B, K, N], out and add [B, M, N]). On oneDNN (from
+    ``BMM_ONEDNN_MIN_ROWS`` rows M) one product per entry, each copied into ``out[i]`` as it
+    is made (a reused buffer: a fresh [B, M, N] result pays its page faults), ``add`` fused
+    as oneDNN's sum post-op; else torch.bmm / baddbmm (MKL's AVX2 code on AMD CPUs:
+    per-head oneDNN took half its time for the graph encoder's [8, 1920, 128] x
+    [8, 128, 1024] on a Zen 5 EPYC)."""
+    if onednn_serves(a, b) and a.shape[1] >= BMM_ONEDNN_MIN_ROWS and a.shape[2] > 0 \
+            and b.shape[2] > 0 and (add is None or add.dtype == torch.float32):
         bt = b.transpose(1, 2)
         lp = torch.ops.mkldnn._linear_pointwise
         for i in range(a.shape[0]):
