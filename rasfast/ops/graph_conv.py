@@ -750,7 +750,8 @@ def _conv_backward(gout, x, ea, nodes, agg, ts, flags, graph: _EdgeGraph, need_x
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
     gt = gemm_dtype(x)
     # float32 products on the CPU run on the plans' GEMM (oneDNN where it is the faster one:
-    # rasfast/ops/cpu_gemm.py), reading the transposes and column slices below in place
+    # rasfast/ops/cpu_gemm.py) on the transposes and column slices below, without copies of
+    # the right operands
     mm = lambda a, b: cpu_gemm.matmul(a.to(gt), b.to(gt))  # noqa: E731  (the result in gt)
     n, h, c = x.shape[0], w.heads, w.channels
     hc, f = h * c, w.out_channels
