@@ -103,7 +103,10 @@ def machine_info() -> Dict[str, object]:
     }
     try:
         import rasfast
-        info["rasfast_threads"] = rasfast.backends()["cpu"]["threads"]
+        b = rasfast.backends()
+        info["rasfast_threads"] = b["cpu"]["threads"]
+        # which ops run C++ operator kernels (rasfast._torch_ops) rather than Python ones
+        info["operator_kernels"] = {dev: b[dev].get("operator_kernels") for dev in ("cpu", "cuda")}
     except Exception:
         pass
     if torch.cuda.is_available():
@@ -115,6 +118,9 @@ def machine_info() -> Dict[str, object]:
                                      text=True, check=False).stdout.strip()
     except OSError:
         pass
+    # the device machine's copy of the tree carries stale git metadata (the fifth GPU session's
+    # files named a commit weeks old): the caller names the tree's commit there
+    info["git"] = os.environ.get("RASFAST_GIT_COMMIT") or info.get("git")
     return info
 
 
@@ -122,8 +128,12 @@ def header_markdown() -> str:
     i = machine_info()
     gpu = i["gpu"]["name"] if i["gpu"] else "none (CPU only)"
     flags = " ".join(i["cpu_flags"]) or "unknown"
-    return (f"Machine: {i['cpu']}, {i['cores']} cores (SIMD: {flags}), GPU: {gpu}; Python {i['python']}, "
+    line = (f"Machine: {i['cpu']}, {i['cores']} cores (SIMD: {flags}), GPU: {gpu}; Python {i['python']}, "
             f"torch {i['torch']}, numpy {i['numpy']}; commit {i.get('git', '?')}; {i['date_utc']}\n")
+    if i["gpu"]:
+        ops = (i.get("operator_kernels") or {}).get("cuda")
+        line += f"\nC++ CUDA operator kernels (rasfast._torch_ops): {', '.join(ops) if ops else 'none'}\n"
+    return line
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ build)
     || { tail -40 "$OUT/cmake.log"; exit 1; }
   time cmake --build build/gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
   cp build/gpu/_C*.so build/gpu/_cuda*.so rasfast/
+  # the C++ operator kernels (csrc/torch_ops/) load only with their torch-version stamp beside
+  # them; without this copy every op ran its Python kernel on the GPU (sessions 4-5 never had it)
+  cp build/gpu/_torch_ops.so build/gpu/_torch_ops.torch-version rasfast/ \
+    || echo "WARNING: no _torch_ops built: the operators keep their Python kernels"
   mkdir -p "$OUT/so" && cp rasfast/_C*.so rasfast/_cuda*.so "$OUT/so/"
   $PY -c "import rasfast, json; print(json.dumps(rasfast.backends(), indent=1, default=str))"
   ;;
