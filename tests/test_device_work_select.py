@@ -6,7 +6,8 @@ torch (one workspace tensor from its caching allocator), no torch op over x (val
 out of the kernel). Before the rebuild (commit c04cd47), a 4 x 5,000 float32 call at k = 10
 counted 12 kernels, 1 memset, 4 torch ops (a NaN pass over x and a gather), 1 sync and 7
 allocations. For k <= 256 a call is two launches (the filtered pass and the merge), no
-memset (eighth session; the radix passes stay reachable with RASFAST_SELECT_FILTER_K=0).
+memset (eighth session), when RASFAST_SELECT_FILTER_K=256 asks for it: the sixth H100 session
+timed it 2-3x slower than the radix passes at k = 10, which are the default again.
 """
 import math
 
@@ -43,10 +44,9 @@ def _launch_budget(N, k, key_bits, sorted_, filtered=True):
                                            (2, 30_001, 256, True), (2, 30_001, 257, True)])
 def test_select_k_is_sync_free_and_allocation_free(monkeypatch, filtered, dtype, key_bits, B, N, k,
                                                    sorted_):
-    """k <= 256 takes the filtered pass (2 launches; 8 for 4 x 5,000 float32 at k = 10 on the
-    radix passes, which RASFAST_SELECT_FILTER_K=0 keeps there for this comparison)."""
-    if not filtered:
-        monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "0")
+    """With RASFAST_SELECT_FILTER_K=256, k <= 256 takes the filtered pass (2 launches; 8 for
+    4 x 5,000 float32 at k = 10 on the radix passes, the default)."""
+    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "256" if filtered else "0")
     x = torch.randn(B, N).to(dtype)
     with count_device_work(watch=[x]) as work:
         vals, idx = rasfast.select_k(x, k, sorted=sorted_, backend="cuda")
@@ -71,3 +71,14 @@ def test_select_k_nan_costs_nothing_on_cuda():
         _, idx = rasfast.select_k(x, 5, largest=True, backend="cuda")
     assert work.syncs == 0 and work.watched_reads == 0, work.summary()
     assert idx[1, 0].item() == 7
+
+
+def test_select_k_default_is_the_radix_path(monkeypatch):
+    """Without RASFAST_SELECT_FILTER_K, k = 10 runs the radix passes (memset, passes, write,
+    sort: more than the filtered pass's 2 launches), measured faster on an H100."""
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    x = torch.randn(4, 5_000)
+    with count_device_work(watch=[x]) as work:
+        _, idx = rasfast.select_k(x, 10, backend="cuda")
+    assert work.launches == _launch_budget(5_000, 10, 32, True, filtered=False), work.summary()
+    assert torch.equal(idx, ref_select(x, 10, False, True))

@@ -765,15 +765,18 @@ int filter_blocks(DType dt, int64_t rows, int64_t n, int64_t k) {
   return nb;
 }
 
-// The largest k of the filtered pass: kFilterK, or RASFAST_SELECT_FILTER_K (0: never; for
-// tests and benchmarks that weigh the two paths at the same k).
+// The largest k of the filtered pass: 0 (never) unless RASFAST_SELECT_FILTER_K names one, up
+// to kFilterK (tests and benchmarks weigh the two paths at the same k). Off by default since
+// the sixth H100 session (benchmarks/results/gpu_run6): at k = 10 the filtered pass took
+// 0.26-0.34 ms of device time where the radix passes took 0.08-0.16 (16 x 1M, 4 x 10M and
+// 256 x 100k, every dtype); Nsight Compute counted 301 instructions per entry in it.
 int64_t filter_k_limit() {
   if (const char* env = std::getenv("RASFAST_SELECT_FILTER_K")) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
     if (end != env && v >= 0) return std::min<int64_t>(v, kFilterK);
   }
-  return kFilterK;
+  return 0;
 }
 
 size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
