@@ -37,6 +37,14 @@ def _kernels(op):
     return getattr(ops, op).default, getattr(ops, op + "_python").default
 
 
+def by_index(vals, idx):
+    """An unsorted select_k answer in a canonical order (each row by index): its kernel writes
+    the answers at atomic positions, so two calls on a GPU may order a row differently (the
+    sixth H100 session's failures; the emulator's fixed schedule hid it)."""
+    order = idx.argsort(dim=1)
+    return vals.gather(1, order), idx.gather(1, order)
+
+
 def both(*args, op="select_k"):
     return tuple(kernel(*args) for kernel in _kernels(op))
 
@@ -92,7 +100,10 @@ def test_select_k_equals_the_python_kernel(dtype, B, N, k):
     for largest in (False, True):
         for sorted_ in (True, False):
             for backend in BACKENDS:
-                same(*both(x, k, largest, sorted_, backend))
+                got = both(x, k, largest, sorted_, backend)
+                if not sorted_:  # unordered answers come out in atomic order on a GPU
+                    got = tuple(by_index(*pair) for pair in got)
+                same(*got)
     if B and N > 2:  # a non-contiguous view
         same(*both(x[:, ::2], min(k, (N + 1) // 2), True, True, "cuda"))
     if B:  # and the reference's answer (sorted: indices by the contract's tie order)
@@ -124,7 +135,9 @@ def test_bad_calls_raise_the_python_kernels_errors():
 def test_the_cpp_kernel_keeps_select_ks_device_budget():
     x = torch.randn(8, 5000)
     rasfast.select_k(x, 10, backend="cuda")
-    for k, launches in ((10, 2), (1000, 8)):
+    # memset, ceil((32 + 13) / 11) = 5 radix passes, the write and the on-chip sort (the
+    # filtered pass's 2 launches at k = 10 lost to them on an H100: off by default)
+    for k, launches in ((10, 8), (1000, 8)):
         with count_device_work(watch=[x]) as work:
             rasfast.select_k(x, k, backend="cuda")
         assert work.syncs == 0 and work.allocs == 0 and work.watched_reads == 0, work.summary()
