@@ -721,7 +721,7 @@ def _filtered_cell(r) -> str:
 
 def markdown(res) -> str:
     L = ["# The roofline run: host syncs of every op; select_k against torch.topk and the roof", "",
-         header_markdown(), ""]
+         header_markdown(res.get("machine")), ""]
     c = res["ceilings"]
     if c["copy_GBps"]:
         L += [f"Ceilings measured in this run: device copy **{c['copy_GBps']:,.0f} GB/s** (read + write), "
@@ -757,7 +757,14 @@ def markdown(res) -> str:
         L += ["Failures:", ""] + [f"- {f}" for f in fails[:30]] + [""]
     L += [f"CUDA graph: {res['graph']}", "",
           "Other ops with validate='none', captured and replayed on new queries (replays_match: "
-          f"equal to a fresh eager call): {res.get('capture')}", "", "## select_k timings", "",
+          f"equal to a fresh eager call): {res.get('capture')}", ""]
+    L += select_markdown(res)
+    return "\n".join(L + segment_and_rest_markdown(res)) + "\n"
+
+
+def select_markdown(res) -> list:
+    """The select_k timings section (the full run's and --select-only's)."""
+    L = ["## select_k timings", "",
           "Median of 20 calls (CUDA events), inputs rotated over copies past the L2 cache. "
           "cuda graph = the same call captured and replayed (device time without host gaps). "
           "GB/s = the input's bytes (read once: the least an exact select moves) / graph time; share = "
@@ -780,7 +787,26 @@ def markdown(res) -> str:
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
                  f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} |")
-    L += ["", "## segment_topk_scores (cuda) against torch", "",
+    return L + [""]
+
+
+def select_only_markdown(res) -> str:
+    """--select-only's report: machine (as saved), ceilings, parity and the select table."""
+    c = res["ceilings"]
+    n_ok, fails = res["parity"]
+    L = ["# select_k against torch.topk (gpu_roofline.py --select-only)", "",
+         header_markdown(res.get("machine")), "",
+         f"Ceilings measured in this run: device copy **{c['copy_GBps']:,.0f} GB/s** (read + write), "
+         f"bf16 matmul 8192^3 **{c['bf16_TFLOPS']:,.0f} TFLOPS**." if c.get("copy_GBps") else
+         "Emulated run: times are the emulator's CPU times and mean nothing.", "",
+         f"Exact parity with the reference: **{n_ok} of {n_ok + len(fails)}** cases.", ""]
+    if fails:
+        L += ["Failures:", ""] + [f"- {f}" for f in fails[:30]] + [""]
+    return "\n".join(L + select_markdown(res)) + "\n"
+
+
+def segment_and_rest_markdown(res) -> list:
+    L = ["## segment_topk_scores (cuda) against torch", "",
           "Equal-length segments, so the torch peer is one padded bmm + topk (its best case; "
           "ragged segments need padding or a loop); with cand_ids, the peer gathers the rows "
           "first. Median ms of 20 calls (whole calls, host included). GB/s = the least bytes "
@@ -806,7 +832,7 @@ def markdown(res) -> str:
     if "ncu_more" in res:
         L += ncu_markdown(res["ncu_more"], "a select_k call at k = 250,000 (16 x 1M float32) and one beam "
                                            "search (200k triples, 1,024 x 50 seeds, D = 384)")
-    return "\n".join(L) + "\n"
+    return L
 
 
 def main(argv=None) -> int:
@@ -817,7 +843,18 @@ def main(argv=None) -> int:
     p.add_argument("--select-only", action="store_true",
                    help="select_k parity and timings only (a short follow-up run after a kernel change)")
     p.add_argument("--out", default=os.path.join(RESULTS, "gpu_roofline"))
+    p.add_argument("--render", metavar="JSON",
+                   help="write OUT.md again from a run's saved JSON (no measuring; for the results "
+                        "fetched from a GPU machine)")
     a = p.parse_args(argv)
+    if a.render:
+        with open(a.render) as f:
+            res = json.load(f)
+        md = markdown(res) if "host_syncs" in res else select_only_markdown(res)
+        with open(a.out + ".md", "w") as f:
+            f.write(md)
+        print(f"wrote {a.out}.md from {a.render}")
+        return 0
     if a.ncu_probe:
         ncu_probe(a.ncu_probe)
         return 0
@@ -839,6 +876,8 @@ def main(argv=None) -> int:
         res["select"] = select_timings(dev, a.emulate, a.quick, res["ceilings"]["copy_GBps"])
         with open(a.out + ".json", "w") as f:
             json.dump(res, f, indent=1, default=str)
+        with open(a.out + ".md", "w") as f:
+            f.write(select_only_markdown(res))
         for r in res["select"]:
             print(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | topk {r['topk_ms']:.3f} | cuda {r['cuda_ms']:.3f} "
                   f"| {r['speedup']:.2f}x | graph {r['graph_ms'] or 0:.3f} | filtered {_filtered_cell(r)} "

@@ -124,8 +124,9 @@ def machine_info() -> Dict[str, object]:
     return info
 
 
-def header_markdown() -> str:
-    i = machine_info()
+def header_markdown(info: dict | None = None) -> str:
+    """The results files' machine line: this machine's, or ``info`` (a saved machine_info())."""
+    i = info or machine_info()
     gpu = i["gpu"]["name"] if i["gpu"] else "none (CPU only)"
     flags = " ".join(i["cpu_flags"]) or "unknown"
     line = (f"Machine: {i['cpu']}, {i['cores']} cores (SIMD: {flags}), GPU: {gpu}; Python {i['python']}, "

@@ -171,3 +171,24 @@ def test_the_ncu_probes_run_on_the_emulator(monkeypatch):
     ncu_probe("select", torch.device("cpu"), small=True)
     out = ncu_probe("more", torch.device("cpu"), small=True)
     assert out.sequences.shape == (3, 10, 2) and int(out.num_beams.min()) > 0
+
+
+def test_select_only_writes_its_report_and_render_rewrites_it(tmp_path):
+    """--select-only (the short follow-up run) writes a markdown report beside its JSON, and
+    --render writes the same report again from the JSON alone: results fetched from a GPU
+    machine become results files here without re-measuring (the sixth session's third call
+    returned only its JSON)."""
+    env = dict(os.environ, RASFAST_CUDA_EMU="1")
+    script = str(ROOT / "benchmarks" / "gpu_roofline.py")
+    out = tmp_path / "sel"
+    res = subprocess.run([sys.executable, script, "--emulate", "--select-only", "--quick", "--out", str(out)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    md = (tmp_path / "sel.md").read_text()
+    assert "## select_k timings" in md and "filtered ms (graph)" in md and "Failures:" not in md
+    assert "| 4 | 20,000 | float32 | 10 |" in md
+    again = tmp_path / "again"
+    res = subprocess.run([sys.executable, script, "--render", str(tmp_path / "sel.json"), "--out", str(again)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "again.md").read_text() == md

@@ -53,7 +53,7 @@ test)
     tests/test_segment.py tests/test_graph_conv.py tests/test_check_finite.py tests/test_index.py \
     tests/test_dispatch.py tests/test_gpu_offsets.py tests/test_profile.py tests/test_native_cuda_ops.py \
     tests/test_torch_ops_cuda.py tests/test_graph_conv_backward.py}
-  $PY -m pytest -q -p no:cacheprovider --timeout=900 -rs "$@" $files 2>&1 | tee "$OUT/test.log"
+  $PY -m pytest -q -p no:cacheprovider --timeout=900 -rfEs "$@" $files 2>&1 | tee "$OUT/test.log"
   ;;
 sanitize)
   tool=${1:-memcheck}; shift || true
@@ -71,10 +71,12 @@ bench)
   for n in $names; do
     echo "== gpu_$n"
     $PY benchmarks/gpu_$n.py 2>&1 | tee "$OUT/bench_$n.log"
+    # this benchmark's results, copied as soon as it ends: the sixth session's stage limit
+    # cut the last benchmark and lost every earlier one's .md/.json with it. This stage's
+    # files only: a blanket gpu_*.md copy once put the committed gpu_roofline.md over the
+    # roofline file this run had just written in $OUT
+    cp benchmarks/results/*"$n"*.md benchmarks/results/*"$n"*.json "$OUT"/ 2>/dev/null
   done
-  # this stage's results only: a blanket gpu_*.md copy once put the committed gpu_roofline.md
-  # over the roofline file this run had just written in $OUT
-  for n in $names; do cp benchmarks/results/*"$n"*.md benchmarks/results/*"$n"*.json "$OUT"/ 2>/dev/null; done
   ;;
 all)
   # Benchmarks first, alone on the GPU (their timings see nothing else running); then the tests
@@ -123,7 +125,7 @@ roofline)
     echo "bench stage rc=$?"; grep -E "^(==|\|)" "$OUT/bench_stage.log" | tail -30
   fi
   xdist=""; $PY -c "import xdist" 2>/dev/null && xdist="-n ${TEST_PROCS:-8}"
-  timeout "${TEST_S:-120}" bash "$me" test $xdist >"$OUT/test_stage.log" 2>&1
+  timeout "${TEST_S:-180}" bash "$me" test $xdist >"$OUT/test_stage.log" 2>&1
   echo "test stage rc=$?"; tail -15 "$OUT/test_stage.log"
   tar czf /tmp/gpu_results.tar.gz -C "$OUT" --exclude=so . && mv /tmp/gpu_results.tar.gz "$OUT/"
   find "$OUT" -maxdepth 1 -type f ! -name gpu_results.tar.gz ! -name 'gpu_roofline.*' ! -name '*_stage.log' \
