@@ -679,8 +679,8 @@ def ncu_markdown(n, title: str = "one select_k call at k = 10 and one at k = 10,
             continue
         L.append(f"- k = {int(k):,}: DRAM read {c['read'] / 1e6:,.1f} MB, written {c['write'] / 1e6:,.1f} MB, "
                  f"{c['ns'] / 1e3:,.0f} us over its kernels; the model's least: {n['model_min_bytes'] / 1e6:,.1f} MB read.")
-    L += ["", "k = 10 takes the filtered pass, which reads each row once; larger k the radix "
-          "passes, which read it twice (the write pass a third time when the first filter's "
+    L += ["", "Every k takes the radix passes (the filtered pass, one read of each row, only with "
+          "RASFAST_SELECT_FILTER_K: it took k = 10 here before the sixth GPU session), which read it twice (the write pass a third time when the first filter's "
           "buffer overflows), and for k > 2,048 cub's radix sort of the answers' composite keys. "
           "Instructions per entry: executed thread instructions / "
           f"{NCU_ENTRIES:,} entries (the row passes; benchmarks/results/select_sass_model.md "
