@@ -567,6 +567,41 @@ def host_profile(dev, emulate: bool):
     return out.getvalue()
 
 
+# the sync-free calls of op_calls() whose host share the sixth GPU session measured far above
+# 10% (33-95%): where their host time goes, for the next change to aim at
+HOST_PROFILED = ("theme_scoped_search (gemm path) validate='none'", "triple_beam_search validate='none'",
+                 "triple_beam_search, device seeds, validate='none'", "segment_topk_scores validate='none'",
+                 "graph_transformer_pool validate='none'")
+
+
+def host_profiles(dev, emulate: bool) -> dict:
+    """cProfile of 50 calls of each HOST_PROFILED op (by own time, the first 12 entries)."""
+    import cProfile
+    import io
+    import pstats
+    calls = op_calls(dev, emulate)
+    out = {}
+    for name in HOST_PROFILED:
+        fn = calls[name][0]
+        try:
+            with torch.no_grad():
+                for _ in range(3):
+                    fn()
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(50 if not emulate else 2):
+                    fn()
+                pr.disable()
+            if not emulate:
+                torch.cuda.synchronize()
+            buf = io.StringIO()
+            pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(12)
+            out[name] = buf.getvalue()
+        except Exception as e:
+            out[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
 NCU_ENTRIES = 16 * 1_000_000  # the select probes' input: 16 x 1M float32
 NCU_CALLS = (10, 10_000)       # the filtered pass, then the radix passes (k > 256)
 NCU_MORE_CALLS = (250_000,)    # the second probe: the large-k sort (cub), then the beam kernel
@@ -826,8 +861,10 @@ def segment_and_rest_markdown(res) -> list:
                      f"{r.get('cand_ids', False)} | {r['n']} | {r['cuda_ms']:.3f} | "
                      f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | "
                      f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} |")
-    L += ["", "## Host time of a select_k call", "", "cProfile of 300 calls (16 x 1M float32, k = 10), "
+    L += ["", "## Host time of a call, by function", "", "cProfile of 300 select_k calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
+    for name, text in (res.get("host_profiles") or {}).items():
+        L += ["", f"cProfile of 50 calls of {name}, by own time:", "", "```", text.strip(), "```"]
     L += ncu_markdown(res["ncu"])
     if "ncu_more" in res:
         L += ncu_markdown(res["ncu_more"], "a select_k call at k = 250,000 (16 x 1M float32) and one beam "
@@ -899,6 +936,7 @@ def main(argv=None) -> int:
     print("segment", res["segment"], flush=True)
     res["host_profile"] = host_profile(dev, a.emulate)
     print(res["host_profile"], flush=True)
+    res["host_profiles"] = host_profiles(dev, a.emulate)
     # the report is written before each Nsight Compute step and after it: a step cut short by
     # the roofline's time limit (tools/gpu_session.sh: ROOF_S) leaves what came before it
     deadline = t0 + float(os.environ.get("ROOF_S", "210")) - 15

@@ -53,7 +53,8 @@ def test_host_time_benchmark_runs():
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stdout.splitlines() if " us (min " in ln]
-    assert len(lines) == 11, res.stdout
+    assert len(lines) == 12, res.stdout
+    assert any("host arrays" in ln for ln in lines), res.stdout  # beam search's host-seed path
     # each op with a C++ CUDA kernel is timed both ways in the same run
     for op in ("select_k", "segment_topk_scores", "segment_max_rank"):
         assert any(ln.startswith(op) and "C++ CUDA kernel" in ln for ln in lines), (op, res.stdout)

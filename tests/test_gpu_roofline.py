@@ -30,6 +30,11 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     # select_k reads nothing back on the device path
     assert "| select_k (8 x 50k, k=100) | 0 |" in md
     assert "| segment_topk_scores validate='none' | 0 |" in md
+    # where the host time of each sync-free op goes (the next GPU run's measured reasons)
+    from benchmarks.gpu_roofline import HOST_PROFILED
+    for name in HOST_PROFILED:
+        assert f"cProfile of 50 calls of {name}, by own time:" in md, name
+    assert "error: " not in md.split("## Host time of a call, by function")[1].split("## Nsight")[0]
 
 
 def test_the_theme_benchmark_paths_run_on_the_emulator(monkeypatch):
