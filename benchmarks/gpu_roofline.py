@@ -567,6 +567,69 @@ def host_profile(dev, emulate: bool):
     return out.getvalue()
 
 
+COMPILED_OPS = ("select_k (8 x 50k, k=100)", "segment_topk_scores validate='none'",
+                "triple_beam_search, device seeds, validate='none'", "graph_transformer_pool validate='none'")
+
+
+def compiled_calls(dev, emulate: bool) -> list:
+    """Per-question calls are host-bound on a GPU (the sixth session: 33-95% of each call).
+    torch.compile(mode="reduce-overhead") captures the registered ops into CUDA graphs and
+    replays them: each op's eager host / call microseconds against the compiled ones', with
+    the compiled outputs checked equal to eager. On the emulator (CPU tensors) nothing is
+    captured; the row only shows the path compiles and agrees."""
+    calls = op_calls(dev, emulate)
+    rounds = 2 if emulate else 20
+    rows = []
+    for name in COMPILED_OPS:
+        fn = calls[name][0]
+        row = {"op": name}
+        try:
+            with torch.no_grad():
+                want = fn()
+                row["eager_host_us"] = host_us(fn, rounds, emulate)
+                row["eager_call_us"] = call_us(fn, rounds, emulate)
+                cfn = torch.compile(fn, mode="reduce-overhead", fullgraph=True)
+                for _ in range(3):  # compile, record, then replays
+                    got = cfn()
+                got = tuple(t.clone() for t in _tensors(got))
+                row["equal"] = all(torch.equal(a, b) if not a.is_floating_point() else
+                                   torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+                                   for a, b in zip(_tensors(want), got))
+                row["compiled_host_us"] = host_us(cfn, rounds, emulate)
+                row["compiled_call_us"] = call_us(cfn, rounds, emulate)
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        rows.append(row)
+        print("compiled", row, flush=True)
+    return rows
+
+
+def _tensors(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    if hasattr(out, "__dict__"):  # a result object (beam search's)
+        return [t for v in vars(out).values() for t in _tensors(v)]
+    return []
+
+
+def compiled_markdown(rows) -> list:
+    L = ["", "## Per-question calls through torch.compile(mode='reduce-overhead')", "",
+         "The registered ops captured in CUDA graphs by torch.compile and replayed: host and whole-call "
+         "microseconds (as in the host table above), eager against compiled, and whether the compiled "
+         "outputs equal the eager ones.", "",
+         "| op | eager host us | eager call us | compiled host us | compiled call us | equal |",
+         "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            L.append(f"| {r['op']} | error: {r['error']} | | | | |")
+        else:
+            L.append(f"| {r['op']} | {r['eager_host_us']:.0f} | {r['eager_call_us']:.0f} | "
+                     f"{r['compiled_host_us']:.0f} | {r['compiled_call_us']:.0f} | {r['equal']} |")
+    return L
+
+
 # the sync-free calls of op_calls() whose host share the sixth GPU session measured far above
 # 10% (33-95%): where their host time goes, for the next change to aim at
 HOST_PROFILED = ("theme_scoped_search (gemm path) validate='none'", "triple_beam_search validate='none'",
@@ -865,6 +928,8 @@ def segment_and_rest_markdown(res) -> list:
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     for name, text in (res.get("host_profiles") or {}).items():
         L += ["", f"cProfile of 50 calls of {name}, by own time:", "", "```", text.strip(), "```"]
+    if "compiled" in res:
+        L += compiled_markdown(res["compiled"])
     L += ncu_markdown(res["ncu"])
     if "ncu_more" in res:
         L += ncu_markdown(res["ncu_more"], "a select_k call at k = 250,000 (16 x 1M float32) and one beam "
@@ -937,6 +1002,7 @@ def main(argv=None) -> int:
     res["host_profile"] = host_profile(dev, a.emulate)
     print(res["host_profile"], flush=True)
     res["host_profiles"] = host_profiles(dev, a.emulate)
+    res["compiled"] = compiled_calls(dev, a.emulate)
     # the report is written before each Nsight Compute step and after it: a step cut short by
     # the roofline's time limit (tools/gpu_session.sh: ROOF_S) leaves what came before it
     deadline = t0 + float(os.environ.get("ROOF_S", "210")) - 15

@@ -35,6 +35,9 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     for name in HOST_PROFILED:
         assert f"cProfile of 50 calls of {name}, by own time:" in md, name
     assert "error: " not in md.split("## Host time of a call, by function")[1].split("## Nsight")[0]
+    # the per-question calls compile (reduce-overhead, fullgraph) and agree with eager
+    compiled = md.split("## Per-question calls through torch.compile(mode='reduce-overhead')")[1].split("## Nsight")[0]
+    assert compiled.count("| True |") == 4, compiled
 
 
 def test_the_theme_benchmark_paths_run_on_the_emulator(monkeypatch):
