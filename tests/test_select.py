@@ -279,6 +279,27 @@ def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype
         check(x, k, True, False, "cuda")
 
 
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 2, 17, 64])
+def test_gpu_filtered_pass_keeps_the_sampled_kth(monkeypatch, dtype, k):
+    """The filtered pass's first threshold is the k-th of an evenly spaced sample of a block's
+    chunk, plus one. Here the sampled entries are the row's smallest, so the sample's k-th is
+    an answer and a threshold without the + 1 drops it. With 64 rows of 4,096 the emulator's
+    4 SMs give each row one block, whose sample sits at every 8th index; on a GPU with more
+    SMs the chunks are smaller than the sampling's minimum and the case is an ordinary one."""
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "256")
+    B, N = 64, 4096
+    g = torch.Generator().manual_seed(k)
+    x = torch.rand(B, N, generator=g)
+    x[:, ::8] = -1000.0 + torch.arange(N // 8, dtype=torch.float32)  # bf16 rounds some to ties: by index
+    x = x.to(dtype).to(GPU_DEVICE)
+    check(x, k, False, True, "cuda")
+    check(-x, k, True, True, "cuda")
+
+
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_torch_backend_matches_reference(dtype):

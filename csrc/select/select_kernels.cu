@@ -533,8 +533,9 @@ write_selected(const typename RawKey<D>::W* x, int64_t rows, int64_t n, bool lar
 __device__ __forceinline__ void bitonic_sort_shared(unsigned long long* sk, int pow2) {
   for (int size = 2; size <= pow2; size <<= 1) {
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const int low = stride - 1;  // stride is a power of two: masks, not a division by it
       for (int i = threadIdx.x; i < (pow2 >> 1); i += blockDim.x) {
-        const int lo = 2 * stride * (i / stride) + (i % stride);
+        const int lo = ((i & ~low) << 1) | (i & low);
         const int hi = lo + stride;
         const bool asc = (lo & size) == 0;
         const unsigned long long a = sk[lo], b = sk[hi];
@@ -561,8 +562,30 @@ __device__ __forceinline__ void bitonic_sort_shared(unsigned long long* sk, int 
 // first k. Two launches, no memset; the worst input (every entry beats the threshold: a
 // row in descending order for the k smallest) costs one cut per kFilterCap - kFilterK
 // entries.
+//
+// The sixth H100 session timed this pass at 246 us for 16 x 1M float32 at k = 10 (301
+// executed instructions per entry), slower than the radix passes, and it is off by default.
+// The instructions were the cuts: each block (a wave of 6 per SM: ~20k entries each there)
+// filled its 4,096-entry buffer before its first threshold and sorted all of it, 78
+// barrier-separated stages of 8 compare-exchanges a thread at 27 SASS instructions each
+// (a division per index): ~4.9M thread instructions a block, ~240 per entry. Since then:
+//  - for k <= kFilterSampleK the first threshold comes from a sample (kFilterSample entries
+//    evenly spaced over the chunk, sorted on chip): its k-th + 1, a valid bound since k
+//    composites of the chunk lie at or below it. About k/512 of the chunk passes it, so on
+//    random data the buffer never fills and the one cut left is the final one, over
+//    next_pow2(~chunk * k / 512) entries (~512 at k = 10);
+//  - the sort's index math uses masks (stride is a power of two): 14 SASS instructions a
+//    compare-exchange instead of 27 (sm_90), and 36-39 registers instead of 38-40.
+// A soft capacity (cuts at 512 entries, several a step when needed) was tried and dropped:
+// the loop kept the pending entries live across the cut, 80 registers for 16-bit dtypes.
+// Model at that shape (k = 10, ~20k entries a block): the sample's sort and the final cut,
+// 45 stages each of one compare-exchange a thread (14 + ~28 for the stage and its barrier),
+// ~3.8k instructions a thread, ~48 per entry; the measured 301 less the old cut's ~240
+// leaves ~60 for the element loop and the rest, unchanged: ~110 in all. Not yet timed.
 constexpr int kFilterK = 256;
 constexpr int kFilterCap = 4096;     // composites in a block's buffer (32 KB)
+constexpr int kFilterSampleK = 64;   // the sampled first threshold, up to this k
+constexpr int kFilterSample = 512;   // entries in that sample (2 a thread)
 constexpr int kFilterMerge = 4096;   // candidates per row the merge sorts on chip (32 KB)
 constexpr int kFilterThreads = 256;
 constexpr int kFilterEntries = 8;    // entries per thread and step from 16-byte loads
@@ -594,6 +617,7 @@ filter_topk(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool
   constexpr int NL = kFilterEntries / E;   // 16-byte loads per thread and step
   constexpr int S = NL * E + 1;            // entries per thread and step: the loads, 1 scalar
   static_assert(kFilterThreads * S <= kFilterCap - kFilterK, "one cut per step must make room");
+  static_assert(kFilterSample >= kFilterSampleK && kFilterSample % kFilterThreads == 0, "a sample holds k");
   __shared__ unsigned long long buf[kFilterCap];
   __shared__ unsigned cnt;
   __shared__ unsigned long long thr;
@@ -610,6 +634,19 @@ filter_topk(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool
     const W* row = x + (size_t)r * (size_t)n;
     int64_t lo, hi;
     chunk_of(n, blockIdx.x, gridDim.x, &lo, &hi);
+    if (k <= kFilterSampleK && hi - lo >= (int64_t)kFilterSample * 4) {
+      // the first threshold from kFilterSample entries evenly spaced over the chunk: the k-th
+      // of them + 1 (k composites of the chunk lie below it, so nothing at or above it is
+      // an answer)
+      for (int t = threadIdx.x; t < kFilterSample; t += blockDim.x) {
+        const int64_t i = lo + (hi - lo) * t / kFilterSample;
+        buf[t] = ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
+      }
+      __syncthreads();
+      bitonic_sort_shared(buf, kFilterSample);  // ends with a barrier
+      if (threadIdx.x == 0) thr = buf[k - 1] + 1;  // < ~0: composites have at most 63 bits
+      __syncthreads();
+    }
     // 16-byte loads over [a, b), scalars over the head [lo, a) and the tail [b, hi)
     const VecSplit sp = vec_split(row, lo, hi);
     const int64_t head = sp.head, a = sp.a, nvec = sp.nvec, b = sp.b, nscalar = sp.nscalar;
