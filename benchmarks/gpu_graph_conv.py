@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from graph_conv_workload import make_batch, make_modules, pyg_pool, rel_err, time_interleaved  # noqa: E402
+from kernel_breakdown import breakdown_markdown, kernel_breakdown  # noqa: E402
 from machine import header_markdown, machine_info  # noqa: E402
 
 import rasfast  # noqa: E402
@@ -40,7 +41,7 @@ def main():
     dev = torch.device("cuda")
     info = rasfast.backends()
     backends = [b for b in ("cuda", "triton") if info[b]["available"]]
-    rows = []
+    rows, breakdowns = [], []
     for dtype_name in args.dtypes:
         dtype = torch.float32 if dtype_name == "tf32" else getattr(torch, dtype_name)
         torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
@@ -60,6 +61,18 @@ def main():
                 for f in fns.values():  # warm-up (Triton compiles, cuBLAS heuristics)
                     f()
                 times = time_interleaved(list(fns.values()), args.repeats, torch.cuda.synchronize)
+                if graphs == max(args.batches) and dtype_name != "float32":
+                    # where the device time goes (the sixth GPU session: bf16 1.90x PyG at 512
+                    # graphs against a 3x target, with no profile to say why)
+                    for k in ("PyG", "rasfast cuda"):
+                        if k in fns:
+                            try:  # the timings above stand whatever the profiler does
+                                kr, total = kernel_breakdown(fns[k])
+                            except Exception as e:
+                                print(f"kernel breakdown of {k}: {type(e).__name__}: {e}", flush=True)
+                                continue
+                            breakdowns.append({"dtype": dtype_name, "graphs": graphs, "impl": k,
+                                               "total_us": total, "kernels": kr})
             med = {k: statistics.median(t) for k, t in zip(fns, times)}
             for k in fns:
                 rows.append({"dtype": dtype_name, "graphs": graphs, "impl": k, "ms": med[k] * 1e3,
@@ -68,7 +81,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "graph_conv_gpu.json"), "w") as f:
-        json.dump({"machine": machine_info(), "rows": rows}, f, indent=2)
+        json.dump({"machine": machine_info(), "rows": rows, "breakdowns": breakdowns}, f, indent=2)
     md = ["# graph_conv on GPU: rasfast vs PyG (same GPU, same weights)\n", header_markdown(),
           f"\nRAS configuration, batches of {args.batches} graphs x 30 nodes x 120 edges; median of "
           f"{args.repeats} synchronised runs.\n\n| dtype | graphs | implementation | ms | speedup vs PyG | "
@@ -77,6 +90,12 @@ def main():
         err = "-" if r["rel_err"] is None else f"{r['rel_err']:.1e}"
         md.append(f"| {r['dtype']} | {r['graphs']} | {r['impl']} | {r['ms']:.2f} | "
                   f"{r['speedup_vs_pyg']:.2f} | {err} |\n")
+    if breakdowns:
+        md.append("\n## Where the device time goes\n\ntorch.profiler's kernel durations over 5 calls "
+                  "(after a warm-up), summed per kernel name, per call.\n\n")
+        for b in breakdowns:
+            md.append("\n".join(breakdown_markdown(f"{b['impl']}, {b['dtype']}, {b['graphs']} graphs",
+                                                    b["kernels"], b["total_us"])) + "\n")
     with open(os.path.join(args.out, "graph_conv_gpu.md"), "w") as f:
         f.write("".join(md))
     print("".join(md))
