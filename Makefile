@@ -64,6 +64,7 @@ test: $(STAMP)
 	$(VPY) -m pytest -q --timeout=900 -m "not cuda_emu" $(PYTEST_ARGS)
 	$(EMU_RUN) -m cuda_emu $(PYTEST_ARGS)
 	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
+	CUEMU_ORDER=random $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "not slow and not cuda_emu" --timeout=900 $(PYTEST_ARGS)
@@ -72,6 +73,7 @@ test-fast: $(STAMP)
 test-emu: $(STAMP)
 	$(EMU_RUN) -m cuda_emu $(PYTEST_ARGS)
 	CUEMU_ORDER=reverse $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
+	CUEMU_ORDER=random $(EMU_RUN) -m cuda_kernels $(PYTEST_ARGS)
 
 # The emulated CUDA tests against an AddressSanitizer build of rasfast._cuda_emu (out-of-bounds
 # reads and writes of global and shared memory in the real kernels; about 15 minutes here).

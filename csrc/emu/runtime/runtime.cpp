@@ -796,7 +796,15 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem
   const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
   std::vector<uint64_t> order((size_t)nblocks);
   for (uint64_t i = 0; i < nblocks; ++i) order[(size_t)i] = i;
-  std::mt19937_64 rng(g.settings.seed);
+  // random: a fresh permutation per launch (CUEMU_SEED and the launch's number in the process),
+  // so two calls of one op can order their atomics differently, as two calls on a GPU do (the
+  // sixth H100 session found 9 tests comparing unsorted select_k answers elementwise; one
+  // fixed permutation per grid gave both calls the same order)
+  static std::atomic<uint64_t> launch_serial{0};
+  const uint64_t launch_no = launch_serial.fetch_add(1) + 1;
+  const uint64_t seed = g.settings.order == Order::Random
+      ? g.settings.seed + 0x9E3779B97F4A7C15ull * launch_no : g.settings.seed;
+  std::mt19937_64 rng(seed);
   if (g.settings.order == Order::Reverse) std::reverse(order.begin(), order.end());
   if (g.settings.order == Order::Random) std::shuffle(order.begin(), order.end(), rng);
 
@@ -814,7 +822,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem
     std::vector<std::thread> pool;
     for (int w = 0; w < nthreads; ++w) {
       pool.emplace_back([&, w]() {
-        std::mt19937_64 local(g.settings.seed + (uint64_t)w + 1);
+        std::mt19937_64 local(seed + (uint64_t)w + 1);
         for (;;) {
           const uint64_t i = next.fetch_add(1);
           if (i >= nblocks || stop.load()) return;
