@@ -391,6 +391,11 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                         r["filtered_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                   rounds, emulate)
                         r["filtered_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
+                if N <= SMALL_N and k <= SMALL_K:  # the radix passes, where the one-launch select serves
+                    with _env("RASFAST_SELECT_SMALL_N", "0"):
+                        r["multiblock_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
+                                                       rounds, emulate)
+                        r["multiblock_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 r["speedup"] = r["topk_ms"] / r["cuda_ms"]
                 r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
                 r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
@@ -404,6 +409,7 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
 
 
 FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK: the filtered pass's largest k, when asked for
+SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small (one launch) serves rows up to SMALL_N, k up to SMALL_K
 
 
 @contextlib.contextmanager
@@ -810,6 +816,13 @@ def _python_select_kernel():
         select_mod.native_call = saved
 
 
+def _multiblock_cell(r) -> str:
+    if "multiblock_ms" not in r:
+        return "-"
+    g = r.get("multiblock_graph_ms")
+    return f"{r['multiblock_ms']:.3f} ({g:.3f})" if g else f"{r['multiblock_ms']:.3f}"
+
+
 def _filtered_cell(r) -> str:
     if "filtered_ms" not in r:
         return "-"
@@ -870,11 +883,13 @@ def select_markdown(res) -> list:
           "(torch.topk's in brackets); Python kernel = the same select_k call through its Python "
           "kernel function instead of the C++ CUDA operator kernel. Every k takes the radix passes; "
           "filtered = the filtered pass at the same k (RASFAST_SELECT_FILTER_K=256: one read of each "
-          "row, off by default since the sixth GPU session), eager and graph ms.", "",
+          "row, off by default since the sixth GPU session), eager and graph ms. Rows of up to "
+          "65,536 entries (k <= 2,048) take the one-launch short-row select by default since the "
+          "sixteenth session; radix = the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0).", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
           "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | host us, Python kernel | "
-          "filtered ms (graph) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "filtered ms (graph) | radix ms (graph) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
         g = r.get("graph_ms")
         gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
@@ -884,7 +899,7 @@ def select_markdown(res) -> list:
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
-                 f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} |")
+                 f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} | {_multiblock_cell(r)} |")
     return L + [""]
 
 
@@ -983,7 +998,7 @@ def main(argv=None) -> int:
         for r in res["select"]:
             print(f"| {r['B']} | {r['N']:,} | {r['dtype']} | {r['k']:,} | topk {r['topk_ms']:.3f} | cuda {r['cuda_ms']:.3f} "
                   f"| {r['speedup']:.2f}x | graph {r['graph_ms'] or 0:.3f} | filtered {_filtered_cell(r)} "
-                  f"| host {r['host_us']:.0f} us |")
+                  f"| radix {_multiblock_cell(r)} | host {r['host_us']:.0f} us |")
         return 0 if not res["parity"][1] else 1
     res["host_syncs"] = host_syncs(dev, a.emulate)
     print("host syncs", res["host_syncs"], flush=True)

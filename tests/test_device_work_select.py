@@ -7,7 +7,9 @@ out of the kernel). Before the rebuild (commit c04cd47), a 4 x 5,000 float32 cal
 counted 12 kernels, 1 memset, 4 torch ops (a NaN pass over x and a gather), 1 sync and 7
 allocations. For k <= 256 a call is two launches (the filtered pass and the merge), no
 memset (eighth session), when RASFAST_SELECT_FILTER_K=256 asks for it: the sixth H100 session
-timed it 2-3x slower than the radix passes at k = 10, which are the default again.
+timed it 2-3x slower than the radix passes at k = 10, which are the default again. Rows of up
+to 65,536 entries (k <= 2,048) take one launch since the sixteenth session (select_rows_small:
+a per-question call was launch-bound there, 0.148 ms eager against 0.036 ms from a CUDA graph).
 """
 import math
 
@@ -27,9 +29,14 @@ pytestmark = [pytest.mark.cuda_emu,
 FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK
 
 
-def _launch_budget(N, k, key_bits, sorted_, filtered=True):
-    if filtered and k <= FILTER_K:
+SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small: one launch for rows up to SMALL_N entries
+
+
+def _launch_budget(N, k, key_bits, sorted_, path="filtered"):
+    if path == "filtered" and k <= FILTER_K:
         return 2  # the filtered pass and the merge: no memset, sorted either way
+    if path == "small" and N <= SMALL_N and k <= SMALL_K:
+        return 1  # the whole select in one block per row: no memset, sorted either way
     passes = math.ceil((key_bits + max(0, math.ceil(math.log2(N)))) / 11)
     sort = 0
     if sorted_:
@@ -37,16 +44,23 @@ def _launch_budget(N, k, key_bits, sorted_, filtered=True):
     return 1 + passes + 1 + sort
 
 
-@pytest.mark.parametrize("filtered", [True, False])
+# each design forced: the filtered pass (RASFAST_SELECT_FILTER_K=256), the radix passes (both
+# off), the one-launch short-row select (the default up to 65,536 entries a row)
+PATHS = {"filtered": ("256", "0"), "radix": ("0", "0"), "small": ("0", str(SMALL_N))}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("dtype,key_bits", [(torch.float32, 32), (torch.float16, 16), (torch.bfloat16, 16)])
 @pytest.mark.parametrize("B,N,k,sorted_", [(4, 5_000, 10, True), (3, 9_001, 3_000, True),
                                            (2, 4_097, 100, False), (1, 1, 1, True),
-                                           (2, 30_001, 256, True), (2, 30_001, 257, True)])
-def test_select_k_is_sync_free_and_allocation_free(monkeypatch, filtered, dtype, key_bits, B, N, k,
+                                           (2, 30_001, 256, True), (2, 30_001, 257, True),
+                                           (2, 70_001, 10, True)])
+def test_select_k_is_sync_free_and_allocation_free(monkeypatch, path, dtype, key_bits, B, N, k,
                                                    sorted_):
-    """With RASFAST_SELECT_FILTER_K=256, k <= 256 takes the filtered pass (2 launches; 8 for
-    4 x 5,000 float32 at k = 10 on the radix passes, the default)."""
-    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "256" if filtered else "0")
+    """The filtered pass: 2 launches for k <= 256; the short-row select: 1 for rows up to
+    65,536 entries (8 for 4 x 5,000 float32 at k = 10 on the radix passes)."""
+    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", PATHS[path][0])
+    monkeypatch.setenv("RASFAST_SELECT_SMALL_N", PATHS[path][1])
     x = torch.randn(B, N).to(dtype)
     with count_device_work(watch=[x]) as work:
         vals, idx = rasfast.select_k(x, k, sorted=sorted_, backend="cuda")
@@ -54,7 +68,7 @@ def test_select_k_is_sync_free_and_allocation_free(monkeypatch, filtered, dtype,
     assert work.allocs == 0, work.summary()
     assert work.watched_reads == 0, work.summary()  # no validation pass, no gather over x
     assert work.torch_ops == 0, work.summary()
-    assert work.launches <= _launch_budget(N, k, key_bits, sorted_, filtered), work.summary()
+    assert work.launches <= _launch_budget(N, k, key_bits, sorted_, path), work.summary()
     want = ref_select(x, k, False, sorted_)
     if sorted_:
         assert torch.equal(idx, want)
@@ -73,12 +87,15 @@ def test_select_k_nan_costs_nothing_on_cuda():
     assert idx[1, 0].item() == 7
 
 
-def test_select_k_default_is_the_radix_path(monkeypatch):
-    """Without RASFAST_SELECT_FILTER_K, k = 10 runs the radix passes (memset, passes, write,
-    sort: more than the filtered pass's 2 launches), measured faster on an H100."""
+@pytest.mark.parametrize("N,path", [(5_000, "small"), (65_536, "small"), (65_537, "radix")])
+def test_select_k_default_path(monkeypatch, N, path):
+    """Without the environment's overrides: rows up to 65,536 entries take the one-launch
+    select, longer ones the radix passes (memset, passes, write, sort), which the sixth H100
+    session measured faster than the filtered pass at k = 10."""
     monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
-    x = torch.randn(4, 5_000)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    x = torch.randn(2, N)
     with count_device_work(watch=[x]) as work:
         _, idx = rasfast.select_k(x, 10, backend="cuda")
-    assert work.launches == _launch_budget(5_000, 10, 32, True, filtered=False), work.summary()
+    assert work.launches == _launch_budget(N, 10, 32, True, path), work.summary()
     assert torch.equal(idx, ref_select(x, 10, False, True))

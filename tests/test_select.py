@@ -226,7 +226,8 @@ def test_gpu_matches_reference(backend, dtype, mode):
 
 
 # k <= 256: the cuda backend's filtered pass (one read of the row, two launches; taken with
-# RASFAST_SELECT_FILTER_K=256) and the radix passes (the default), at sizes where a row has one
+# RASFAST_SELECT_FILTER_K=256), the radix passes (the default for rows over 65,536 entries) and
+# the one-launch short-row select (the default up to that), at sizes where a row has one
 # block or many, its blocks hold fewer entries than k, rows start off 16-byte alignment (odd
 # N), k sits at the filter's limit; every input order, including the filter's worst
 # (descending rows: every entry beats the threshold), and NaN ranked above +inf.
@@ -259,14 +260,15 @@ def _check_nan_ranked_last(x, k, largest, backend):
 
 
 @cuda_kernels
-@pytest.mark.parametrize("path", ["filtered", "radix"])
+@pytest.mark.parametrize("path", ["filtered", "radix", "small"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", ["randn", "ties", "descending", "ascending", "const", "narrow", "nan"])
 def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype, mode):
     if "cuda" not in (gpu_backends() or ["cuda"]):
         pytest.skip("cuda module not built")
-    # both paths named: the default (radix since the sixth H100 session) may move again
-    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "0" if path == "radix" else "256")
+    # every path named (RASFAST_SELECT_FILTER_K, RASFAST_SELECT_SMALL_N): the defaults may move
+    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "256" if path == "filtered" else "0")
+    monkeypatch.setenv("RASFAST_SELECT_SMALL_N", "65536" if path == "small" else "0")
     for B, N, k in SMALL_K_CASES:
         if mode == "nan":
             x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
@@ -277,6 +279,22 @@ def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype
         for largest in (False, True):
             check(x, k, largest, True, "cuda")
         check(x, k, True, False, "cuda")
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,N,k", [(2, 65_536, 2_048), (1, 2_048, 2_048), (3, 3_001, 2_047),
+                                   (2, 65_537, 10), (2, 4_000, 2_049)])
+def test_gpu_short_row_select_at_its_limits(monkeypatch, dtype, B, N, k):
+    """The one-launch select takes rows up to 65,536 entries and k up to 2,048 (its on-chip
+    sort); one past either goes to the radix passes. Both sides of each limit, k = N, ties."""
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    x = make_input(B, N, "ties", dtype, seed=N + k, device=GPU_DEVICE)
+    check(x, k, False, True, "cuda")
+    check(x, k, True, False, "cuda")
 
 
 @cuda_kernels

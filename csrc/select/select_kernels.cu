@@ -741,6 +741,120 @@ sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, i
   }
 }
 
+// ---- short rows: the whole select in one launch -----------------------------------------
+// A per-question call (one query's 20k theme distances, a batch of 8 x 50k) is launch-bound
+// on a GPU: the sixth H100 session timed 1 x 20k float32 at k = 10 at 0.148 ms eager against
+// 0.036 ms replayed from a CUDA graph, the radix path's memset, five passes, write and sort
+// being eight launches. For rows up to kSmallRowMaxN entries and k <= kSmallSortK one block
+// per row does it all: the radix passes over the row with the histogram in shared memory
+// (the row stays in L1/L2 between passes), the digit picked by a block scan, then the
+// answers {c : (c & mask) <= prefix} gathered on chip, bitonic-sorted and written, sorted
+// either way. One launch, no workspace, no memset; RASFAST_SELECT_SMALL_N sets the largest
+// row it takes (0: never, for tests and the roofline run's same-run comparison). Not yet
+// timed on a GPU: one block a row reads a 20k-entry row five times from L1/L2 (~1k threads,
+// 20 entries each a pass), where the radix path spreads it over many blocks but pays eight
+// launches; the roofline's `radix ms (graph)` column compares the two at the same shapes.
+constexpr int kSmallRowThreads = 1024;
+constexpr int64_t kSmallRowMaxN = 65536;
+constexpr int kSmallRowBinsPerThread = kBins / kSmallRowThreads;
+
+template <DType D>
+__global__ void __launch_bounds__(kSmallRowThreads)
+select_rows_small(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
+                  int ibits, int tb, int64_t* out_idx, typename RawKey<D>::W* out_vals) {
+  using W = typename RawKey<D>::W;
+  using Scan = cub::BlockScan<unsigned, kSmallRowThreads>;
+  __shared__ unsigned h[kBins];
+  __shared__ unsigned long long keys[kSmallSortK];
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ unsigned long long s_prefix, s_mask;
+  __shared__ unsigned s_want, s_done, s_cnt;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const W* row = x + (size_t)r * (size_t)n;
+    if (threadIdx.x == 0) {
+      s_prefix = 0;
+      s_mask = 0;
+      s_want = (unsigned)k;
+      s_done = 0;
+      s_cnt = 0;
+    }
+    __syncthreads();
+    for (int remaining = tb; remaining > 0 && !s_done;) {  // the same for the whole block
+      const int dbits = min(kDigitBits, remaining);
+      remaining -= dbits;
+      const int shift = remaining;
+      const unsigned dmask = (1u << dbits) - 1u;
+      const unsigned long long P = s_prefix, M = s_mask;
+      const unsigned want = s_want;
+      for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
+      __syncthreads();
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const unsigned long long c =
+            ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
+        if ((c & M) == P) atomicAdd(&h[(unsigned)(c >> shift) & dmask], 1u);
+      }
+      __syncthreads();
+      unsigned v[kSmallRowBinsPerThread];
+      unsigned sum = 0;
+#pragma unroll
+      for (int j = 0; j < kSmallRowBinsPerThread; ++j) {
+        v[j] = h[threadIdx.x * kSmallRowBinsPerThread + j];
+        sum += v[j];
+      }
+      unsigned before = 0;
+      Scan(scan_tmp).ExclusiveSum(sum, before);
+      if (before < want && before + sum >= want) {  // exactly one thread
+        unsigned cum = before;
+#pragma unroll
+        for (int j = 0; j < kSmallRowBinsPerThread; ++j) {
+          if (cum < want && cum + v[j] >= want) {
+            const unsigned digit = (unsigned)(threadIdx.x * kSmallRowBinsPerThread + j);
+            s_prefix = P | ((unsigned long long)digit << shift);
+            s_mask = M | ((unsigned long long)dmask << shift);
+            s_want = want - cum;
+            s_done = v[j] == want - cum ? 1u : 0u;  // the bin holds exactly the rest
+          }
+          cum += v[j];
+        }
+      }
+      __syncthreads();
+    }
+    // the answers: the fixed high bits below the prefix, or equal to it (the bin picked last
+    // holds exactly the ones still wanted, or every bit is fixed and the prefix is the k-th)
+    const unsigned long long P = s_prefix, M = s_mask;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const unsigned long long c =
+          ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
+      if ((c & M) <= P) {
+        const unsigned slot = atomicAdd(&s_cnt, 1u);
+        if (slot < (unsigned)kSmallSortK) keys[slot] = c;  // exactly k: a guard, not a case
+      }
+    }
+    int pow2 = 1;
+    while (pow2 < k) pow2 <<= 1;
+    for (int i = k + threadIdx.x; i < pow2; i += blockDim.x) keys[i] = ~0ull;
+    __syncthreads();
+    bitonic_sort_shared(keys, pow2);  // ends with a barrier
+    const unsigned long long imask = low_bits(ibits);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      const int64_t idx = (int64_t)(keys[i] & imask);
+      out_idx[(size_t)r * (size_t)k + i] = idx;
+      out_vals[(size_t)r * (size_t)k + i] = row[idx];
+    }
+    __syncthreads();  // keys, h and the shared state are reset for the next row
+  }
+}
+
+// Largest row of the one-launch select: kSmallRowMaxN, or RASFAST_SELECT_SMALL_N (0: never).
+int64_t small_row_limit() {
+  if (const char* env = std::getenv("RASFAST_SELECT_SMALL_N")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && v >= 0) return std::min<int64_t>(v, kSmallRowMaxN);
+  }
+  return kSmallRowMaxN;
+}
+
 // Decodes device-sorted composites (row-in-group bits above tb) into indices and values.
 template <DType D>
 __global__ void decode_sorted(const unsigned long long* keys, int64_t r0, int64_t items, int64_t k,
@@ -825,6 +939,7 @@ struct Layout {
   int64_t cap = 0, group = 1;
   bool small_sort = false, device_sort = false;
   bool filter = false;
+  bool small_rows = false;  // select_rows_small: one launch, no workspace
   int filter_blocks = 0;
   size_t st = 0, hist = 0, arrived = 0, zero_bytes = 0, buf = 0, keys = 0, keys_out = 0,
          temp = 0, temp_bytes = 0, total = 0;
@@ -844,6 +959,11 @@ Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
     L.keys = 0;
     L.total = std::max<size_t>(align_up(sizeof(unsigned long long) * (size_t)rows *
                                         (size_t)L.filter_blocks * (size_t)k), 256);
+    return L;
+  }
+  if (n <= small_row_limit() && k <= kSmallSortK) {
+    L.small_rows = true;
+    L.total = 256;
     return L;
   }
   L.cap = std::max<int64_t>(std::min<int64_t>(n, 4096), (n + 7) / 8);
@@ -897,6 +1017,12 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     throw std::invalid_argument("select_k: workspace of " + std::to_string(ws_bytes) +
                                 " bytes, needs " + std::to_string(L.total));
   char* base = static_cast<char*>(ws);
+  if (L.small_rows) {
+    select_rows_small<D><<<(unsigned)std::min<int64_t>(rows, int64_t(1) << 20), kSmallRowThreads, 0, stream>>>(
+        x, rows, n, (int)k, largest, L.ibits, L.tb, out, out_vals);
+    RASFAST_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   if (L.filter) {
     unsigned long long* cand = reinterpret_cast<unsigned long long*>(base + L.keys);
     const dim3 fgrid(L.filter_blocks, (unsigned)std::min<int64_t>(rows, 65535));
