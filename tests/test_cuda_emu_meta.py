@@ -127,11 +127,11 @@ int main() {
 """
 
 
-def _select_source(remove_barrier: bool) -> str:
+def _select_source(remove_barrier: bool, kernel: str = "radix_pass(const") -> str:
     src = (REPO / "csrc" / "select" / "select_kernels.cu").read_text()
     if remove_barrier:
         # the barrier between zeroing the block's histogram and counting into it
-        start = src.index("radix_pass(const")
+        start = src.index("h[b] = 0;", src.index(kernel))
         at = src.index("__syncthreads();", start)
         src = src[:at] + "/* removed */   " + src[at + len("__syncthreads();"):]
     return src
@@ -139,15 +139,26 @@ def _select_source(remove_barrier: bool) -> str:
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 def test_real_kernel_with_a_removed_syncthreads_gives_wrong_results(tmp_root, order):
-    # k = 100 takes the filtered pass since the eighth session; the barrier removed is the
-    # radix passes', so the run keeps k on them
+    # the barrier removed is the radix passes', so the runs that must see it keep the call on
+    # them: the harness's rows are short enough for the one-launch select (the default since
+    # the sixteenth session), and k = 100 is within the filtered pass's reach
+    radix = dict(RASFAST_SELECT_FILTER_K=0, RASFAST_SELECT_SMALL_N=0)
     good = build(tmp_root, "select_good", _select_source(False), SELECT_MAIN)
-    rc, out = run(good, CUEMU_ORDER=order, RASFAST_SELECT_FILTER_K=0)
+    rc, out = run(good, CUEMU_ORDER=order, **radix)
     assert rc == 0 and "MATCH" in out and "MISMATCH" not in out, out
-    rc, out = run(good, CUEMU_ORDER=order)   # and the filtered pass itself
-    assert rc == 0 and "MATCH" in out and "MISMATCH" not in out, out
+    for other in ({}, {"RASFAST_SELECT_FILTER_K": 256}):  # the default path, the filtered pass
+        rc, out = run(good, CUEMU_ORDER=order, **other)
+        assert rc == 0 and "MATCH" in out and "MISMATCH" not in out, (other, out)
     bad = build(tmp_root, "select_bad", _select_source(True), SELECT_MAIN)
-    rc, out = run(bad, CUEMU_ORDER=order, RASFAST_SELECT_FILTER_K=0)
+    rc, out = run(bad, CUEMU_ORDER=order, **radix)
+    assert rc == 0 and ("MISMATCH" in out or "FAULT" in out), out
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_short_row_select_with_a_removed_syncthreads_gives_wrong_results(tmp_root, order):
+    """The same for the one-launch short-row select (the default for the harness's rows)."""
+    bad = build(tmp_root, "select_small_bad", _select_source(True, "select_rows_small(const"), SELECT_MAIN)
+    rc, out = run(bad, CUEMU_ORDER=order)
     assert rc == 0 and ("MISMATCH" in out or "FAULT" in out), out
 
 
