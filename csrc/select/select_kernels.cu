@@ -249,6 +249,41 @@ enum PassMode : int {
   kWriteBuf = 2,     // a middle pass: what still matches to a ping-pong buffer
 };
 
+// The digit of a radix pass: the bin holding the want-th (1-based) of the entries counted
+// in hist's kBins bins, each thread of the block owning kBins / Threads consecutive ones. The
+// one thread whose bins hold it gets true, the digit, the count below the bin and the bin's
+// count; every thread of the block must call it (a block scan). Shared by the radix passes
+// (the row's last block, reading the global histogram) and the short-row select (shared).
+template <int Threads, class Hist>
+__device__ __forceinline__ bool pick_digit(Hist hist, unsigned long long want,
+                                           typename cub::BlockScan<unsigned, Threads>::TempStorage& tmp,
+                                           unsigned* digit, unsigned* below, unsigned* count) {
+  constexpr int kPer = kBins / Threads;
+  unsigned v[kPer];
+  unsigned sum = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    v[j] = hist[threadIdx.x * kPer + j];
+    sum += v[j];
+  }
+  unsigned before = 0;
+  cub::BlockScan<unsigned, Threads>(tmp).ExclusiveSum(sum, before);
+  if (!(before < want && before + sum >= want)) return false;
+  unsigned cum = before;
+  bool found = false;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (!found && cum + v[j] >= want) {
+      found = true;
+      *digit = (unsigned)(threadIdx.x * kPer + j);
+      *below = cum;
+      *count = v[j];
+    }
+    cum += v[j];
+  }
+  return true;
+}
+
 // One radix pass: the histogram of digit [shift, shift + dbits) of the entries matching the
 // row's prefix; the row's last block fixes the digit. The second pass (kFirstFilter) also
 // writes the entries below the prefix's range to the output (all selected) and copies those
@@ -410,29 +445,9 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
     if (is_last) {
       __threadfence();
       volatile unsigned* vh = gh;
-      unsigned v[kBinsPerThread];
-      unsigned sum = 0;
-#pragma unroll
-      for (int j = 0; j < kBinsPerThread; ++j) {
-        v[j] = vh[threadIdx.x * kBinsPerThread + j];
-        sum += v[j];
-      }
-      unsigned before = 0;
-      Scan(scan_tmp).ExclusiveSum(sum, before);
       const unsigned long long want = (unsigned long long)(k - s.n_less);  // >= 1
-      if (before < want && before + sum >= want) {  // exactly one thread
-        unsigned cum = before, below = 0, count = 0;
-        int chosen = -1;
-#pragma unroll
-        for (int j = 0; j < kBinsPerThread; ++j) {
-          if (chosen < 0 && cum + v[j] >= want) {
-            chosen = j;
-            below = cum;
-            count = v[j];
-          }
-          cum += v[j];
-        }
-        const unsigned digit = (unsigned)(threadIdx.x * kBinsPerThread + chosen);
+      unsigned digit = 0, below = 0, count = 0;
+      if (pick_digit<kThreads>(vh, want, scan_tmp, &digit, &below, &count)) {  // exactly one thread
         SelState* w = &st[r];
         w->n_less = s.n_less + (long long)(below);
         w->prefix = P | ((unsigned long long)digit << shift);
@@ -756,7 +771,6 @@ sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, i
 // launches; the roofline's `radix ms (graph)` column compares the two at the same shapes.
 constexpr int kSmallRowThreads = 1024;
 constexpr int64_t kSmallRowMaxN = 65536;
-constexpr int kSmallRowBinsPerThread = kBins / kSmallRowThreads;
 
 template <DType D>
 __global__ void __launch_bounds__(kSmallRowThreads)
@@ -794,28 +808,12 @@ select_rows_small(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k
         if ((c & M) == P) atomicAdd(&h[(unsigned)(c >> shift) & dmask], 1u);
       }
       __syncthreads();
-      unsigned v[kSmallRowBinsPerThread];
-      unsigned sum = 0;
-#pragma unroll
-      for (int j = 0; j < kSmallRowBinsPerThread; ++j) {
-        v[j] = h[threadIdx.x * kSmallRowBinsPerThread + j];
-        sum += v[j];
-      }
-      unsigned before = 0;
-      Scan(scan_tmp).ExclusiveSum(sum, before);
-      if (before < want && before + sum >= want) {  // exactly one thread
-        unsigned cum = before;
-#pragma unroll
-        for (int j = 0; j < kSmallRowBinsPerThread; ++j) {
-          if (cum < want && cum + v[j] >= want) {
-            const unsigned digit = (unsigned)(threadIdx.x * kSmallRowBinsPerThread + j);
-            s_prefix = P | ((unsigned long long)digit << shift);
-            s_mask = M | ((unsigned long long)dmask << shift);
-            s_want = want - cum;
-            s_done = v[j] == want - cum ? 1u : 0u;  // the bin holds exactly the rest
-          }
-          cum += v[j];
-        }
+      unsigned digit = 0, below = 0, count = 0;
+      if (pick_digit<kSmallRowThreads>(h, want, scan_tmp, &digit, &below, &count)) {  // exactly one thread
+        s_prefix = P | ((unsigned long long)digit << shift);
+        s_mask = M | ((unsigned long long)dmask << shift);
+        s_want = want - below;
+        s_done = count == want - below ? 1u : 0u;  // the bin holds exactly the rest
       }
       __syncthreads();
     }
