@@ -396,6 +396,11 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                         r["multiblock_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                        rounds, emulate)
                         r["multiblock_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
+                if SMALL_K < k <= RADIX_SORT_K:  # cub's device-wide sort, where the on-chip sort serves
+                    with _env("RASFAST_SELECT_RADIX_SORT_K", "0"):
+                        r["cub_sort_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
+                                                     rounds, emulate)
+                        r["cub_sort_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 r["speedup"] = r["topk_ms"] / r["cuda_ms"]
                 r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
                 r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
@@ -410,6 +415,7 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
 
 FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK: the filtered pass's largest k, when asked for
 SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small (one launch) serves rows up to SMALL_N, k up to SMALL_K
+RADIX_SORT_K = 16_384  # sort_rows_radix sorts sorted answers on chip for SMALL_K < k <= RADIX_SORT_K
 
 
 @contextlib.contextmanager
@@ -823,6 +829,13 @@ def _multiblock_cell(r) -> str:
     return f"{r['multiblock_ms']:.3f} ({g:.3f})" if g else f"{r['multiblock_ms']:.3f}"
 
 
+def _cub_sort_cell(r) -> str:
+    if "cub_sort_ms" not in r:
+        return "-"
+    g = r.get("cub_sort_graph_ms")
+    return f"{r['cub_sort_ms']:.3f} ({g:.3f})" if g else f"{r['cub_sort_ms']:.3f}"
+
+
 def _filtered_cell(r) -> str:
     if "filtered_ms" not in r:
         return "-"
@@ -885,11 +898,14 @@ def select_markdown(res) -> list:
           "filtered = the filtered pass at the same k (RASFAST_SELECT_FILTER_K=256: one read of each "
           "row, off by default since the sixth GPU session), eager and graph ms. Rows of up to "
           "65,536 entries (k <= 2,048) take the one-launch short-row select by default since the "
-          "sixteenth session; radix = the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0).", "",
+          "sixteenth session; radix = the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0). "
+          "Sorted answers for 2,048 < k <= 16,384 are sorted on chip (one block a row) since the "
+          "seventeenth session; cub sort = cub's device-wide radix sort instead, at the same shape "
+          "(RASFAST_SELECT_RADIX_SORT_K=0).", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
           "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | host us, Python kernel | "
-          "filtered ms (graph) | radix ms (graph) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "filtered ms (graph) | radix ms (graph) | cub sort ms (graph) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
         g = r.get("graph_ms")
         gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
@@ -899,7 +915,8 @@ def select_markdown(res) -> list:
                  f"{r['cuda_ms']:.3f} | **{r['speedup']:.2f}x** | {r['topk_unsorted_ms']:.3f} | "
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
-                 f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} | {_multiblock_cell(r)} |")
+                 f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} | {_multiblock_cell(r)} | "
+                 f"{_cub_sort_cell(r)} |")
     return L + [""]
 
 

@@ -13,6 +13,10 @@ without a GPU:
   body has no branch besides the loop's own, that is what each entry costs when executed;
   with branches inside, it is the sum of all paths, an upper bound.
 
+For the on-chip sort of sorted answers (``sort_rows_radix``) the loop counted is its radix
+pass (the warp ranking, the scan, the scatter): its instructions over the keys a thread holds
+are the instructions per key per pass ("entries" there are keys a thread).
+
 ``--rev REV`` compiles ``csrc/select/select_kernels.cu`` as it was at a git revision too,
 so both versions are measured by the same compiler in the same run.
 
@@ -37,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "csrc/select/select_kernels.cu"
 DTYPES = {"0": ("float32", 4), "1": ("float16", 2), "2": ("bfloat16", 2)}
-KERNELS = ("radix_pass", "write_selected", "filter_topk")
+KERNELS = ("radix_pass", "write_selected", "filter_topk", "sort_rows_radix")
 MODES = {"0": "histogram only", "1": "first filter", "2": "copy to buffer"}
 
 
@@ -79,6 +83,9 @@ class Kernel:
 def _label(mangled: str) -> Optional[str]:
     for k in KERNELS:
         if k in mangled:
+            if k == "sort_rows_radix":  # <dtype, keys a thread>
+                m = re.search(r"DTypeE(\d)ELi(\d+)E", mangled)
+                return f"{k}<{DTYPES[m.group(1)][0]}, {m.group(2)} keys a thread>" if m else None
             m = re.search(r"DTypeE(\d)(?:ELi(\d))?", mangled)
             if not m:
                 return None
@@ -119,7 +126,10 @@ def compile_source(src: Path, arch: str, workdir: Path) -> Dict[str, Kernel]:
             entry_bytes = next(b for n, b in DTYPES.values() if label.split("<")[1].startswith(n))
             ins = _instructions(body)
             kernels[label].instructions = len(ins)
-            kernels[label].loops = _element_loops(ins, entry_bytes)
+            if label.startswith("sort_rows_radix"):
+                kernels[label].loops = _sort_pass_loop(ins, int(re.search(r"(\d+) keys", label).group(1)))
+            else:
+                kernels[label].loops = _element_loops(ins, entry_bytes)
     return kernels
 
 
@@ -169,6 +179,34 @@ def _element_loops(ins, entry_bytes: int) -> List[Loop]:
     return loops
 
 
+def _backward_spans(ins):
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    spans = []
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"\bBRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) <= a and int(m.group(1), 16) in at:
+            spans.append((at[int(m.group(1), 16)], i))
+    return spans
+
+
+def _sort_pass_loop(ins, keys: int) -> List[Loop]:
+    """The on-chip sort's pass loop (the innermost loop holding the warp ranking's
+    MATCH.ANY and the pass's barriers): its instructions over the keys a thread holds. Its
+    inner loops (zeroing the counters, summing the warps' totals) run a few times a pass and
+    are not counted per key."""
+    best = None
+    for s, e in _backward_spans(ins):
+        body = [t for _, t in ins[s:e + 1]]
+        if any("MATCH.ANY" in t for t in body) and sum("BAR.SYNC" in t for t in body) >= 3:
+            if best is None or e - s < best[1] - best[0]:
+                best = (s, e)
+    if best is None:
+        return []
+    body = [t for _, t in ins[best[0]:best[1] + 1]]
+    return [Loop(len(body), 0, sum(bool(re.search(r"\bBRA\b", t)) for t in body), keys,
+                 round(len(body) / keys, 1))]
+
+
 def blocks_per_sm(registers: int, threads: int = 256) -> int:
     """Resident blocks by registers alone (65,536 per SM, allocated per warp in units of 256)."""
     per_warp = -(-max(registers, 1) * 32 // 256) * 256
@@ -191,7 +229,8 @@ def table(title: str, kernels: Dict[str, Kernel]) -> List[str]:
         k = kernels[name]
         loops = "; ".join(f"{lp.instructions} / {lp.entries} ({lp.branches})" for lp in k.loops)
         per = ", ".join(str(lp.per_entry) for lp in k.loops)
-        rows.append(f"| {name} | {k.registers} | {k.spill_bytes} | {blocks_per_sm(k.registers)} | "
+        threads = 512 if name.startswith("sort_rows_radix") else 256
+        rows.append(f"| {name} | {k.registers} | {k.spill_bytes} | {blocks_per_sm(k.registers, threads)} | "
                     f"{k.instructions} | {loops} | {per} |")
     return rows + [""]
 

@@ -30,6 +30,7 @@ FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK
 
 
 SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small: one launch for rows up to SMALL_N entries
+RADIX_SORT_K = 16_384  # sort_rows_radix: sorted answers on chip in one launch up to this k
 
 
 def _launch_budget(N, k, key_bits, sorted_, path="filtered"):
@@ -40,7 +41,9 @@ def _launch_budget(N, k, key_bits, sorted_, path="filtered"):
     passes = math.ceil((key_bits + max(0, math.ceil(math.log2(N)))) / 11)
     sort = 0
     if sorted_:
-        sort = 1 if k <= 2048 else 64 // 8 + 2 + 1  # device radix sort + decode, at most
+        # on chip (bitonic to 2,048, radix to 16,384: one launch), else cub's device radix sort
+        # + decode, at most
+        sort = 1 if k <= RADIX_SORT_K else 64 // 8 + 2 + 1
     return 1 + passes + 1 + sort
 
 
@@ -99,3 +102,25 @@ def test_select_k_default_path(monkeypatch, N, path):
         _, idx = rasfast.select_k(x, 10, backend="cuda")
     assert work.launches == _launch_budget(N, 10, 32, True, path), work.summary()
     assert torch.equal(idx, ref_select(x, 10, False, True))
+
+
+@pytest.mark.parametrize("k,sort_launches", [(10_000, 1), (16_384, 1), (16_385, 0)])
+def test_select_k_large_k_sorts_on_chip_in_one_launch(monkeypatch, k, sort_launches):
+    """Sorted answers for 2,048 < k <= 16,384: one on-chip sort launch after the radix passes
+    (memset, passes, write, sort), where cub's device-wide sort took a histogram, a scan, one
+    launch per 8 bits of the keys and a decode (the sixth H100 session: 92 of 245 us at
+    16 x 1M float32, k = 10,000). Above 16,384 cub's sort: more launches."""
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_RADIX_SORT_K", raising=False)
+    N = 70_001
+    x = torch.randn(1, N)
+    with count_device_work(watch=[x]) as work:
+        _, idx = rasfast.select_k(x, k, backend="cuda")
+    passes = math.ceil((32 + math.ceil(math.log2(N))) / 11)
+    if sort_launches:
+        assert work.launches == 1 + passes + 1 + sort_launches, work.summary()
+    else:
+        assert work.launches > 1 + passes + 1 + 1, work.summary()
+    assert work.syncs == 0 and work.allocs == 0 and work.torch_ops == 0, work.summary()
+    assert torch.equal(idx, ref_select(x, k, False, True))

@@ -297,6 +297,36 @@ def test_gpu_short_row_select_at_its_limits(monkeypatch, dtype, B, N, k):
     check(x, k, True, False, "cuda")
 
 
+# Sorted answers for 2,048 < k <= 16,384: one block a row radix-sorts them in shared memory
+# (sort_rows_radix, 8 / 16 / 24 / 32 keys a thread); above, cub's device-wide sort. Both sides
+# of every variant's limit, on rows past the short-row select (N > 65,536) and below it (k >
+# 2,048 sends short rows to the radix passes too), k near N so that the answers span both
+# signs (the composite's top bits differ: a pass skipped fails here), ties, NaN.
+RADIX_SORT_CASES = [(2, 70_001, 2_049), (1, 70_001, 4_096), (2, 100_003, 4_097), (1, 9_000, 8_192),
+                    (3, 66_000, 9_000), (1, 90_000, 12_289), (1, 20_000, 16_384), (1, 16_385, 16_385)]
+
+
+@cuda_kernels
+@pytest.mark.parametrize("sort", ["on chip", "cub"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "const", "nan"])
+def test_gpu_large_k_sorted_on_chip_and_by_cub(monkeypatch, sort, dtype, mode):
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    monkeypatch.setenv("RASFAST_SELECT_RADIX_SORT_K", "16384" if sort == "on chip" else "0")
+    for B, N, k in RADIX_SORT_CASES:
+        if mode == "nan":
+            x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
+            for largest in (False, True):
+                _check_nan_ranked_last(x, k, largest, "cuda")
+            continue
+        x = make_input(B, N, mode, dtype, seed=N + k, device=GPU_DEVICE)
+        for largest in (False, True):
+            check(x, k, largest, True, "cuda")
+
+
 @cuda_kernels
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [1, 2, 17, 64])

@@ -42,3 +42,33 @@ def test_kernel_labels_and_register_occupancy():
     assert model._label(name) == "radix_pass<float16, histogram only>"
     assert model._label("_Z3fooILNS_5DTypeE0EEv") is None
     assert [model.blocks_per_sm(r) for r in (32, 40, 48, 63, 64, 76)] == [8, 6, 5, 4, 4, 3]
+
+
+SORT_LISTING = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0010*/                   STS [R0], RZ ;
+        /*0020*/              @P0 BRA 0x10 ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0040*/                   MATCH.ANY R6, R5 ;
+        /*0050*/                   POPC R7, R6 ;
+        /*0060*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0070*/                   SHFL.UP P0, R8, R7, 0x1, RZ ;
+        /*0080*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0090*/                   STS.64 [R9], R10 ;
+        /*00a0*/              @!P1 BRA 0x30 ;
+        /*00b0*/              @!P2 BRA 0x0 ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_on_chip_sort_pass_loop_and_label():
+    """sort_rows_radix: the innermost loop holding MATCH.ANY and the pass's barriers, counted
+    over the keys a thread holds; the label names the keys a thread (two digits: 16, 24)."""
+    ins = model._instructions(SORT_LISTING.splitlines())
+    (lp,) = model._sort_pass_loop(ins, keys=4)
+    assert (lp.instructions, lp.entries, lp.branches) == (8, 4, 1)  # 0x30-0xa0, not 0x0-0xb0
+    assert lp.per_entry == 2.0
+    name = ("_ZN7rasfast50_GLOBAL__N__e372730e_17_select_kernels_cu_f5550bc915sort_rows_radixILNS_5DTypeE2"
+            "ELi24EEEvPKylliiPKNS0_6RawKeyIXT_EE1WElPlPS7_")
+    assert model._label(name) == "sort_rows_radix<bfloat16, 24 keys a thread>"
+    assert model.blocks_per_sm(118, threads=512) == 1

@@ -22,6 +22,7 @@
 //     So the row is read twice in all (passes one and two) when the first digit's range
 //     fits the buffer; the answers come out unordered (sorted=False returns them so).
 //  3. sorted: k <= 2048: one block per row sorts its k composites in shared memory (bitonic);
+//     k <= 16,384: one block per row radix-sorts them in shared memory (sort_rows_radix);
 //     larger k: cub::DeviceRadixSort over (row-in-group, c). Indices and values are decoded
 //     from the sorted composites.
 // Scratch is the caller's workspace (select_k_workspace_bytes), zeroed by one memset, so a
@@ -756,6 +757,162 @@ sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, i
   }
 }
 
+// ---- sorted output for kSmallSortK < k <= kRadixSortMaxK: an on-chip radix sort per row ----
+// The sixth H100 session put cub::DeviceRadixSort at 92 of the 245 us of kernels of a
+// 16 x 1M float32 select at k = 10,000 (a histogram, a scan, seven onesweep passes over
+// 160k keys of 56 bits at ~10.8 us each: latency, not bytes) and at ~320 of 565 us for
+// 256 x 100k float16 at k = 10,000 (the shape where select_k trails torch.topk). Rows of up
+// to 16,384 answers fit one block's shared memory (128 KB of keys on sm_80 / sm_90), so one
+// launch sorts every row on chip: an LSD radix sort over 8-bit digits of the composite's tb
+// bits (ceil(tb / 8) passes, 5 for 16-bit keys at N = 100k, 7 for float32 at N = 1M). A
+// pass ranks each key stably (its warp's keys in position order: __match_any_sync over the
+// digit, a per-warp count per digit in shared memory), scans the (digit, warp) counts with
+// the block and scatters the keys to their new positions in shared memory. The composites
+// are unique, so the order is the contract's (key, then index); the row's unused slots hold
+// ~0, above every composite in the sorted bits or, where equal, after it by stability.
+// Model (not yet timed): ~40 instructions a key a pass, 16,384 keys x 7 passes -> ~20 us a
+// block; RASFAST_SELECT_RADIX_SORT_K sets the largest k it takes (0: never, so the roofline
+// can time cub's sort beside it).
+constexpr int kRadixSortThreads = 512;
+constexpr int kRadixSortWarps = kRadixSortThreads / 32;
+constexpr int kRadixSortDigitBits = 8;
+constexpr int kRadixSortBins = 1 << kRadixSortDigitBits;
+constexpr int kRadixSortCounters = kRadixSortBins * kRadixSortWarps;  // (digit, warp) counts
+constexpr int kRadixSortMaxItems = 32;  // keys a thread holds: k <= 32 x 512 = 16,384
+constexpr int64_t kRadixSortMaxK = (int64_t)kRadixSortMaxItems * kRadixSortThreads;
+
+constexpr size_t radix_sort_smem(int items) {
+  return sizeof(unsigned long long) * (size_t)items * kRadixSortThreads +
+         sizeof(unsigned) * (size_t)kRadixSortCounters;
+}
+
+// keys: each row's k composites (any order); sort_bits: the bits that order them (a
+// multiple of 8 or not: the digit above tb is 0 for a composite). Writes indices and values.
+template <DType D, int ITEMS>
+__global__ void __launch_bounds__(kRadixSortThreads, 1)
+sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits, int ibits,
+                const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                typename RawKey<D>::W* out_vals) {
+  constexpr int kPer = kRadixSortCounters / kRadixSortThreads;
+  extern __shared__ unsigned long long sk[];  // ITEMS x threads keys, then the counters
+  unsigned* cnt = reinterpret_cast<unsigned*>(sk + (size_t)ITEMS * kRadixSortThreads);
+  __shared__ unsigned warp_total[kRadixSortWarps];  // read after a barrier, rewritten after two
+  const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int seg = warp * 32 * ITEMS;  // the warp's positions: seg + j * 32 + lane, j < ITEMS
+  const unsigned long long imask = low_bits(ibits);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    // plain strided loops in and out (no per-key state kept across the passes: ptxas held
+    // the unrolled form's predicates and addresses in registers through them)
+    const unsigned long long* src = keys + (size_t)r * (size_t)k;
+    for (int i = threadIdx.x; i < ITEMS * kRadixSortThreads; i += blockDim.x) sk[i] = i < k ? src[i] : ~0ull;
+    for (int shift = 0; shift < sort_bits; shift += kRadixSortDigitBits) {
+      for (int i = threadIdx.x; i < kRadixSortCounters; i += blockDim.x) cnt[i] = 0;
+      __syncthreads();  // sk written (the last scatter or the load), cnt zeroed
+      unsigned long long v[ITEMS];
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) v[j] = sk[seg + j * 32 + lane];
+      // each key's rank within its warp (in position order: j, then lane; < 32 x ITEMS) and,
+      // above bit 16, its digit: the scatter reads the digit from here, not from the key
+      // again (ptxas then kept each key's counter address alive across the barrier, a
+      // register a key)
+      unsigned rank_digit[ITEMS];
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {
+        const unsigned d = (unsigned)(v[j] >> shift) & (kRadixSortBins - 1);
+        const unsigned peers = __match_any_sync(kFull, d);
+        unsigned* c = &cnt[d * kRadixSortWarps + warp];
+        const unsigned base = *c;
+        __syncwarp();
+        if ((peers & lanes_below) == 0) *c = base + (unsigned)__popc(peers);  // the group's first lane
+        __syncwarp();
+        rank_digit[j] = (base + (unsigned)__popc(peers & lanes_below)) | (d << 16);
+      }
+      __syncthreads();  // every count in, every key read
+      // exclusive scan of the counts in (digit, warp) order: each thread owns kPer of them.
+      // A shuffle scan per warp and the warps' totals, not cub::BlockScan, whose raking warp
+      // held its 16-entry segment in registers on top of the keys (spills at 32 keys).
+      unsigned sum = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) sum += cnt[threadIdx.x * kPer + i];
+      unsigned incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned y = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += y;
+      }
+      if (lane == 31) warp_total[warp] = incl;
+      __syncthreads();
+      unsigned before = incl - sum;
+      for (int w = 0; w < warp; ++w) before += warp_total[w];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const unsigned c = cnt[threadIdx.x * kPer + i];
+        cnt[threadIdx.x * kPer + i] = before;
+        before += c;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j)
+        sk[cnt[(rank_digit[j] >> 16) * kRadixSortWarps + warp] + (rank_digit[j] & 0xffffu)] = v[j];
+      __syncthreads();  // the scatter read cnt: the next pass zeroes it after this
+    }
+    const typename RawKey<D>::W* row = x + (size_t)r * (size_t)n;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+      const int64_t idx = (int64_t)(sk[i] & imask);
+      out_idx[(size_t)r * (size_t)k + i] = idx;
+      out_vals[(size_t)r * (size_t)k + i] = row[idx];
+    }
+    __syncthreads();  // sk is loaded with the next row's keys only after every thread is here
+  }
+}
+
+// The keys a thread holds for k answers: the smallest compiled variant (8, 16, 24, 32).
+int radix_sort_items(int64_t k) {
+  const int64_t per = (k + kRadixSortThreads - 1) / kRadixSortThreads;
+  return per <= 8 ? 8 : per <= 16 ? 16 : per <= 24 ? 24 : 32;
+}
+
+// The largest k the on-chip sort takes: kRadixSortMaxK, or RASFAST_SELECT_RADIX_SORT_K (0:
+// never), and at most what the device's opt-in shared memory per block holds (99 KB on
+// sm_86 / sm_89: 8,192).
+int64_t radix_sort_k_limit() {
+  int64_t limit = kRadixSortMaxK;
+  if (const char* env = std::getenv("RASFAST_SELECT_RADIX_SORT_K")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && v >= 0) limit = std::min<int64_t>(v, kRadixSortMaxK);
+  }
+  const size_t optin = (size_t)smem_optin() - 4096;  // less the static scan storage, with room
+  while (limit > kSmallSortK && radix_sort_smem(radix_sort_items(limit)) > optin)
+    limit = (int64_t)(radix_sort_items(limit) - 8) * kRadixSortThreads;
+  return limit > kSmallSortK ? limit : 0;
+}
+
+template <DType D, int ITEMS>
+void launch_sort_rows_radix_items(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits,
+                                  int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                                  typename RawKey<D>::W* out_vals, cudaStream_t stream) {
+  const size_t smem = radix_sort_smem(ITEMS);
+  RASFAST_CUDA_CHECK(cudaFuncSetAttribute(sort_rows_radix<D, ITEMS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  sort_rows_radix<D, ITEMS><<<(unsigned)std::min<int64_t>(rows, 65535), kRadixSortThreads, smem, stream>>>(
+      keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals);
+}
+
+template <DType D>
+void launch_sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits,
+                            int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                            typename RawKey<D>::W* out_vals, cudaStream_t stream) {
+  switch (radix_sort_items(k)) {
+    case 8: launch_sort_rows_radix_items<D, 8>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
+    case 16: launch_sort_rows_radix_items<D, 16>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
+    case 24: launch_sort_rows_radix_items<D, 24>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
+    default: launch_sort_rows_radix_items<D, 32>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
+  }
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
 // ---- short rows: the whole select in one launch -----------------------------------------
 // A per-question call (one query's 20k theme distances, a batch of 8 x 50k) is launch-bound
 // on a GPU: the sixth H100 session timed 1 x 20k float32 at k = 10 at 0.148 ms eager against
@@ -935,7 +1092,7 @@ size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
 struct Layout {
   int K = 32, ibits = 0, tb = 0;
   int64_t cap = 0, group = 1;
-  bool small_sort = false, device_sort = false;
+  bool small_sort = false, radix_sort = false, device_sort = false;
   bool filter = false;
   bool small_rows = false;  // select_rows_small: one launch, no workspace
   int filter_blocks = 0;
@@ -966,7 +1123,8 @@ Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
   }
   L.cap = std::max<int64_t>(std::min<int64_t>(n, 4096), (n + 7) / 8);
   L.small_sort = sorted && k <= kSmallSortK;
-  L.device_sort = sorted && !L.small_sort;
+  L.radix_sort = sorted && !L.small_sort && k <= radix_sort_k_limit();
+  L.device_sort = sorted && !L.small_sort && !L.radix_sort;
   size_t off = 0;
   L.st = off;
   off = align_up(off + sizeof(SelState) * (size_t)rows);
@@ -1047,7 +1205,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   const int nblk = blocks_per_row<D, kFirstFilter>(rows, n);
   const int nblk_hist = blocks_per_row<D, kHistOnly>(rows, n);
   const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
-  const int mode = !sorted ? 0 : (L.small_sort ? 1 : 2);
+  const int mode = !sorted ? 0 : (L.small_sort || L.radix_sort ? 1 : 2);
   const Out<W> sink{mode, L.tb, k, L.group, out, out_vals, keys};
   unsigned long long* s1buf = buf + 2 * (size_t)rows * (size_t)L.cap;
   int remaining = L.tb;
@@ -1075,7 +1233,9 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   }
   write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, L.ibits, st, L.cap, s1buf, sink);
   RASFAST_CUDA_CHECK(cudaGetLastError());
-  if (mode == 1) {
+  if (L.radix_sort) {
+    launch_sort_rows_radix<D>(keys, rows, k, L.tb, L.ibits, x, n, out, out_vals, stream);
+  } else if (mode == 1) {
     int pow2 = 1;
     while (pow2 < k) pow2 <<= 1;
     const int sort_grid = (int)std::min<int64_t>(rows, 65535);
