@@ -88,6 +88,13 @@ def _cuda_import():
     return _import("rasfast._cuda_emu")
 
 
+def cuda_module_loaded() -> Optional[ModuleType]:
+    """rasfast._cuda (the emulator's module under RASFAST_CUDA_EMU) if it imported, else None:
+    no device check and no scratch hook-up, for a caller that keeps what a full
+    :func:`cuda_module` call established (rasfast/ops/_library.py's per-call test)."""
+    return _cuda_import()[0]
+
+
 def cuda_module() -> ModuleType:
     mod, err = _cuda_import()
     if cuda_emulated():

@@ -77,6 +77,33 @@ def test_the_cuda_kernel_is_registered_and_attached():
 
 
 @cuda_kernels
+def test_served_module_is_remembered_only_while_it_is_the_loaded_one(monkeypatch):
+    """native_call remembers the module whose table served a plain call (the per-call checks
+    cost half of select_k's Python time on the H100 host); another module loaded in its place
+    (a different emulator build, a reinstall) goes through the checks again, and one without a
+    kernel table is not served."""
+    x = torch.randn(2, 30, device=GPU_DEVICE)
+    assert _library.native_call("select_k", "cuda", x)
+    dev = x.device.type
+    assert _library._SERVED.get(dev) is _bk.cuda_module_loaded() is _native.attached_cuda()
+
+    class Other:  # an imported module without cuda_entry_points
+        def device_status(self):
+            return "ok"
+
+        def scratch_allocator(self):
+            return "callback"
+
+    other = Other()
+    real = _bk._cuda_import
+    monkeypatch.setattr(_bk, "_cuda_import", lambda: (other, None))
+    monkeypatch.setattr(_bk, "use_torch_scratch", lambda mod: None)
+    assert not _library.native_call("select_k", "cuda", x)
+    monkeypatch.setattr(_bk, "_cuda_import", real)
+    assert _library.native_call("select_k", "cuda", x)
+
+
+@cuda_kernels
 def test_ordinary_calls_stay_in_cpp_and_the_others_reach_python(monkeypatch):
     x = torch.randn(4, 300, device=GPU_DEVICE)
     ops = torch.ops.rasfast
