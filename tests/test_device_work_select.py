@@ -12,6 +12,7 @@ to 65,536 entries (k <= 2,048) take one launch since the sixteenth session (sele
 a per-question call was launch-bound there, 0.148 ms eager against 0.036 ms from a CUDA graph).
 """
 import math
+import os
 
 import pytest
 import torch
@@ -124,3 +125,22 @@ def test_select_k_large_k_sorts_on_chip_in_one_launch(monkeypatch, k, sort_launc
         assert work.launches > 1 + passes + 1 + 1, work.summary()
     assert work.syncs == 0 and work.allocs == 0 and work.torch_ops == 0, work.summary()
     assert torch.equal(idx, ref_select(x, k, False, True))
+
+
+@pytest.mark.parametrize("arch", ["80", "90"])
+def test_on_chip_sort_fits_each_archs_shared_memory(arch):
+    """The on-chip sort's largest variant (32 keys a thread, 144 KB of keys and counters) within
+    sm_80's opt-in shared memory (163 KB) as well as sm_90's: the emulator fails a launch over
+    the architecture's limit. A fresh process, since the device's attributes are read once."""
+    import subprocess
+    import sys
+    code = ("import torch, rasfast\n"
+            "from rasfast.reference.select import select_k as ref\n"
+            "x = torch.randn(2, 20_000)\n"
+            "_, idx = rasfast.select_k(x, 16_384, backend='cuda')\n"
+            "assert torch.equal(idx, ref(x, 16_384, False, True))\n"
+            "print('OK')\n")
+    env = dict(os.environ, CUEMU_ARCH=arch, RASFAST_CUDA_EMU="1")
+    env.pop("RASFAST_SELECT_RADIX_SORT_K", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
