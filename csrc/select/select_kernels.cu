@@ -778,12 +778,16 @@ constexpr int kRadixSortWarps = kRadixSortThreads / 32;
 constexpr int kRadixSortDigitBits = 8;
 constexpr int kRadixSortBins = 1 << kRadixSortDigitBits;
 constexpr int kRadixSortCounters = kRadixSortBins * kRadixSortWarps;  // (digit, warp) counts
+// a digit's row of warp counts is padded to 17 words: a warp's lanes, with different digits,
+// then hit different banks (at 16 words apart every digit fell on two banks)
+constexpr int kRadixSortStride = kRadixSortWarps + 1;
+constexpr int kRadixSortCounterWords = kRadixSortBins * kRadixSortStride;
 constexpr int kRadixSortMaxItems = 32;  // keys a thread holds: k <= 32 x 512 = 16,384
 constexpr int64_t kRadixSortMaxK = (int64_t)kRadixSortMaxItems * kRadixSortThreads;
 
 constexpr size_t radix_sort_smem(int items) {
   return sizeof(unsigned long long) * (size_t)items * kRadixSortThreads +
-         sizeof(unsigned) * (size_t)kRadixSortCounters;
+         sizeof(unsigned) * (size_t)kRadixSortCounterWords;
 }
 
 // keys: each row's k composites (any order); sort_bits: the bits that order them (a
@@ -794,6 +798,7 @@ sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sor
                 const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
                 typename RawKey<D>::W* out_vals) {
   constexpr int kPer = kRadixSortCounters / kRadixSortThreads;
+  static_assert(kRadixSortWarps % kPer == 0, "a thread's counts lie in one digit's row");
   extern __shared__ unsigned long long sk[];  // ITEMS x threads keys, then the counters
   unsigned* cnt = reinterpret_cast<unsigned*>(sk + (size_t)ITEMS * kRadixSortThreads);
   __shared__ unsigned warp_total[kRadixSortWarps];  // read after a barrier, rewritten after two
@@ -807,7 +812,7 @@ sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sor
     const unsigned long long* src = keys + (size_t)r * (size_t)k;
     for (int i = threadIdx.x; i < ITEMS * kRadixSortThreads; i += blockDim.x) sk[i] = i < k ? src[i] : ~0ull;
     for (int shift = 0; shift < sort_bits; shift += kRadixSortDigitBits) {
-      for (int i = threadIdx.x; i < kRadixSortCounters; i += blockDim.x) cnt[i] = 0;
+      for (int i = threadIdx.x; i < kRadixSortCounterWords; i += blockDim.x) cnt[i] = 0;
       __syncthreads();  // sk written (the last scatter or the load), cnt zeroed
       unsigned long long v[ITEMS];
 #pragma unroll
@@ -821,7 +826,7 @@ sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sor
       for (int j = 0; j < ITEMS; ++j) {
         const unsigned d = (unsigned)(v[j] >> shift) & (kRadixSortBins - 1);
         const unsigned peers = __match_any_sync(kFull, d);
-        unsigned* c = &cnt[d * kRadixSortWarps + warp];
+        unsigned* c = &cnt[d * kRadixSortStride + warp];
         const unsigned base = *c;
         __syncwarp();
         if ((peers & lanes_below) == 0) *c = base + (unsigned)__popc(peers);  // the group's first lane
@@ -832,9 +837,11 @@ sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sor
       // exclusive scan of the counts in (digit, warp) order: each thread owns kPer of them.
       // A shuffle scan per warp and the warps' totals, not cub::BlockScan, whose raking warp
       // held its 16-entry segment in registers on top of the keys (spills at 32 keys).
+      unsigned* mine = &cnt[(threadIdx.x / (kRadixSortWarps / kPer)) * kRadixSortStride +
+                            (threadIdx.x % (kRadixSortWarps / kPer)) * kPer];
       unsigned sum = 0;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) sum += cnt[threadIdx.x * kPer + i];
+      for (int i = 0; i < kPer; ++i) sum += mine[i];
       unsigned incl = sum;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -847,14 +854,14 @@ sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sor
       for (int w = 0; w < warp; ++w) before += warp_total[w];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        const unsigned c = cnt[threadIdx.x * kPer + i];
-        cnt[threadIdx.x * kPer + i] = before;
+        const unsigned c = mine[i];
+        mine[i] = before;
         before += c;
       }
       __syncthreads();
 #pragma unroll
       for (int j = 0; j < ITEMS; ++j)
-        sk[cnt[(rank_digit[j] >> 16) * kRadixSortWarps + warp] + (rank_digit[j] & 0xffffu)] = v[j];
+        sk[cnt[(rank_digit[j] >> 16) * kRadixSortStride + warp] + (rank_digit[j] & 0xffffu)] = v[j];
       __syncthreads();  // the scatter read cnt: the next pass zeroes it after this
     }
     const typename RawKey<D>::W* row = x + (size_t)r * (size_t)n;
