@@ -156,15 +156,21 @@ def _instructions(lines):
     return out
 
 
-def _element_loops(ins, entry_bytes: int) -> List[Loop]:
-    """The innermost loops (a backward branch's span holding no other such span) whose body
-    has 16-byte loads."""
+def _backward_spans(ins):
+    """(first, last) instruction positions of every loop: a branch back to an earlier address."""
     at = {a: i for i, (a, _) in enumerate(ins)}
     spans = []
     for i, (a, text) in enumerate(ins):
         m = re.search(r"\bBRA (0x[0-9a-f]+)", text)
         if m and int(m.group(1), 16) <= a and int(m.group(1), 16) in at:
             spans.append((at[int(m.group(1), 16)], i))
+    return spans
+
+
+def _element_loops(ins, entry_bytes: int) -> List[Loop]:
+    """The innermost loops (a backward branch's span holding no other such span) whose body
+    has 16-byte loads."""
+    spans = _backward_spans(ins)
     loops = []
     for j, (s, e) in enumerate(spans):
         if any(s <= s2 and e2 <= e and (s2, e2) != (s, e) for s2, e2 in spans):
@@ -177,16 +183,6 @@ def _element_loops(ins, entry_bytes: int) -> List[Loop]:
         loops.append(Loop(len(body), loads, sum(bool(re.search(r"\bBRA\b", t)) for t in body),
                           entries, round(len(body) / entries, 1)))
     return loops
-
-
-def _backward_spans(ins):
-    at = {a: i for i, (a, _) in enumerate(ins)}
-    spans = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"\bBRA (0x[0-9a-f]+)", text)
-        if m and int(m.group(1), 16) <= a and int(m.group(1), 16) in at:
-            spans.append((at[int(m.group(1), 16)], i))
-    return spans
 
 
 def _sort_pass_loop(ins, keys: int) -> List[Loop]:

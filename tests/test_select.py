@@ -259,6 +259,22 @@ def _check_nan_ranked_last(x, k, largest, backend):
     assert same_bits(vals.cpu(), torch.gather(x, 1, idx).cpu())
 
 
+def _sweep_cuda(cases, mode, dtype, unsorted: bool):
+    """Backend cuda against the reference on each (B, N, k) of ``cases`` with ``mode``'s rows:
+    sorted smallest and largest (and unsorted largest); NaN rows ranked above +inf."""
+    for B, N, k in cases:
+        if mode == "nan":
+            x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
+            for largest in (False, True):
+                _check_nan_ranked_last(x, k, largest, "cuda")
+            continue
+        x = make_input(B, N, mode, dtype, seed=N + k, device=GPU_DEVICE)
+        for largest in (False, True):
+            check(x, k, largest, True, "cuda")
+        if unsorted:
+            check(x, k, True, False, "cuda")
+
+
 @cuda_kernels
 @pytest.mark.parametrize("path", ["filtered", "radix", "small"])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -269,16 +285,7 @@ def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype
     # every path named (RASFAST_SELECT_FILTER_K, RASFAST_SELECT_SMALL_N): the defaults may move
     monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "256" if path == "filtered" else "0")
     monkeypatch.setenv("RASFAST_SELECT_SMALL_N", "65536" if path == "small" else "0")
-    for B, N, k in SMALL_K_CASES:
-        if mode == "nan":
-            x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
-            for largest in (False, True):
-                _check_nan_ranked_last(x, k, largest, "cuda")
-            continue
-        x = make_input(B, N, mode, dtype, seed=N + k, device=GPU_DEVICE)
-        for largest in (False, True):
-            check(x, k, largest, True, "cuda")
-        check(x, k, True, False, "cuda")
+    _sweep_cuda(SMALL_K_CASES, mode, dtype, unsorted=True)
 
 
 @cuda_kernels
@@ -316,15 +323,7 @@ def test_gpu_large_k_sorted_on_chip_and_by_cub(monkeypatch, sort, dtype, mode):
     monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
     monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
     monkeypatch.setenv("RASFAST_SELECT_RADIX_SORT_K", "16384" if sort == "on chip" else "0")
-    for B, N, k in RADIX_SORT_CASES:
-        if mode == "nan":
-            x = _nan_input(B, N, dtype, seed=N + k, device=GPU_DEVICE)
-            for largest in (False, True):
-                _check_nan_ranked_last(x, k, largest, "cuda")
-            continue
-        x = make_input(B, N, mode, dtype, seed=N + k, device=GPU_DEVICE)
-        for largest in (False, True):
-            check(x, k, largest, True, "cuda")
+    _sweep_cuda(RADIX_SORT_CASES, mode, dtype, unsorted=False)
 
 
 @cuda_kernels
