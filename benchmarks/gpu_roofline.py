@@ -391,12 +391,12 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                         r["filtered_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                   rounds, emulate)
                         r["filtered_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
-                if N <= SMALL_N and k <= SMALL_K:  # the radix passes, where the one-launch select serves
+                if N <= SMALL_N and k <= RADIX_SORT_K:  # the radix passes, where a one-launch select serves
                     with _env("RASFAST_SELECT_SMALL_N", "0"):
                         r["multiblock_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                        rounds, emulate)
                         r["multiblock_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
-                if SMALL_K < k <= RADIX_SORT_K:  # cub's device-wide sort, where the on-chip sort serves
+                if SMALL_K < k <= RADIX_SORT_K:  # cub's device-wide sort, where an on-chip sort serves
                     with _env("RASFAST_SELECT_RADIX_SORT_K", "0"):
                         r["cub_sort_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                      rounds, emulate)
@@ -415,7 +415,7 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
 
 FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK: the filtered pass's largest k, when asked for
 SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small (one launch) serves rows up to SMALL_N, k up to SMALL_K
-RADIX_SORT_K = 16_384  # sort_rows_radix sorts sorted answers on chip for SMALL_K < k <= RADIX_SORT_K
+RADIX_SORT_K = 16_384  # answers sorted on chip (sort_rows_radix, select_rows_small_sorted) for SMALL_K < k <= this
 
 
 @contextlib.contextmanager
@@ -898,7 +898,8 @@ def select_markdown(res) -> list:
           "filtered = the filtered pass at the same k (RASFAST_SELECT_FILTER_K=256: one read of each "
           "row, off by default since the sixth GPU session), eager and graph ms. Rows of up to "
           "65,536 entries (k <= 2,048) take the one-launch short-row select by default since the "
-          "sixteenth session; radix = the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0). "
+          "sixteenth session (and, since the seventeenth, with 2,048 < k <= 16,384 too); radix = "
+          "the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0). "
           "Sorted answers for 2,048 < k <= 16,384 are sorted on chip (one block a row) since the "
           "seventeenth session; cub sort = cub's device-wide radix sort instead, at the same shape "
           "(RASFAST_SELECT_RADIX_SORT_K=0).", "",

@@ -13,7 +13,8 @@ without a GPU:
   body has no branch besides the loop's own, that is what each entry costs when executed;
   with branches inside, it is the sum of all paths, an upper bound.
 
-For the on-chip sort of sorted answers (``sort_rows_radix``) the loop counted is its radix
+For the on-chip sort of sorted answers (``sort_rows_radix``, and the one-launch short-row
+select that ends with it, ``select_rows_small_sorted``) the loop counted is its radix
 pass (the warp ranking, the scan, the scatter): its instructions over the keys a thread holds
 are the instructions per key per pass ("entries" there are keys a thread).
 
@@ -41,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "csrc/select/select_kernels.cu"
 DTYPES = {"0": ("float32", 4), "1": ("float16", 2), "2": ("bfloat16", 2)}
-KERNELS = ("radix_pass", "write_selected", "filter_topk", "sort_rows_radix")
+KERNELS = ("radix_pass", "write_selected", "filter_topk", "sort_rows_radix", "select_rows_small_sorted")
+SORTING = ("sort_rows_radix", "select_rows_small_sorted")  # <dtype, keys a thread>: the on-chip radix sort
 MODES = {"0": "histogram only", "1": "first filter", "2": "copy to buffer"}
 
 
@@ -83,7 +85,7 @@ class Kernel:
 def _label(mangled: str) -> Optional[str]:
     for k in KERNELS:
         if k in mangled:
-            if k == "sort_rows_radix":  # <dtype, keys a thread>
+            if k in SORTING:
                 m = re.search(r"DTypeE(\d)ELi(\d+)E", mangled)
                 return f"{k}<{DTYPES[m.group(1)][0]}, {m.group(2)} keys a thread>" if m else None
             m = re.search(r"DTypeE(\d)(?:ELi(\d))?", mangled)
@@ -126,7 +128,7 @@ def compile_source(src: Path, arch: str, workdir: Path) -> Dict[str, Kernel]:
             entry_bytes = next(b for n, b in DTYPES.values() if label.split("<")[1].startswith(n))
             ins = _instructions(body)
             kernels[label].instructions = len(ins)
-            if label.startswith("sort_rows_radix"):
+            if label.startswith(SORTING):
                 kernels[label].loops = _sort_pass_loop(ins, int(re.search(r"(\d+) keys", label).group(1)))
             else:
                 kernels[label].loops = _element_loops(ins, entry_bytes)
@@ -225,7 +227,7 @@ def table(title: str, kernels: Dict[str, Kernel]) -> List[str]:
         k = kernels[name]
         loops = "; ".join(f"{lp.instructions} / {lp.entries} ({lp.branches})" for lp in k.loops)
         per = ", ".join(str(lp.per_entry) for lp in k.loops)
-        threads = 512 if name.startswith("sort_rows_radix") else 256
+        threads = 512 if name.startswith(SORTING) else 256
         rows.append(f"| {name} | {k.registers} | {k.spill_bytes} | {blocks_per_sm(k.registers, threads)} | "
                     f"{k.instructions} | {loops} | {per} |")
     return rows + [""]

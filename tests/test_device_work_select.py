@@ -37,7 +37,7 @@ RADIX_SORT_K = 16_384  # sort_rows_radix: sorted answers on chip in one launch u
 def _launch_budget(N, k, key_bits, sorted_, path="filtered"):
     if path == "filtered" and k <= FILTER_K:
         return 2  # the filtered pass and the merge: no memset, sorted either way
-    if path == "small" and N <= SMALL_N and k <= SMALL_K:
+    if path == "small" and N <= SMALL_N and k <= RADIX_SORT_K:
         return 1  # the whole select in one block per row: no memset, sorted either way
     passes = math.ceil((key_bits + max(0, math.ceil(math.log2(N)))) / 11)
     sort = 0
@@ -129,18 +129,37 @@ def test_select_k_large_k_sorts_on_chip_in_one_launch(monkeypatch, k, sort_launc
 
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_on_chip_sort_fits_each_archs_shared_memory(arch):
-    """The on-chip sort's largest variant (32 keys a thread, 144 KB of keys and counters) within
-    sm_80's opt-in shared memory (163 KB) as well as sm_90's: the emulator fails a launch over
-    the architecture's limit. A fresh process, since the device's attributes are read once."""
+    """The on-chip sort's largest variant (32 keys a thread, 145 KB of keys and counters, with
+    the one-launch select's histogram 153 KB) within sm_80's opt-in shared memory (163 KB) as
+    well as sm_90's, in both kernels that sort on chip: the emulator fails a launch over the
+    architecture's limit. A fresh process, since the device's attributes are read once."""
     import subprocess
     import sys
     code = ("import torch, rasfast\n"
             "from rasfast.reference.select import select_k as ref\n"
-            "x = torch.randn(2, 20_000)\n"
-            "_, idx = rasfast.select_k(x, 16_384, backend='cuda')\n"
-            "assert torch.equal(idx, ref(x, 16_384, False, True))\n"
+            "for n in (20_000, 70_001):  # the one-launch select's sort, the radix passes' sort\n"
+            "    x = torch.randn(1, n)\n"
+            "    _, idx = rasfast.select_k(x, 16_384, backend='cuda')\n"
+            "    assert torch.equal(idx, ref(x, 16_384, False, True))\n"
             "print('OK')\n")
     env = dict(os.environ, CUEMU_ARCH=arch, RASFAST_CUDA_EMU="1")
     env.pop("RASFAST_SELECT_RADIX_SORT_K", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("N,k", [(20_000, 2_049), (20_000, 10_000), (50_000, 16_384)])
+def test_short_rows_select_large_k_in_one_launch(monkeypatch, N, k):
+    """Rows of up to 65,536 entries with 2,048 < k <= 16,384: one launch (the passes, the
+    gather and the on-chip radix sort in one block a row), where they took the radix passes'
+    memset, passes, write and sort (a per-question call at k = 10,000: eight launches)."""
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_RADIX_SORT_K", raising=False)
+    x = torch.randn(2, N)
+    for sorted_ in (True, False):
+        with count_device_work(watch=[x]) as work:
+            _, idx = rasfast.select_k(x, k, sorted=sorted_, backend="cuda")
+        assert work.launches == 1, work.summary()
+        assert work.syncs == 0 and work.allocs == 0 and work.torch_ops == 0, work.summary()
+        assert torch.equal(idx, ref_select(x, k, False, True))  # sorted either way

@@ -305,12 +305,16 @@ def test_gpu_short_row_select_at_its_limits(monkeypatch, dtype, B, N, k):
 
 
 # Sorted answers for 2,048 < k <= 16,384: one block a row radix-sorts them in shared memory
-# (sort_rows_radix, 8 / 16 / 24 / 32 keys a thread); above, cub's device-wide sort. Both sides
-# of every variant's limit, on rows past the short-row select (N > 65,536) and below it (k >
-# 2,048 sends short rows to the radix passes too), k near N so that the answers span both
-# signs (the composite's top bits differ: a pass skipped fails here), ties, NaN.
-RADIX_SORT_CASES = [(2, 70_001, 2_049), (1, 70_001, 4_096), (2, 100_003, 4_097), (1, 9_000, 8_192),
-                    (3, 66_000, 9_000), (1, 90_000, 12_289), (1, 20_000, 16_384), (1, 16_385, 16_385)]
+# (8 / 16 / 24 / 32 keys a thread), after the radix passes on long rows (sort_rows_radix) and
+# within the one-launch select on rows of up to 65,536 entries (select_rows_small_sorted);
+# above, cub's device-wide sort. Both sides of every variant's limit on both kinds of row, k
+# near N so that the answers span both signs (the composite's top bits differ: a pass
+# skipped fails here), ties, NaN.
+RADIX_SORT_CASES = [(2, 70_001, 2_049), (1, 70_001, 4_096), (2, 100_003, 4_097), (3, 66_000, 9_000),
+                    (1, 90_000, 12_289),                                          # long rows
+                    (2, 5_000, 2_500), (1, 9_000, 8_192), (3, 12_000, 3_000), (1, 30_000, 12_000),
+                    (1, 20_000, 16_384), (1, 16_385, 16_385),                     # short rows
+                    (1, 40_000, 10_000)]  # 16 index bits: the composite fills its top digit
 
 
 @cuda_kernels

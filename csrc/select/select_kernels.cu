@@ -23,6 +23,8 @@
 //     fits the buffer; the answers come out unordered (sorted=False returns them so).
 //  3. sorted: k <= 2048: one block per row sorts its k composites in shared memory (bitonic);
 //     k <= 16,384: one block per row radix-sorts them in shared memory (sort_rows_radix);
+//     rows of up to 65,536 entries with k <= 16,384 take the whole select in one launch
+//     (select_rows_small, select_rows_small_sorted);
 //     larger k: cub::DeviceRadixSort over (row-in-group, c). Indices and values are decoded
 //     from the sorted composites.
 // Scratch is the caller's workspace (select_k_workspace_bytes), zeroed by one memset, so a
@@ -232,6 +234,20 @@ __device__ __forceinline__ typename RawKey<D>::W value_of(unsigned long long c, 
   typename RawKey<D>::W w;
   if (RawKey<D>::word((uint32_t)((c >> ibits) & low_bits(RawKey<D>::K)), largest, &w)) return w;
   return row[c & low_bits(ibits)];
+}
+
+// Writes a row's first k sorted composites sk[0..k) as indices and values (the on-chip sorts'
+// last step; every thread of the block calls it).
+template <DType D>
+__device__ __forceinline__ void write_sorted(const unsigned long long* sk, int64_t k, int ibits, bool largest,
+                                             const typename RawKey<D>::W* row, int64_t* out_idx,
+                                             typename RawKey<D>::W* out_vals) {
+  const unsigned long long imask = low_bits(ibits);
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+    const unsigned long long c = sk[i];
+    out_idx[i] = (int64_t)(c & imask);
+    out_vals[i] = value_of<D>(c, ibits, largest, row);
+  }
 }
 
 // Where the answers go. mode 0: index and value; 1: the composite (sorted on chip next);
@@ -767,20 +783,16 @@ filter_topk(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool
 template <DType D>
 __global__ void __launch_bounds__(kSortThreads)
 sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, int64_t k, int pow2,
-                int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                int ibits, bool largest, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
                 typename RawKey<D>::W* out_vals) {
   extern __shared__ unsigned long long sk[];
-  const unsigned long long imask = low_bits(ibits);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     for (int i = threadIdx.x; i < pow2; i += blockDim.x)
       sk[i] = i < per_row ? keys[(size_t)r * (size_t)per_row + i] : ~0ull;
     __syncthreads();
     bitonic_sort_shared(sk, pow2);
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-      const int64_t idx = (int64_t)(sk[i] & imask);
-      out_idx[(size_t)r * (size_t)k + i] = idx;
-      out_vals[(size_t)r * (size_t)k + i] = x[(size_t)r * (size_t)n + idx];
-    }
+    write_sorted<D>(sk, k, ibits, largest, x + (size_t)r * (size_t)n, out_idx + (size_t)r * (size_t)k,
+                    out_vals + (size_t)r * (size_t)k);
     __syncthreads();  // sk is reused for the next row
   }
 }
@@ -798,9 +810,11 @@ sort_rows_small(const unsigned long long* keys, int64_t rows, int64_t per_row, i
 // the block and scatters the keys to their new positions in shared memory. The composites
 // are unique, so the order is the contract's (key, then index); the row's unused slots hold
 // ~0, above every composite in the sorted bits or, where equal, after it by stability.
-// Model (not yet timed): ~40 instructions a key a pass, 16,384 keys x 7 passes -> ~20 us a
-// block; RASFAST_SELECT_RADIX_SORT_K sets the largest k it takes (0: never, so the roofline
-// can time cub's sort beside it).
+// Model (not yet timed; benchmarks/select_sass_model.py): 32-37 instructions a key a pass at
+// 16-32 keys a thread, so 12,288 keys x 7 passes ~ 2.9M thread instructions a block, ~25-35 us
+// at 1.5-2 instructions a cycle. RASFAST_SELECT_RADIX_SORT_K sets the largest k it takes (0:
+// never, so the roofline can time cub's sort beside it). Short rows take the same sort inside
+// the one-launch select (select_rows_small_sorted, below).
 constexpr int kRadixSortThreads = 512;
 constexpr int kRadixSortWarps = kRadixSortThreads / 32;
 constexpr int kRadixSortDigitBits = 8;
@@ -813,91 +827,102 @@ constexpr int kRadixSortCounterWords = kRadixSortBins * kRadixSortStride;
 constexpr int kRadixSortMaxItems = 32;  // keys a thread holds: k <= 32 x 512 = 16,384
 constexpr int64_t kRadixSortMaxK = (int64_t)kRadixSortMaxItems * kRadixSortThreads;
 
+// Static shared memory besides the keys and counters, with room: sort_rows_radix's warp
+// totals; select_rows_small_sorted's histogram, scan storage and state too.
+constexpr size_t kRadixSortStatic = 4096;
+constexpr size_t kSmallSortedStatic = sizeof(unsigned) * (1 << 11) + 4096;
+
 constexpr size_t radix_sort_smem(int items) {
   return sizeof(unsigned long long) * (size_t)items * kRadixSortThreads +
          sizeof(unsigned) * (size_t)kRadixSortCounterWords;
 }
 
-// keys: each row's k composites (any order); sort_bits: the bits that order them (a
-// multiple of 8 or not: the digit above tb is 0 for a composite). Writes indices and values.
-template <DType D, int ITEMS>
-__global__ void __launch_bounds__(kRadixSortThreads, 1)
-sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits, int ibits,
-                const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
-                typename RawKey<D>::W* out_vals) {
+// The block's ITEMS x kRadixSortThreads composites in sk, sorted in place over their low
+// sort_bits bits (rounded up to a digit; above tb a composite's digit is 0). cnt: the
+// counters (kRadixSortCounterWords), warp_total: kRadixSortWarps words, both shared. Every
+// thread of the block calls it, after writing sk; sk is sorted once it returns (a barrier).
+template <int ITEMS>
+__device__ __forceinline__ void block_radix_sort(unsigned long long* sk, unsigned* cnt, unsigned* warp_total,
+                                                 int sort_bits) {
   constexpr int kPer = kRadixSortCounters / kRadixSortThreads;
   static_assert(kRadixSortWarps % kPer == 0, "a thread's counts lie in one digit's row");
-  extern __shared__ unsigned long long sk[];  // ITEMS x threads keys, then the counters
-  unsigned* cnt = reinterpret_cast<unsigned*>(sk + (size_t)ITEMS * kRadixSortThreads);
-  __shared__ unsigned warp_total[kRadixSortWarps];  // read after a barrier, rewritten after two
   const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
   const unsigned lanes_below = (1u << lane) - 1u;
   const int seg = warp * 32 * ITEMS;  // the warp's positions: seg + j * 32 + lane, j < ITEMS
-  const unsigned long long imask = low_bits(ibits);
+  for (int shift = 0; shift < sort_bits; shift += kRadixSortDigitBits) {
+    for (int i = threadIdx.x; i < kRadixSortCounterWords; i += blockDim.x) cnt[i] = 0;
+    __syncthreads();  // sk written (the last scatter or the load), cnt zeroed
+    unsigned long long v[ITEMS];
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) v[j] = sk[seg + j * 32 + lane];
+    // each key's rank within its warp (in position order: j, then lane; < 32 x ITEMS) and,
+    // above bit 16, its digit: the scatter reads the digit from here, not from the key
+    // again (ptxas then kept each key's counter address alive across the barrier, a
+    // register a key)
+    unsigned rank_digit[ITEMS];
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const unsigned d = (unsigned)(v[j] >> shift) & (kRadixSortBins - 1);
+      const unsigned peers = __match_any_sync(kFull, d);
+      unsigned* c = &cnt[d * kRadixSortStride + warp];
+      const unsigned base = *c;
+      __syncwarp();
+      if ((peers & lanes_below) == 0) *c = base + (unsigned)__popc(peers);  // the group's first lane
+      __syncwarp();
+      rank_digit[j] = (base + (unsigned)__popc(peers & lanes_below)) | (d << 16);
+    }
+    __syncthreads();  // every count in, every key read
+    // exclusive scan of the counts in (digit, warp) order: each thread owns kPer of them.
+    // A shuffle scan per warp and the warps' totals, not cub::BlockScan, whose raking warp
+    // held its 16-entry segment in registers on top of the keys (spills at 32 keys).
+    unsigned* mine = &cnt[(threadIdx.x / (kRadixSortWarps / kPer)) * kRadixSortStride +
+                          (threadIdx.x % (kRadixSortWarps / kPer)) * kPer];
+    unsigned sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) sum += mine[i];
+    unsigned incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned y = __shfl_up_sync(kFull, incl, o);
+      if (lane >= o) incl += y;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    unsigned before = incl - sum;
+    for (int w = 0; w < warp; ++w) before += warp_total[w];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const unsigned c = mine[i];
+      mine[i] = before;
+      before += c;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j)
+      sk[cnt[(rank_digit[j] >> 16) * kRadixSortStride + warp] + (rank_digit[j] & 0xffffu)] = v[j];
+    __syncthreads();  // the scatter read cnt: the next pass zeroes it after this
+  }
+  if (sort_bits <= 0) __syncthreads();  // (never: tb >= 16) sk as written, every thread past it
+}
+
+// keys: each row's k composites (any order); sort_bits: the bits that order them. Writes
+// indices and values, sorted.
+template <DType D, int ITEMS>
+__global__ void __launch_bounds__(kRadixSortThreads, 1)
+sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits, int ibits,
+                bool largest, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                typename RawKey<D>::W* out_vals) {
+  extern __shared__ unsigned long long sk[];  // ITEMS x threads keys, then the counters
+  unsigned* cnt = reinterpret_cast<unsigned*>(sk + (size_t)ITEMS * kRadixSortThreads);
+  __shared__ unsigned warp_total[kRadixSortWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     // plain strided loops in and out (no per-key state kept across the passes: ptxas held
     // the unrolled form's predicates and addresses in registers through them)
     const unsigned long long* src = keys + (size_t)r * (size_t)k;
     for (int i = threadIdx.x; i < ITEMS * kRadixSortThreads; i += blockDim.x) sk[i] = i < k ? src[i] : ~0ull;
-    for (int shift = 0; shift < sort_bits; shift += kRadixSortDigitBits) {
-      for (int i = threadIdx.x; i < kRadixSortCounterWords; i += blockDim.x) cnt[i] = 0;
-      __syncthreads();  // sk written (the last scatter or the load), cnt zeroed
-      unsigned long long v[ITEMS];
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j) v[j] = sk[seg + j * 32 + lane];
-      // each key's rank within its warp (in position order: j, then lane; < 32 x ITEMS) and,
-      // above bit 16, its digit: the scatter reads the digit from here, not from the key
-      // again (ptxas then kept each key's counter address alive across the barrier, a
-      // register a key)
-      unsigned rank_digit[ITEMS];
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j) {
-        const unsigned d = (unsigned)(v[j] >> shift) & (kRadixSortBins - 1);
-        const unsigned peers = __match_any_sync(kFull, d);
-        unsigned* c = &cnt[d * kRadixSortStride + warp];
-        const unsigned base = *c;
-        __syncwarp();
-        if ((peers & lanes_below) == 0) *c = base + (unsigned)__popc(peers);  // the group's first lane
-        __syncwarp();
-        rank_digit[j] = (base + (unsigned)__popc(peers & lanes_below)) | (d << 16);
-      }
-      __syncthreads();  // every count in, every key read
-      // exclusive scan of the counts in (digit, warp) order: each thread owns kPer of them.
-      // A shuffle scan per warp and the warps' totals, not cub::BlockScan, whose raking warp
-      // held its 16-entry segment in registers on top of the keys (spills at 32 keys).
-      unsigned* mine = &cnt[(threadIdx.x / (kRadixSortWarps / kPer)) * kRadixSortStride +
-                            (threadIdx.x % (kRadixSortWarps / kPer)) * kPer];
-      unsigned sum = 0;
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) sum += mine[i];
-      unsigned incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(kFull, incl, o);
-        if (lane >= o) incl += y;
-      }
-      if (lane == 31) warp_total[warp] = incl;
-      __syncthreads();
-      unsigned before = incl - sum;
-      for (int w = 0; w < warp; ++w) before += warp_total[w];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const unsigned c = mine[i];
-        mine[i] = before;
-        before += c;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j)
-        sk[cnt[(rank_digit[j] >> 16) * kRadixSortStride + warp] + (rank_digit[j] & 0xffffu)] = v[j];
-      __syncthreads();  // the scatter read cnt: the next pass zeroes it after this
-    }
-    const typename RawKey<D>::W* row = x + (size_t)r * (size_t)n;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-      const int64_t idx = (int64_t)(sk[i] & imask);
-      out_idx[(size_t)r * (size_t)k + i] = idx;
-      out_vals[(size_t)r * (size_t)k + i] = row[idx];
-    }
+    block_radix_sort<ITEMS>(sk, cnt, warp_total, sort_bits);
+    write_sorted<D>(sk, k, ibits, largest, x + (size_t)r * (size_t)n, out_idx + (size_t)r * (size_t)k,
+                    out_vals + (size_t)r * (size_t)k);
     __syncthreads();  // sk is loaded with the next row's keys only after every thread is here
   }
 }
@@ -909,16 +934,16 @@ int radix_sort_items(int64_t k) {
 }
 
 // The largest k the on-chip sort takes: kRadixSortMaxK, or RASFAST_SELECT_RADIX_SORT_K (0:
-// never), and at most what the device's opt-in shared memory per block holds (99 KB on
-// sm_86 / sm_89: 8,192).
-int64_t radix_sort_k_limit() {
+// never), and at most what the device's opt-in shared memory per block holds besides the
+// kernel's static_bytes (99 KB on sm_86 / sm_89: 8,192).
+int64_t radix_sort_k_limit(size_t static_bytes) {
   int64_t limit = kRadixSortMaxK;
   if (const char* env = std::getenv("RASFAST_SELECT_RADIX_SORT_K")) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
     if (end != env && v >= 0) limit = std::min<int64_t>(v, kRadixSortMaxK);
   }
-  const size_t optin = (size_t)smem_optin() - 4096;  // less the static scan storage, with room
+  const size_t optin = (size_t)smem_optin() - static_bytes;  // less the kernel's static storage
   while (limit > kSmallSortK && radix_sort_smem(radix_sort_items(limit)) > optin)
     limit = (int64_t)(radix_sort_items(limit) - 8) * kRadixSortThreads;
   return limit > kSmallSortK ? limit : 0;
@@ -926,24 +951,24 @@ int64_t radix_sort_k_limit() {
 
 template <DType D, int ITEMS>
 void launch_sort_rows_radix_items(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits,
-                                  int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                                  int ibits, bool largest, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
                                   typename RawKey<D>::W* out_vals, cudaStream_t stream) {
   const size_t smem = radix_sort_smem(ITEMS);
   RASFAST_CUDA_CHECK(cudaFuncSetAttribute(sort_rows_radix<D, ITEMS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   sort_rows_radix<D, ITEMS><<<(unsigned)std::min<int64_t>(rows, 65535), kRadixSortThreads, smem, stream>>>(
-      keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals);
+      keys, rows, k, sort_bits, ibits, largest, x, n, out_idx, out_vals);
 }
 
 template <DType D>
 void launch_sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_t k, int sort_bits,
-                            int ibits, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
+                            int ibits, bool largest, const typename RawKey<D>::W* x, int64_t n, int64_t* out_idx,
                             typename RawKey<D>::W* out_vals, cudaStream_t stream) {
   switch (radix_sort_items(k)) {
-    case 8: launch_sort_rows_radix_items<D, 8>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
-    case 16: launch_sort_rows_radix_items<D, 16>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
-    case 24: launch_sort_rows_radix_items<D, 24>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
-    default: launch_sort_rows_radix_items<D, 32>(keys, rows, k, sort_bits, ibits, x, n, out_idx, out_vals, stream); break;
+    case 8: launch_sort_rows_radix_items<D, 8>(keys, rows, k, sort_bits, ibits, largest, x, n, out_idx, out_vals, stream); break;
+    case 16: launch_sort_rows_radix_items<D, 16>(keys, rows, k, sort_bits, ibits, largest, x, n, out_idx, out_vals, stream); break;
+    case 24: launch_sort_rows_radix_items<D, 24>(keys, rows, k, sort_bits, ibits, largest, x, n, out_idx, out_vals, stream); break;
+    default: launch_sort_rows_radix_items<D, 32>(keys, rows, k, sort_bits, ibits, largest, x, n, out_idx, out_vals, stream); break;
   }
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
@@ -964,75 +989,133 @@ void launch_sort_rows_radix(const unsigned long long* keys, int64_t rows, int64_
 constexpr int kSmallRowThreads = 1024;
 constexpr int64_t kSmallRowMaxN = 65536;
 
+// One row's radix passes by one block, the histogram in shared memory (h, kBins), a block
+// scan picking each digit; then the answers {c : (c & mask) <= prefix}, exactly k of them,
+// gathered into keys[0..k) in no order. Every thread of the block calls it; st is shared.
+struct RowSelectState {
+  unsigned long long prefix, mask;
+  unsigned want, done, cnt;
+};
+
+template <DType D, int Threads>
+__device__ __forceinline__ void select_row_on_chip(const typename RawKey<D>::W* row, int64_t n, int k,
+                                                   bool largest, int ibits, int tb, unsigned* h,
+                                                   typename cub::BlockScan<unsigned, Threads>::TempStorage& scan_tmp,
+                                                   RowSelectState& st, unsigned long long* keys) {
+  if (threadIdx.x == 0) {
+    st.prefix = 0;
+    st.mask = 0;
+    st.want = (unsigned)k;
+    st.done = 0;
+    st.cnt = 0;
+  }
+  __syncthreads();
+  for (int remaining = tb; remaining > 0 && !st.done;) {  // the same for the whole block
+    const int dbits = min(kDigitBits, remaining);
+    remaining -= dbits;
+    const int shift = remaining;
+    const unsigned dmask = (1u << dbits) - 1u;
+    const unsigned long long P = st.prefix, M = st.mask;
+    const unsigned want = st.want;
+    for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const unsigned long long c =
+          ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
+      if ((c & M) == P) atomicAdd(&h[(unsigned)(c >> shift) & dmask], 1u);
+    }
+    __syncthreads();
+    unsigned digit = 0, below = 0, count = 0;
+    if (pick_digit<Threads>(h, want, scan_tmp, &digit, &below, &count)) {  // exactly one thread
+      st.prefix = P | ((unsigned long long)digit << shift);
+      st.mask = M | ((unsigned long long)dmask << shift);
+      st.want = want - below;
+      st.done = count == want - below ? 1u : 0u;  // the bin holds exactly the rest
+    }
+    __syncthreads();
+  }
+  // the answers: the fixed high bits below the prefix, or equal to it (the bin picked last
+  // holds exactly the ones still wanted, or every bit is fixed and the prefix is the k-th)
+  const unsigned long long P = st.prefix, M = st.mask;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const unsigned long long c =
+        ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
+    if ((c & M) <= P) {
+      const unsigned slot = atomicAdd(&st.cnt, 1u);
+      if (slot < (unsigned)k) keys[slot] = c;  // exactly k: a guard, not a case
+    }
+  }
+}
+
 template <DType D>
 __global__ void __launch_bounds__(kSmallRowThreads)
 select_rows_small(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
                   int ibits, int tb, int64_t* out_idx, typename RawKey<D>::W* out_vals) {
-  using W = typename RawKey<D>::W;
   using Scan = cub::BlockScan<unsigned, kSmallRowThreads>;
   __shared__ unsigned h[kBins];
   __shared__ unsigned long long keys[kSmallSortK];
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned long long s_prefix, s_mask;
-  __shared__ unsigned s_want, s_done, s_cnt;
+  __shared__ RowSelectState st;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const W* row = x + (size_t)r * (size_t)n;
-    if (threadIdx.x == 0) {
-      s_prefix = 0;
-      s_mask = 0;
-      s_want = (unsigned)k;
-      s_done = 0;
-      s_cnt = 0;
-    }
-    __syncthreads();
-    for (int remaining = tb; remaining > 0 && !s_done;) {  // the same for the whole block
-      const int dbits = min(kDigitBits, remaining);
-      remaining -= dbits;
-      const int shift = remaining;
-      const unsigned dmask = (1u << dbits) - 1u;
-      const unsigned long long P = s_prefix, M = s_mask;
-      const unsigned want = s_want;
-      for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
-      __syncthreads();
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const unsigned long long c =
-            ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
-        if ((c & M) == P) atomicAdd(&h[(unsigned)(c >> shift) & dmask], 1u);
-      }
-      __syncthreads();
-      unsigned digit = 0, below = 0, count = 0;
-      if (pick_digit<kSmallRowThreads>(h, want, scan_tmp, &digit, &below, &count)) {  // exactly one thread
-        s_prefix = P | ((unsigned long long)digit << shift);
-        s_mask = M | ((unsigned long long)dmask << shift);
-        s_want = want - below;
-        s_done = count == want - below ? 1u : 0u;  // the bin holds exactly the rest
-      }
-      __syncthreads();
-    }
-    // the answers: the fixed high bits below the prefix, or equal to it (the bin picked last
-    // holds exactly the ones still wanted, or every bit is fixed and the prefix is the k-th)
-    const unsigned long long P = s_prefix, M = s_mask;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned long long c =
-          ((unsigned long long)RawKey<D>::key(row[i], largest) << ibits) | (unsigned long long)i;
-      if ((c & M) <= P) {
-        const unsigned slot = atomicAdd(&s_cnt, 1u);
-        if (slot < (unsigned)kSmallSortK) keys[slot] = c;  // exactly k: a guard, not a case
-      }
-    }
+    const typename RawKey<D>::W* row = x + (size_t)r * (size_t)n;
+    select_row_on_chip<D, kSmallRowThreads>(row, n, k, largest, ibits, tb, h, scan_tmp, st, keys);
     int pow2 = 1;
     while (pow2 < k) pow2 <<= 1;
     for (int i = k + threadIdx.x; i < pow2; i += blockDim.x) keys[i] = ~0ull;
     __syncthreads();
     bitonic_sort_shared(keys, pow2);  // ends with a barrier
-    const unsigned long long imask = low_bits(ibits);
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-      const int64_t idx = (int64_t)(keys[i] & imask);
-      out_idx[(size_t)r * (size_t)k + i] = idx;
-      out_vals[(size_t)r * (size_t)k + i] = row[idx];
-    }
+    write_sorted<D>(keys, k, ibits, largest, row, out_idx + (size_t)r * (size_t)k, out_vals + (size_t)r * (size_t)k);
     __syncthreads();  // keys, h and the shared state are reset for the next row
   }
+}
+
+// Short rows with kSmallSortK < k <= 16,384: the same one-launch select, 512 threads a row,
+// the answers gathered into dynamic shared memory and radix-sorted there (block_radix_sort).
+// A per-question call at k = 10,000 (1 x 20k, 8 x 50k in the roofline) was eight launches:
+// memset, five passes, write, sort.
+template <DType D, int ITEMS>
+__global__ void __launch_bounds__(kRadixSortThreads, 1)
+select_rows_small_sorted(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
+                         int ibits, int tb, int64_t* out_idx, typename RawKey<D>::W* out_vals) {
+  using Scan = cub::BlockScan<unsigned, kRadixSortThreads>;
+  extern __shared__ unsigned long long sk[];  // ITEMS x threads keys, then the sort's counters
+  unsigned* cnt = reinterpret_cast<unsigned*>(sk + (size_t)ITEMS * kRadixSortThreads);
+  __shared__ unsigned h[kBins];
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ RowSelectState st;
+  __shared__ unsigned warp_total[kRadixSortWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename RawKey<D>::W* row = x + (size_t)r * (size_t)n;
+    select_row_on_chip<D, kRadixSortThreads>(row, n, k, largest, ibits, tb, h, scan_tmp, st, sk);
+    for (int i = k + threadIdx.x; i < ITEMS * kRadixSortThreads; i += blockDim.x) sk[i] = ~0ull;
+    block_radix_sort<ITEMS>(sk, cnt, warp_total, tb);  // its first barrier follows the writes
+    write_sorted<D>(sk, k, ibits, largest, row, out_idx + (size_t)r * (size_t)k, out_vals + (size_t)r * (size_t)k);
+    __syncthreads();  // sk, h and the shared state are reset for the next row
+  }
+}
+
+template <DType D, int ITEMS>
+void launch_select_rows_small_sorted_items(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k,
+                                           bool largest, int ibits, int tb, int64_t* out_idx,
+                                           typename RawKey<D>::W* out_vals, cudaStream_t stream) {
+  const size_t smem = radix_sort_smem(ITEMS);
+  RASFAST_CUDA_CHECK(cudaFuncSetAttribute(select_rows_small_sorted<D, ITEMS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  select_rows_small_sorted<D, ITEMS><<<(unsigned)std::min<int64_t>(rows, int64_t(1) << 20), kRadixSortThreads,
+                                       smem, stream>>>(x, rows, n, k, largest, ibits, tb, out_idx, out_vals);
+}
+
+template <DType D>
+void launch_select_rows_small_sorted(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k,
+                                     bool largest, int ibits, int tb, int64_t* out_idx,
+                                     typename RawKey<D>::W* out_vals, cudaStream_t stream) {
+  switch (radix_sort_items(k)) {
+    case 8: launch_select_rows_small_sorted_items<D, 8>(x, rows, n, k, largest, ibits, tb, out_idx, out_vals, stream); break;
+    case 16: launch_select_rows_small_sorted_items<D, 16>(x, rows, n, k, largest, ibits, tb, out_idx, out_vals, stream); break;
+    case 24: launch_select_rows_small_sorted_items<D, 24>(x, rows, n, k, largest, ibits, tb, out_idx, out_vals, stream); break;
+    default: launch_select_rows_small_sorted_items<D, 32>(x, rows, n, k, largest, ibits, tb, out_idx, out_vals, stream); break;
+  }
+  RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 
 // Largest row of the one-launch select: kSmallRowMaxN, or RASFAST_SELECT_SMALL_N (0: never).
@@ -1129,7 +1212,8 @@ struct Layout {
   int64_t cap = 0, group = 1;
   bool small_sort = false, radix_sort = false, device_sort = false;
   bool filter = false;
-  bool small_rows = false;  // select_rows_small: one launch, no workspace
+  bool small_rows = false;         // select_rows_small: one launch, no workspace
+  bool small_rows_sorted = false;  // select_rows_small_sorted: the same for larger k
   int filter_blocks = 0;
   size_t st = 0, hist = 0, arrived = 0, zero_bytes = 0, buf = 0, keys = 0, keys_out = 0,
          temp = 0, temp_bytes = 0, total = 0;
@@ -1180,9 +1264,14 @@ Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
     L.total = 256;
     return L;
   }
+  if (n <= small_row_limit() && k <= radix_sort_k_limit(kSmallSortedStatic)) {
+    L.small_rows_sorted = true;
+    L.total = 256;
+    return L;
+  }
   L.cap = std::max<int64_t>(std::min<int64_t>(n, 4096), (n + 7) / 8);
   L.small_sort = sorted && k <= kSmallSortK;
-  L.radix_sort = sorted && !L.small_sort && k <= radix_sort_k_limit();
+  L.radix_sort = sorted && !L.small_sort && k <= radix_sort_k_limit(kRadixSortStatic);
   L.device_sort = sorted && !L.small_sort && !L.radix_sort;
   size_t off = 0;
   L.st = off;
@@ -1235,6 +1324,10 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     RASFAST_CUDA_CHECK(cudaGetLastError());
     return;
   }
+  if (L.small_rows_sorted) {
+    launch_select_rows_small_sorted<D>(x, rows, n, (int)k, largest, L.ibits, L.tb, out, out_vals, stream);
+    return;
+  }
   if (L.filter) {
     unsigned long long* cand = reinterpret_cast<unsigned long long*>(base + L.keys);
     const dim3 fgrid(L.filter_blocks, (unsigned)std::min<int64_t>(rows, 65535));
@@ -1245,7 +1338,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     while (pow2 < per_row) pow2 <<= 1;
     sort_rows_small<D><<<(unsigned)std::min<int64_t>(rows, 65535), kSortThreads,
                          sizeof(unsigned long long) * pow2, stream>>>(cand, rows, per_row, k, pow2,
-                                                                       L.ibits, x, n, out, out_vals);
+                                                                       L.ibits, largest, x, n, out, out_vals);
     RASFAST_CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -1290,13 +1383,13 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   write_selected<D><<<grid, kThreads, 0, stream>>>(x, rows, n, largest, L.ibits, st, L.cap, s1buf, sink);
   RASFAST_CUDA_CHECK(cudaGetLastError());
   if (L.radix_sort) {
-    launch_sort_rows_radix<D>(keys, rows, k, L.tb, L.ibits, x, n, out, out_vals, stream);
+    launch_sort_rows_radix<D>(keys, rows, k, L.tb, L.ibits, largest, x, n, out, out_vals, stream);
   } else if (mode == 1) {
     int pow2 = 1;
     while (pow2 < k) pow2 <<= 1;
     const int sort_grid = (int)std::min<int64_t>(rows, 65535);
     sort_rows_small<D><<<sort_grid, kSortThreads, sizeof(unsigned long long) * pow2, stream>>>(
-        keys, rows, k, k, pow2, L.ibits, x, n, out, out_vals);
+        keys, rows, k, k, pow2, L.ibits, largest, x, n, out, out_vals);
     RASFAST_CUDA_CHECK(cudaGetLastError());
   } else if (mode == 2) {
     unsigned long long* keys_out = reinterpret_cast<unsigned long long*>(base + L.keys_out);

@@ -9,7 +9,8 @@
 //
 // What it checks: barriers reached by every live thread of the block at the same call site;
 // warp collectives (shuffles, ballots, match, __syncwarp) reached by every lane named in
-// the mask, none of them exited; shared memory poisoned with 0xFF at every block start;
+// the mask, none of them exited; shared memory poisoned at every block start (0xFF; 0xA5
+// under CUEMU_ORDER=random, so that a ~0 sentinel never written is caught there);
 // launch limits (threads per block, grid/block dimensions, static shared memory <= 48 KB,
 // dynamic shared memory above 48 KB only after cudaFuncSetAttribute, the sm_80 / sm_90
 // opt-in maximum). What it cannot: speed, occupancy, FMA contraction and the GPU's

@@ -228,6 +228,10 @@ struct Block {
   void* dynamic = nullptr;
   size_t dynamic_bytes = 0;
   size_t smem_limit = 0;
+  // the byte shared memory is poisoned with at the block's start: 0xFF (a float read before
+  // any write is NaN), 0xA5 under CUEMU_ORDER=random (a kernel that leaves ~0 sentinels
+  // unwritten, trusting the 0xFF, reads ordinary garbage there instead)
+  unsigned char poison = 0xff;
   void* sched_sp = nullptr;
 #ifndef __x86_64__
   ucontext_t sched_uc;
@@ -473,6 +477,7 @@ std::string run_block(const GridRun& g, uint64_t linear_block, std::mt19937_64& 
   b.site = g.site;
   b.body = g.body;
   b.smem_limit = g.smem_limit;
+  b.poison = g.settings.order == Order::Random ? 0xa5 : 0xff;
   b.threads.resize((size_t)n);
   b.warps.resize((size_t)((n + 31) / 32));
   b.live = n;
@@ -494,7 +499,7 @@ std::string run_block(const GridRun& g, uint64_t linear_block, std::mt19937_64& 
   if (n % 32) b.warps.back().exited = ~0u << (n % 32);
   b.dynamic_bytes = g.dynamic_smem;
   b.dynamic = exact_alloc(16, g.dynamic_smem);
-  std::memset(b.dynamic, 0xff, std::max<size_t>(g.dynamic_smem, 1));
+  std::memset(b.dynamic, b.poison, std::max<size_t>(g.dynamic_smem, 1));
   Block* saved_block = tl_block;
   tl_block = &b;
   // Warp-greedy: a warp keeps running until all its lanes wait at __syncthreads or have
@@ -689,7 +694,7 @@ void* shared_static(const void* site, size_t bytes, size_t align, const char* na
                  ") shared memory exceeds the device's " + std::to_string(b.smem_limit) + " bytes per block");
   const size_t al = std::max<size_t>(align, 16);
   void* p = exact_alloc(al, bytes);
-  std::memset(p, 0xff, bytes);  // poisoned: a read before any write shows
+  std::memset(p, b.poison, bytes);  // poisoned: a read before any write shows
   b.allocations.push_back(p);
   b.statics.emplace(site, p);
   return p;
