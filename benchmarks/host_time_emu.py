@@ -61,6 +61,22 @@ def python_kernel(fn):
     return run
 
 
+def with_env(fn, **env):
+    """fn with environment settings (a kernel path forced), restored after."""
+    def run():
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return run
+
+
 def cases(quick: bool):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16, 4096, generator=g)
@@ -85,6 +101,9 @@ def cases(quick: bool):
         ("select_k 16 x 4096, k = 10 (Python kernel)", python_kernel(lambda: rasfast.select_k(x, 10, backend="cuda"))),
         ("select_k 16 x 4096, k = 1000 (C++ CUDA kernel)", lambda: rasfast.select_k(x, 1000, backend="cuda")),
         ("select_k 16 x 4096, k = 1000 (Python kernel)", python_kernel(lambda: rasfast.select_k(x, 1000, backend="cuda"))),
+        ("select_k 16 x 4096, k = 3000 (C++ CUDA kernel)", lambda: rasfast.select_k(x, 3000, backend="cuda")),
+        ("select_k 16 x 4096, k = 3000, short-row select off (C++ CUDA kernel)",
+         with_env(lambda: rasfast.select_k(x, 3000, backend="cuda"), RASFAST_SELECT_SMALL_N="0")),
         ("torch.topk 16 x 4096, k = 10 (CPU: not a GPU peer; for scale)", lambda: torch.topk(x, 10, 1, False)),
         (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate auto", beam("auto")),
         (f"triple_beam_search {n // 1000}k triples, B = {B} x 50 seeds, validate none", beam("none")),
