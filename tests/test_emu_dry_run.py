@@ -53,8 +53,12 @@ def test_host_time_benchmark_runs():
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stdout.splitlines() if " us (min " in ln]
-    assert len(lines) == 12, res.stdout
+    assert len(lines) == 14, res.stdout
     assert any("host arrays" in ln for ln in lines), res.stdout  # beam search's host-seed path
+    # short rows at 2,048 < k: one launch, against the radix passes' several (select off)
+    one = next(ln for ln in lines if "k = 3000 (C++ CUDA kernel)" in ln)
+    off = next(ln for ln in lines if "k = 3000, short-row select off" in ln)
+    assert "launches 1 " in one and "launches 1 " not in off, res.stdout
     # each op with a C++ CUDA kernel is timed both ways in the same run
     for op in ("select_k", "segment_topk_scores", "segment_max_rank"):
         assert any(ln.startswith(op) and "C++ CUDA kernel" in ln for ln in lines), (op, res.stdout)
