@@ -117,9 +117,22 @@ def paths(q, qe, c, e, K, k, run, tm):
     del tv
     cp = theme_gemm.pad_rows(c)
     run("gemm step: theme values, rows padded in storage (pad_rows)", lambda: theme_gemm.theme_values(qf, cp, "l2"))
-    del cp
+    # the padded width streamed whole (the default since the eighteenth session) against the
+    # masked width of before, whose tiles the PTX loads 2 bytes at a time (docs/gpu.md); and
+    # padding not made by pad_rows, zeroed in registers (the TAIL variant)
+    os.environ["RASFAST_THEME_WHOLE_ROWS"] = "0"
+    try:
+        run("gemm step: theme values, masked width (before)", lambda: theme_gemm.theme_values(qf, cp, "l2"))
+    finally:
+        os.environ.pop("RASFAST_THEME_WHOLE_ROWS", None)
+    base = torch.empty((cp.shape[0], cp.stride(0)), dtype=cp.dtype, device=cp.device)
+    base.copy_(cp._base)
+    cu = base[:, :cp.shape[1]]  # the same rows, padding of unknown content
+    run("gemm step: theme values, padding zeroed in registers", lambda: theme_gemm.theme_values(qf, cu, "l2"))
+    del cp, base, cu
     for name in ("select K (unsorted)", "torch.topk K (unsorted; no tie order)", "quantile shift (8,192-row sample)",
-                 "select K (unsorted) on shifted values", "theme values, rows padded in storage (pad_rows)"):
+                 "select K (unsorted) on shifted values", "theme values, rows padded in storage (pad_rows)",
+                 "theme values, masked width (before)", "theme values, padding zeroed in registers"):
         step[name] = tm["gemm step: " + name]
     os.environ["RASFAST_THEME_SHIFT"] = "0"
     try:

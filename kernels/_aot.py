@@ -12,7 +12,7 @@ compile error or on shared memory beyond the target's limit.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple
+from typing import Any, Dict, NamedTuple, Sequence, Tuple
 
 # storage dtype name -> Triton pointer type
 FLOAT_PTRS = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}
@@ -23,6 +23,9 @@ class Variant(NamedTuple):
     kernel: Any                 # the @triton.jit function
     signature: Dict[str, str]   # every argument -> Triton type ("*fp32", "i32", "constexpr")
     constexprs: Dict[str, Any]  # constexpr argument -> value
+    # integer arguments the launch makes divisible by 16, which Triton specialises on (masked
+    # tiles then load in vectors; registers and spills differ): compiled as such
+    divisible: Tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -32,14 +35,17 @@ class Variant(NamedTuple):
         return f"{self.kernel.__name__}[{';'.join(s for s in (consts, ptrs) if s)}]"
 
 
-def variant(kernel, types: Dict[str, str], **constexprs) -> Variant:
+def variant(kernel, types: Dict[str, str], divisible: Sequence[str] = (), **constexprs) -> Variant:
     """A Variant of ``kernel``: ``types`` gives every runtime argument's Triton type,
     ``constexprs`` every constexpr argument's value (an argument named in neither is an error,
-    so a kernel that gains an argument cannot silently drop out of the check)."""
+    so a kernel that gains an argument cannot silently drop out of the check); ``divisible``
+    the integer arguments its launches make multiples of 16."""
     names = list(kernel.arg_names)
-    unknown = (set(types) | set(constexprs)) - set(names)
+    unknown = (set(types) | set(constexprs) | set(divisible)) - set(names)
     if unknown:
         raise KeyError(f"{kernel.__name__}: no such argument(s) {sorted(unknown)}")
+    if any(not types.get(n, "").startswith("i") for n in divisible):
+        raise KeyError(f"{kernel.__name__}: divisible names integer arguments only, got {list(divisible)}")
     sig = {}
     for name in names:
         if name in constexprs:
@@ -48,4 +54,4 @@ def variant(kernel, types: Dict[str, str], **constexprs) -> Variant:
             sig[name] = types[name]
         else:
             raise KeyError(f"{kernel.__name__}: give a type or constexpr value for {name!r}")
-    return Variant(kernel, sig, dict(constexprs))
+    return Variant(kernel, sig, dict(constexprs), tuple(divisible))

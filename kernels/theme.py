@@ -30,6 +30,8 @@ candidate set ordered by (score desc, id asc)).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -257,9 +259,10 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
 
 # ----------------------------------------------------------------------------- GEMM path
 @triton.jit
-def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, drop_ptr, B, N, X, stride_c,
-                      P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr, DROP: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_X: tl.constexpr):
+def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, drop_ptr, B, N, X, XL, stride_a,
+                      stride_c, P: tl.constexpr, L2: tl.constexpr, TF32: tl.constexpr,
+                      DROP: tl.constexpr, TAIL: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_Q: tl.constexpr, BLOCK_X: tl.constexpr):
     # out[b, n] = sum_p a[p, b] . c[n] in float32 on tensor cores. float16 corpora: a holds the
     # float32 queries split into P float16 parts (rasfast/ops/theme_gemm.py) and c stays
     # float16. bfloat16 corpora (TF32): c is widened in registers (exact in tf32, 8 significant
@@ -273,17 +276,17 @@ def _split_dot_kernel(a_ptr, c_ptr, out_ptr, cn_ptr, qn_ptr, drop_ptr, B, N, X, 
     rmask = rows < N
     qmask = qs < B
     acc = tl.zeros([BLOCK_N, BLOCK_Q], dtype=tl.float32)
-    for x0 in range(0, X, BLOCK_X):
+    for x0 in range(0, XL, BLOCK_X):
         xs = x0 + tl.arange(0, BLOCK_X)
-        xmask = xs < X
-        # stride_c: c's row stride; a multiple of 8 elements (16 bytes, which Triton's
-        # divisibility specialisation sees) lets the loads vectorise: rasfast pads rows so
+        xmask = xs < XL
         c = tl.load(c_ptr + rows[:, None] * stride_c + xs[None, :],
                     mask=rmask[:, None] & xmask[None, :], other=0.0)
+        if TAIL:  # the columns [X, XL) of c's padded rows count as zeros, whatever they hold
+            c = tl.where((xs < X)[None, :], c, 0.0)
         if TF32:
             c = c.to(tl.float32)
         for p in tl.static_range(P):
-            a = tl.load(a_ptr + (p * B + qs[None, :]).to(tl.int64) * X + xs[:, None],
+            a = tl.load(a_ptr + (p * B + qs[None, :]).to(tl.int64) * stride_a + xs[:, None],
                         mask=xmask[:, None] & qmask[None, :], other=0.0)
             if TF32:
                 acc = tl.dot(c, a, acc, input_precision="tf32")
@@ -306,6 +309,27 @@ _SPLIT_BLOCK_X = 64
 # ptxas spills 0.8-1.4 KB per thread at 4 warps (docs/gpu.md, "Spills"), none on sm_90 at 8;
 # benchmarks/gpu_theme.py times both, and 4 stays until a GPU run says otherwise
 _SPLIT_WARPS = 4
+# Triton specialises an integer argument divisible by 16 (and a pointer 16-byte aligned); only
+# then can it prove a masked 16-bit tile's rows start on 16 bytes and load it in 16-byte
+# cp.async copies. With the loop bound at RAS's T = 298 the masks are ragged, and ptxas's
+# input held 128 scalar 2-byte global loads a thread per step, no cp.async, for the tiles of
+# the theme values (docs/gpu.md, "The theme values' loads").
+_X_ALIGN = 16
+
+
+def loop_width(c, X: int) -> int:
+    """The columns the kernel streams of each row of ``c`` [N, >= X]: X rounded up to 16
+    where c's rows are padded that far (row stride a multiple of 16 elements, the padding
+    inside c's storage), so every tile loads whole; else X. RASFAST_THEME_WHOLE_ROWS=0: X
+    (the width before; benchmarks/gpu_theme.py times both)."""
+    w = -(-X // _X_ALIGN) * _X_ALIGN
+    s = c.stride(0) if c.dim() == 2 else 0
+    if os.environ.get("RASFAST_THEME_WHOLE_ROWS") == "0":  # the masked width (benchmarks)
+        return X
+    if w == X or c.shape[0] == 0 or c.stride(1) != 1 or s % _X_ALIGN or s < w:
+        return X
+    last = c.storage_offset() + (c.shape[0] - 1) * s + w  # one past the last column read
+    return w if last * c.element_size() <= c.untyped_storage().nbytes() else X
 
 
 def split_parts(q, dtype):
@@ -318,11 +342,14 @@ def split_parts(q, dtype):
     return torch.stack([hi, q - hi])
 
 
-def split_dot(parts, c, cn=None, qn=None, drop=None):
+def split_dot(parts, c, cn=None, qn=None, drop=None, zero_tail: bool = False):
     """[B, N] float32: sum of parts[p] @ c.T (parts from :func:`split_parts`), or with cn [N]
     and qn [B] the squared L2 distance qn + cn - 2 * that; with drop (bool [B, N],
-    contiguous) -inf where drop is True. c float16/bfloat16 [N, X] with unit column stride
-    (rows may be padded: a row stride that is a multiple of 8 loads in 16-byte vectors)."""
+    contiguous) -inf where drop is True. c float16/bfloat16 [N, X] with unit column stride.
+    Rows padded to a stride that is a multiple of 16 elements (rasfast.ops.theme_gemm.pad_rows)
+    stream in whole 16-byte copies (:func:`loop_width`); the padding columns count as zeros,
+    read as such when ``zero_tail`` says they hold zeros (pad_rows' own storage), else zeroed
+    in registers."""
     P, B, X = parts.shape
     assert c.stride(1) == 1 or c.shape[1] == 1, "c: columns must be contiguous"
     N = c.shape[0]
@@ -333,10 +360,15 @@ def split_dot(parts, c, cn=None, qn=None, drop=None):
         assert drop.dtype == torch.bool and drop.shape == (B, N) and drop.is_contiguous(), \
             "drop: a contiguous bool [B, N] mask"
         drop = drop.view(torch.uint8)
+    XL = loop_width(c, X)
+    if XL != X:  # the queries' parts padded with zeros to the streamed width
+        parts = torch.nn.functional.pad(parts, (0, XL - X))
+    parts = parts.contiguous()
     grid = (triton.cdiv(N, _SPLIT_BLOCK_N), triton.cdiv(B, bq))
     _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out,
-                            out if drop is None else drop, B, N, X, c.stride(0),
-                            P=P, L2=l2, TF32=c.dtype == torch.bfloat16, DROP=drop is not None,
+                            out if drop is None else drop, B, N, X, XL, parts.shape[2],
+                            c.stride(0), P=P, L2=l2, TF32=c.dtype == torch.bfloat16,
+                            DROP=drop is not None, TAIL=XL != X and not zero_tail,
                             BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq,
                             BLOCK_X=_SPLIT_BLOCK_X, num_warps=_SPLIT_WARPS, num_stages=3)
     return out
@@ -468,16 +500,20 @@ def aot_variants():
         if dt == "float32":
             continue
         # theme values (L2), dense products (not), dense products under the scope mask
+        # TAIL: rows padded past X whose padding is not known to be zeros
         for l2, drop in ((False, False), (True, False), (False, True)):
             for bq in (16, 32, 64):
-                out.append(variant(
-                    _split_dot_kernel, dict(a_ptr=cptr if dt == "float16" else "*fp32",
-                                            c_ptr=cptr, out_ptr="*fp32", cn_ptr="*fp32",
-                                            qn_ptr="*fp32",
-                                            drop_ptr="*u8" if drop else "*fp32", B="i32",
-                                            N="i32", X="i32", stride_c="i32"),
-                    P=2, L2=l2, TF32=dt == "bfloat16", DROP=drop, BLOCK_N=_SPLIT_BLOCK_N,
-                    BLOCK_Q=bq, BLOCK_X=_SPLIT_BLOCK_X))
+                for tail in (False, True):
+                    out.append(variant(
+                        _split_dot_kernel, dict(a_ptr=cptr if dt == "float16" else "*fp32",
+                                                c_ptr=cptr, out_ptr="*fp32", cn_ptr="*fp32",
+                                                qn_ptr="*fp32",
+                                                drop_ptr="*u8" if drop else "*fp32", B="i32",
+                                                N="i32", X="i32", XL="i32", stride_a="i32",
+                                                stride_c="i32"),
+                        divisible=("XL", "stride_a", "stride_c"),  # rows padded to 16 (loop_width)
+                        P=2, L2=l2, TF32=dt == "bfloat16", DROP=drop, TAIL=tail,
+                        BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq, BLOCK_X=_SPLIT_BLOCK_X))
     cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",
                      last_eq_ptr="*i64")
     out.append(variant(_cut_kernel, dict(cut_types, K="i32"), BLOCK=_SEL_BLOCK))

@@ -65,7 +65,8 @@ def test_the_theme_benchmark_paths_run_on_the_emulator(monkeypatch):
     res = gpu_theme.paths(q, qe, c, e, 60, 5, run, tm)
     pq = gpu_theme.per_question(q, qe, c, e, run, tm, n=500, K=50, k=5, calls=1)
     for name in ("dense products under the scope mask", "whole call, dense select by mask",
-                 "whole call, dense select by sort", "dense products (split GEMM), 8 warps"):
+                 "whole call, dense select by sort", "dense products (split GEMM), 8 warps",
+                 "theme values, masked width (before)", "theme values, padding zeroed in registers"):
         assert name in res["steps_s"], name
     rows = res["rows"]
     assert [r["B"] for r in rows] == [8, 4, 1]

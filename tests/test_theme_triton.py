@@ -106,10 +106,10 @@ def test_split_dot_kernel_matches_float32_products(dtype, B, N, X):
     got = kt().split_dot(parts, c, cn, qn)
     want_l2 = ((q.double()[:, None, :] - c.double()[None]) ** 2).sum(-1)
     torch.testing.assert_close(got.double(), want_l2, atol=1e-5, rtol=1e-5)
-    # rows padded to a 16-byte stride (pad_rows: the layout the GPU streams) give the same
+    # rows padded to a stride of 16 elements (pad_rows: the layout the GPU streams) give the same
     from rasfast.ops.theme_gemm import pad_rows
     padded = pad_rows(c)
-    assert padded.stride(0) % 8 == 0
+    assert padded.stride(0) % 16 == 0
     torch.testing.assert_close(kt().split_dot(parts, padded, cn, qn), got, atol=0, rtol=0)
     # the scope mask in the epilogue: -inf where drop, the same float32 values elsewhere
     drop = torch.rand(B, N, generator=g) < 0.6
@@ -119,3 +119,34 @@ def test_split_dot_kernel_matches_float32_products(dtype, B, N, X):
     # the split matters: the hi part alone is off by far more than the tolerance
     hi_only = kt().split_dot(parts[:1].contiguous(), c)
     assert (hi_only.double() - want).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_split_dot_streams_padded_rows_whole(dtype):
+    """Rows padded to a stride of 16 elements are streamed whole (the width rounded up to 16,
+    the queries' parts padded with zeros): the padding counts as zeros whatever it holds
+    (inf here: a wrong kernel gives inf or NaN), read as is where pad_rows made it."""
+    from rasfast.ops.theme_gemm import pad_rows, zero_tail
+    g = torch.Generator().manual_seed(7)
+    B, N, X = 5, 150, 298
+    q = torch.rand(B, X, generator=g)
+    c = torch.rand(N, X, generator=g).to(dtype)
+    parts = kt().split_parts(q, dtype)
+    plain = kt().split_dot(parts, c)  # the unpadded corpus: width X, masked tiles
+    assert kt().loop_width(c, X) == X
+    store = torch.full((N, 304), float("inf"), dtype=dtype)
+    store[:, :X] = c
+    view = store[:, :X]
+    assert kt().loop_width(view, X) == 304 and not zero_tail(view)
+    torch.testing.assert_close(kt().split_dot(parts, view), plain, atol=0, rtol=0)
+    padded = pad_rows(c)
+    assert padded.stride(0) == 304 and zero_tail(padded)
+    torch.testing.assert_close(kt().split_dot(parts, padded, zero_tail=True), plain, atol=0, rtol=0)
+    padded[0, 0] = 1  # written since: its padding is no longer taken on trust
+    assert not zero_tail(padded)
+    # a view whose storage ends at the last row's X-th column is not read past it
+    flat = torch.rand(149 * 304 + X, generator=g).to(dtype)
+    short = flat.as_strided((150, X), (304, 1))
+    assert kt().loop_width(short, X) == X
+    assert kt().loop_width(store[:, :296], 296) == 304  # 296: a multiple of 8, not 16
+    assert kt().loop_width(store[:, :X].t().contiguous().t(), X) == X  # columns strided

@@ -205,3 +205,73 @@ def test_variant_lists_cover_what_the_ops_launch(monkeypatch):
     listed = {(name, v.kernel.__name__) for name, mod in kernels.items()
               for v in mod.aot_variants()}
     assert listed == launched, listed ^ launched  # and no listed kernel is dead
+
+
+# --------------------------------------------------------------------------- vector loads
+def _theme_values_launch(monkeypatch, dtype):
+    """(variant label, integer arguments divisible by 16) of the _split_dot_kernel launch that
+    the GPU theme values make at RAS's shape: B = 64 queries, T = 298, the corpus rows padded
+    by pad_rows (as ThemeIndex.to stores them). Triton specialises those integers at launch."""
+    import torch
+
+    import rasfast
+    from rasfast.ops.theme_gemm import corpus_norms, pad_rows, zero_tail
+    from triton.runtime.interpreter import GridExecutor
+    kt = rasfast.dispatch.triton_kernels().theme
+    got = {}
+
+    def spy(self, *args, **kwargs):  # records the launch, runs nothing
+        if self.fn.__name__ == "_split_dot_kernel":
+            got.update(dict(zip(self.arg_names, args), **kwargs))
+            got["_constexprs"] = {n: got[n] for n in self.constexprs if n in got}
+
+    monkeypatch.setattr(GridExecutor, "__call__", spy)
+    g = torch.Generator().manual_seed(0)
+    q = torch.rand(64, 298, generator=g)
+    c = pad_rows(torch.rand(300, 298, generator=g).to(dtype))
+    kt.split_dot(kt.split_parts(q, dtype), c, corpus_norms(c), q.square().sum(1),
+                 zero_tail=zero_tail(c))
+    consts = got["_constexprs"]
+    label = next(v.label for v in kt.aot_variants() if v.kernel.__name__ == "_split_dot_kernel"
+                 and v.constexprs == consts)
+    ints = [n for n, v in got.items() if type(v) is int and n not in consts and v % 16 == 0]
+    return label, ints
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_theme_values_tiles_load_in_16_byte_copies(tmp_path, monkeypatch, dtype):
+    """Regression for the theme values at 38% of the H100's copy rate (docs/gpu.md): at
+    T = 298 the kernel looped to X = 298 over queries of row stride 298, Triton could not
+    prove a tile row aligned, and the PTX held scalar 2-byte global loads (128 a thread per
+    step at float16) and no 16-byte copies. split_dot now streams the padded width (304)
+    over parts padded as wide: every tile moves in 16-byte cp.async copies on sm_80 and
+    sm_90. The launch's own arguments are compiled (recorded from split_dot, interpreted),
+    and the old launch's (only the corpus stride divisible) as the control."""
+    import torch
+    from rasfast.dispatch import triton_interpret
+    if not triton_interpret():
+        pytest.skip("records an interpreted launch (TRITON_INTERPRET=1, set by conftest without a GPU)")
+    label, ints = _theme_values_launch(monkeypatch, getattr(torch, dtype))
+    assert {"XL", "stride_a", "stride_c"} <= set(ints), ints
+    import rasfast
+    listed = next(v for v in rasfast.dispatch.triton_kernels().theme.aot_variants() if v.label == label)
+    assert set(listed.divisible) <= set(ints), (listed.divisible, ints)  # the gate compiles this
+    for divisible, whole in ((ints, True), (["B", "stride_c"], False)):
+        args = ["--only", "theme", "--kernel", "_split_dot_kernel", "--variant", label, "--jobs", "1",
+                "--ignore-variant-divisible"]
+        for n in divisible:
+            args += ["--divisible", n]
+        r, report = run_gate(tmp_path, *args)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert {x["arch"] for x in report["results"]} == {80, 90}
+        for x in report["results"]:
+            loads = x["loads"]
+            scalar16 = loads.get("ld.global.b16", 0)
+            copies = {k: v for k, v in loads.items() if k.startswith("cp.async")}
+            narrow = sum(v for k, v in copies.items() if ":" in k and int(k.rsplit(":", 1)[1]) < 8)
+            if whole:  # 16-byte copies (a bfloat16 corpus widened to tf32 on sm_90: 8-byte)
+                assert scalar16 == 0 and narrow == 0 and copies, (x["arch"], loads)
+                assert loads.get("cp.async.cg.shared.global:16", 0) >= 48, (x["arch"], loads)
+            else:  # the control: the old launch loads element by element
+                assert scalar16 > 0, (x["arch"], loads)

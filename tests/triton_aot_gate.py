@@ -2,13 +2,20 @@
 
     python tests/triton_aot_gate.py [--json out.json] [--jobs 2] [--only theme]
                                     [--kernel _cut_kernel] [--module other.kernels]
+                                    [--variant LABEL] [--divisible XL]
+                                    [--ignore-variant-divisible]
 
 Every module of rasfast.kernels lists what its host code launches in ``aot_variants()``
 (kernels/_aot.py). Each variant is compiled with ``triton.compile(ASTSource(...),
 target=GPUTarget("cuda", arch, 32))`` with Triton's default options (the launches pass none)
 and 16-byte aligned pointers (what torch allocations give a real launch). Reported per
 variant and target: registers and spill bytes (from ptxas's own -v log) and shared memory
-(Triton's metadata). A variant fails on any compile error, or when its shared memory exceeds
+(Triton's metadata), and the PTX's global loads by kind (``loads``: ``ld.global.b16`` is a
+scalar 2-byte load, ``cp.async.cg.shared.global:16`` a 16-byte asynchronous copy). Integer
+arguments are compiled unspecialised unless the variant (``Variant.divisible``: what its
+launches give) or ``--divisible`` names them: Triton specialises one divisible by 16 at
+launch, which decides whether masked tiles load in vectors, and with that the registers and
+spills (see tests/test_triton_aot.py's split_dot check). A variant fails on any compile error, or when its shared memory exceeds
 the target's per-block opt-in limit. Every @triton.jit function of a module must be a listed
 kernel or a helper that one of them calls, so a new kernel cannot slip past.
 
@@ -93,26 +100,32 @@ def collect(extra=()):
 
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+# a global load's opcode; an asynchronous copy's with its size in bytes ("cp.async.cg...:16")
+_PTX_LOADS = re.compile(r"\b(ld\.global[\w.]*|cp\.async\.bulk[\w.:]*|"
+                        r"cp\.async\.c[ag]\.shared\.global[\w.]*)(?:\s*\[[^]]*\],\s*\[[^]]*\],"
+                        r"\s*(0x[0-9a-fA-F]+|\d+))?")
 
 
 def compile_one(job):
     """Compile one (module, index, arch) job in this process; returns a result dict."""
-    modname, idx, arch = job
+    modname, idx, arch, divisible, own = job
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     v = importlib.import_module(modname).aot_variants()[idx]
+    divisible = tuple(sorted(set(divisible) | (set(v.divisible) if own else set())))
     res = {"module": _short(modname), "variant": v.label, "arch": arch, "ok": False, "regs": None,
-           "spill_stores": None, "spill_loads": None, "shared": None, "error": None,
-           "seconds": None}
+           "spill_stores": None, "spill_loads": None, "shared": None, "loads": None,
+           "divisible": list(divisible), "error": None, "seconds": None}
     t0 = time.perf_counter()
     try:
         target = GPUTarget("cuda", arch, 32)
         options = triton.compiler.make_backend(target).parse_options({})
         names = list(v.kernel.arg_names)
         attrs = {(names.index(n),): [["tt.divisibility", 16]]
-                 for n, t in v.signature.items() if t.startswith("*")}
+                 for n, t in v.signature.items()
+                 if t.startswith("*") or n in divisible}
         src = ASTSource(fn=v.kernel, signature=v.signature, constexprs=v.constexprs, attrs=attrs)
         knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers and spills
         log = io.StringIO()
@@ -125,6 +138,11 @@ def compile_one(job):
         if spills:
             res["spill_stores"], res["spill_loads"] = (int(x) for x in spills[-1])
         res["shared"] = int(k.metadata.shared)
+        loads: Dict[str, int] = {}
+        for op, size in _PTX_LOADS.findall(k.asm["ptx"]):
+            key = f"{op}:{int(size, 0)}" if size else op
+            loads[key] = loads.get(key, 0) + 1
+        res["loads"] = loads
         if res["shared"] > SHARED_LIMIT[arch]:
             res["error"] = (f"shared memory {res['shared']} B exceeds the sm_{arch} limit "
                             f"{SHARED_LIMIT[arch]} B")
@@ -138,11 +156,14 @@ def compile_one(job):
 
 
 def run(jobs: int = 2, only: List[str] = (), extra: List[str] = (),
-        kernels: List[str] = (), archs=ARCHS) -> Dict[str, object]:
+        kernels: List[str] = (), archs=ARCHS, labels: List[str] = (),
+        divisible: List[str] = (), variant_divisible: bool = True) -> Dict[str, object]:
     t0 = time.perf_counter()
     variants, problems = collect(extra)
-    work = [(name, i, arch) for name, vs in variants.items() if not only or _short(name) in only
-            for i, v in enumerate(vs) if not kernels or v.kernel.__name__ in kernels
+    work = [(name, i, arch, tuple(divisible), variant_divisible) for name, vs in variants.items()
+            if not only or _short(name) in only
+            for i, v in enumerate(vs) if (not kernels or v.kernel.__name__ in kernels)
+            and (not labels or v.label in labels)
             for arch in archs]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
@@ -178,12 +199,18 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", type=int, choices=ARCHS, help="only these SMs")
     ap.add_argument("--module", action="append", default=[],
                     help="also check this importable module (it needs aot_variants())")
+    ap.add_argument("--variant", action="append", default=[], help="only these variant labels")
+    ap.add_argument("--divisible", action="append", default=[],
+                    help="integer argument(s) compiled as divisible by 16")
+    ap.add_argument("--ignore-variant-divisible", action="store_true",
+                    help="compile the integers a variant lists as divisible unspecialised")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("unset TRITON_INTERPRET: the interpreter never compiles", file=sys.stderr)
         return 2
     load0 = os.getloadavg()
-    report = run(a.jobs, a.only, a.module, a.kernel, tuple(a.arch or ARCHS))
+    report = run(a.jobs, a.only, a.module, a.kernel, tuple(a.arch or ARCHS), a.variant,
+                 a.divisible, not a.ignore_variant_divisible)
     print(table(report))
     if a.md:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

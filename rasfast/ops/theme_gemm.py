@@ -134,24 +134,38 @@ def _triton_split_dot():
         return None
 
 
-_ALIGN = 8  # elements of a 16-bit row stride for 16-byte loads
+_ALIGN = 16  # elements of a row stride: Triton's divisibility specialisation sees 16
 _PADDED: "dict[int, tuple]" = {}
+# storages pad_rows made (their padding columns zeros while the version is the one kept)
+_ZERO_TAIL: "dict[int, tuple]" = {}
 
 
 def pad_rows(c: torch.Tensor) -> torch.Tensor:
-    """c [N, X] as a view of storage whose rows are padded to a multiple of 8 elements (16
-    bytes): the layout the GEMM path's kernel streams at full width. Store a GPU corpus this
-    way once (ThemeIndex.to does) and pass the view to the ops; an unpadded 16-bit corpus
-    with an odd row length (T = 298) gets a padded copy cached beside it instead."""
+    """c [N, X] as a view of storage whose rows are padded with zeros to a multiple of 16
+    elements: the layout the GEMM path's kernel streams in whole 16-byte copies (Triton
+    proves the alignment from a stride divisible by 16). Store a GPU corpus this way once
+    (ThemeIndex.to does) and pass the view to the ops; an unpadded 16-bit corpus with an odd
+    row length (T = 298) gets a padded copy cached beside it instead."""
     X = c.shape[1]
     width = -(-X // _ALIGN) * _ALIGN
     out = torch.zeros((c.shape[0], width), dtype=c.dtype, device=c.device)
     out[:, :X] = c
+    if width != X:
+        _ZERO_TAIL[id(out)] = (weakref.ref(out, lambda _, k=id(out): _ZERO_TAIL.pop(k, None)),
+                               out._version)
     return out[:, :X]
 
 
+def zero_tail(c: torch.Tensor) -> bool:
+    """Whether the padding columns of c's rows are pad_rows' zeros (its storage, unwritten
+    since): the kernel then reads them as they are instead of zeroing them in registers."""
+    base = c._base if c._base is not None else c
+    hit = _ZERO_TAIL.get(id(base))
+    return hit is not None and hit[0]() is base and hit[1] == c._version
+
+
 def _aligned(c: torch.Tensor) -> torch.Tensor:
-    """c itself when its row stride is a multiple of 8, else its padded copy, kept (like the
+    """c itself when its row stride is a multiple of 16, else its padded copy, kept (like the
     norms) while the corpus is unmodified: measured on the H100, the T = 298 theme corpus
     streamed at ~0.3 TB/s unpadded."""
     if c.stride(1) == 1 and c.stride(0) % _ALIGN == 0:
@@ -168,7 +182,8 @@ def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None, drop=None):
         return None
     c = _aligned(c)
     from .. import dispatch
-    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn, drop)
+    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn, drop,
+                     zero_tail=zero_tail(c))
 
 
 def split_products(q: torch.Tensor, c: torch.Tensor,
