@@ -14,7 +14,10 @@ the emulator's tensors are CPU tensors). A GPU host adds what the emulator canno
 CUDA allocator and cudaLaunchKernel (a few microseconds per launch); the launch counts are
 listed so that cost can be added. Ops whose torch steps consume a kernel's output
 (theme_scoped_search's GEMM path scatters the scope ids a kernel wrote) cannot run dry: on CPU
-tensors torch checks the garbage ids. They are left out. These are CPU numbers on this machine, to compare paths
+tensors torch checks the garbage ids. They are left out; the theme rows take the path the
+planner picks for float32 CPU tensors (the distances' GEMM in torch, then select_k and the
+gather kernel), and like graph_transformer_pool they include torch's CPU GEMMs, which the
+dry run does not skip (small shapes keep them a minor part). These are CPU numbers on this machine, to compare paths
 with each other in the same run, not GPU timings.
 
     python benchmarks/host_time_emu.py            # prints the table
@@ -93,6 +96,21 @@ def cases(quick: bool):
     # on the sixth session's H100 host, 147 us with device seeds)
     host_seeds = [ids[i * 50:(i + 1) * 50].numpy() for i in range(B)]
 
+    # RAS's graph encoder at a per-question batch (gpu_roofline.py's host table: 64 graphs,
+    # dim 256 there, 1,165 us of host time of a 1,230 us call on the sixth session's H100
+    # host), small here: the dry run still runs torch's projections on the CPU
+    from graph_conv_workload import make_batch, make_modules
+    from rasfast.ops.graph_conv import normalise_layers
+    gdim = 16
+    convs, norms, _ = make_modules(dim=gdim, llm_hidden=8)
+    specs = normalise_layers([(convs[0], norms[0]), (convs[1], norms[1]), convs[2]])
+    xb, ei, ea, gptr = make_batch(2 if quick else 8, dim=gdim)
+    # theme ops at a per-question shape, small (the dry run runs the torch distance GEMM)
+    tN, tB, tK = (400, 2, 50)
+    cppd = torch.rand(tN, 298, generator=g)
+    cemb = torch.nn.functional.normalize(torch.randn(tN, 32, generator=g), dim=1)
+    qppd, qemb = cppd[:tB].clone(), cemb[:tB].clone()
+
     def beam(v, seeds=(ptr, ids)):
         return lambda: rasfast.triple_beam_search(graph, emb, q, seeds, beam_width=10, max_len=2,
                                                   max_neighbors=100, backend="cuda", validate=v)
@@ -119,6 +137,15 @@ def cases(quick: bool):
         (f"segment_max_rank B = {B} x 40 items, 20 groups, k = 5, validate none (Python kernel)",
          python_kernel(lambda: rasfast.segment_max_rank(items, groups, cptr, 5, backend="cuda",
                                                         validate="none"))),
+        (f"graph_transformer_pool {xb.shape[0] // 30} graphs x 30 nodes, 3 layers, dim {gdim}, validate auto",
+         lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend="cuda")),
+        (f"graph_transformer_pool {xb.shape[0] // 30} graphs x 30 nodes, 3 layers, dim {gdim}, validate none",
+         lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend="cuda", validate="none")),
+        (f"theme_scope B = {tB}, N = {tN}, K = {tK}, validate none",
+         lambda: rasfast.theme_scope(qppd, cppd, tK, backend="cuda", validate="none")),
+        (f"theme_scoped_search B = {tB}, N = {tN}, K = {tK}, k = 10, validate none",
+         lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, tK, 10, backend="cuda",
+                                             validate="none")),
     ]
     return out
 
