@@ -30,11 +30,11 @@ candidate set ordered by (score desc, id asc)).
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from rasfast import _env
 
 _BLOCK_N = 64
 _SEL_BLOCK = 256
@@ -324,7 +324,7 @@ def loop_width(c, X: int) -> int:
     (the width before; benchmarks/gpu_theme.py times both)."""
     w = -(-X // _X_ALIGN) * _X_ALIGN
     s = c.stride(0) if c.dim() == 2 else 0
-    if os.environ.get("RASFAST_THEME_WHOLE_ROWS") == "0":  # the masked width (benchmarks)
+    if _env.get("RASFAST_THEME_WHOLE_ROWS") == "0":  # the masked width (benchmarks)
         return X
     if w == X or c.shape[0] == 0 or c.stride(1) != 1 or s % _X_ALIGN or s < w:
         return X

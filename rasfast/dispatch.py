@@ -30,6 +30,8 @@ from typing import Dict, Optional
 
 import torch
 
+from . import _env
+
 BACKENDS = ("auto", "cpu", "cuda", "triton", "torch")
 
 
@@ -60,7 +62,7 @@ def cuda_emulated() -> bool:
     the CUDA kernels on the CPU emulator, on CPU tensors. Read at every call. The value may
     also be the path of an emulator build to load instead of the installed one (``make
     test-asan`` uses an AddressSanitizer build this way)."""
-    return os.environ.get("RASFAST_CUDA_EMU", "0") not in ("", "0")
+    return _env.flag("RASFAST_CUDA_EMU")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,7 +84,7 @@ def _cuda_import():
     """(module, None) or (None, reason): rasfast._cuda, or the emulator's module."""
     if not cuda_emulated():
         return _import("rasfast._cuda")
-    value = os.environ["RASFAST_CUDA_EMU"]
+    value = _env.get("RASFAST_CUDA_EMU")
     if value.endswith(".so"):
         return _import_file("rasfast._cuda_emu", os.path.abspath(value))
     return _import("rasfast._cuda_emu")
@@ -95,19 +97,29 @@ def cuda_module_loaded() -> Optional[ModuleType]:
     return _cuda_import()[0]
 
 
+# the module cuda_module() last set up: an op calls cuda_module() once or more per call
+# (graph_transformer_pool: 5 times), and the checks below run again only when another
+# module is the one to import (the emulator turned on or off, a test's stand-in)
+_READY: list = [None]
+
+
 def cuda_module() -> ModuleType:
     mod, err = _cuda_import()
+    if mod is not None and mod is _READY[0]:
+        return mod
     if cuda_emulated():
         if mod is None:
             raise BackendUnavailable(
                 "RASFAST_CUDA_EMU: backend 'cuda' needs rasfast._cuda_emu (the CUDA sources "
                 f"built for the CPU emulator), which failed to import ({err}); reinstall rasfast")
+        _READY[0] = mod
         return mod  # scratch comes from the module's own (host) pool
     if mod is None:
         raise BackendUnavailable(
             "backend 'cuda' needs rasfast._cuda, which was not built or failed to import "
             f"({err}); it is built only when the CUDA compiler (nvcc) is found at install time")
     use_torch_scratch(mod)
+    _READY[0] = mod
     return mod
 
 
@@ -123,7 +135,7 @@ def use_torch_scratch(mod) -> None:
 
 
 def triton_interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return _env.flag("TRITON_INTERPRET")
 
 
 # Triton's interpreter before this version wraps runtime scalars (a kernel argument D, a loaded

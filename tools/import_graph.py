@@ -37,7 +37,7 @@ LAYERS = [
     ("llm", ["llm"]),
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench", "metrics"]),
     ("ops", ["ops", "parse", "types"]),
-    ("foundation", ["reference", "dispatch", "_validate", "_arrays", "_fatbin", "kernels", "_threads", "_schema",
+    ("foundation", ["reference", "dispatch", "_env", "_validate", "_arrays", "_fatbin", "kernels", "_threads", "_schema",
                     "device_work", "_native"]),
 ]
 LAYER_OF = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}

@@ -9,6 +9,7 @@ backend also fuses the epilogue and the pooling; the Triton one does those in to
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -34,43 +35,80 @@ def _f32(t):
     return None if t is None else t.float().contiguous()
 
 
+class _LayerPlan(NamedTuple):
+    """What a CUDA layer launch needs of its weights, made once per (weights, norm) pair: the
+    packed projection, the float32 copies of the beta gate and LayerNorm parameters and
+    their pointers (the per-call host path had ~20 tensor conversions and pointer reads a
+    layer; docs/gpu.md, host time)."""
+    wn: torch.Tensor
+    bn: torch.Tensor
+    keep: tuple            # the float32 tensors whose pointers follow (kept alive here)
+    wb: int
+    lw: int
+    lb: int
+    eps: float
+
+
+def _plan(w, norm) -> _LayerPlan:
+    """The layer's plan, cached on the (immutable) weights per norm object."""
+    plans = w.__dict__.setdefault("_cuda_plans", {})
+    hit = plans.get(id(norm))
+    if hit is not None and hit[0] is norm:
+        return hit[1]
+    wn, bn = packed_node_weights(w)
+    dev = w.w_query.device
+    wb = _f32(w.w_beta.reshape(-1)) if w.beta else None
+    lw = lb = None
+    if norm is not None:
+        f = w.out_channels
+        lw = _f32(norm.weight) if norm.weight is not None else torch.ones(f, device=dev)
+        lb = _f32(norm.bias) if norm.bias is not None else torch.zeros(f, device=dev)
+    plan = _LayerPlan(wn, bn, (wb, lw, lb), _ptr(wb), _ptr(lw), _ptr(lb),
+                      float(norm.eps) if norm is not None else 0.0)
+    if len(plans) >= 8:  # norms made afresh per call (converted each time): keep a few
+        plans.clear()
+    plans[id(norm)] = (norm, plan)
+    return plan
+
+
 class Cuda:
     @staticmethod
-    def conv_layer(x, csr, ea, w, norm, relu, saved=None):
-        """``saved``: a dict that receives "nodes" and "agg" [N, H, C] float32 for the backward."""
+    def conv_layer(x, csr, ea, w, norm, relu, saved=None, mod=None, stream=None):
+        """``saved``: a dict that receives "nodes" and "agg" [N, H, C] float32 for the backward.
+        ``mod``/``stream``: the CUDA module and x's stream, when the caller has them."""
         n, h, c = x.shape[0], w.heads, w.channels
-        mod, stream = _bk.cuda_module(), cuda_stream(x.device)
-        nodes, e = _project(x, ea, w)
+        if mod is None:
+            mod, stream = _bk.cuda_module(), cuda_stream(x.device)
+        p = _plan(w, norm)
+        nodes = torch.addmm(p.bn, x, p.wn.t())
+        e = None if ea is None else F.linear(ea, w.w_edge)
         code = DTYPE_CODES[x.dtype]
         agg = torch.empty((n, h, c), dtype=torch.float32, device=x.device)
         out = torch.empty((n, w.out_channels), dtype=x.dtype, device=x.device)
-        wb = _f32(w.w_beta.reshape(-1)) if w.beta else None
-        lw = lb = None
-        if norm is not None:
-            f = w.out_channels
-            lw = _f32(norm.weight) if norm.weight is not None else torch.ones(f, device=x.device)
-            lb = _f32(norm.bias) if norm.bias is not None else torch.zeros(f, device=x.device)
+        width = nodes.shape[1]
         with device_guard(x.device):
-            mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code, _ptr(nodes),
-                                  nodes.shape[1], _ptr(e), n, h, c, 1.0 / math.sqrt(c), _ptr(agg), stream)
-            mod.graph_conv_epilogue(_ptr(agg), n, h, c, w.concat, code, _ptr(nodes), nodes.shape[1],
-                                    3 * h * c, w.root_weight, _ptr(wb), _ptr(lw), _ptr(lb),
-                                    float(norm.eps) if norm is not None else 0.0, relu, _ptr(out),
-                                    stream)
+            mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code,
+                                  nodes.data_ptr(), width, _ptr(e), n, h, c, 1.0 / math.sqrt(c),
+                                  agg.data_ptr(), stream)
+            mod.graph_conv_epilogue(agg.data_ptr(), n, h, c, w.concat, code, nodes.data_ptr(), width,
+                                    3 * h * c, w.root_weight, p.wb, p.lw, p.lb, p.eps, relu,
+                                    out.data_ptr(), stream)
         if saved is not None:
             saved["nodes"], saved["agg"], saved["e_rows"] = nodes, agg, e
         return out
 
     @staticmethod
     def pool(x, csr, ea, gp, specs):
+        mod, stream = _bk.cuda_module(), cuda_stream(x.device)
         h = x
         for w, norm, relu in specs:
-            h = Cuda.conv_layer(h, csr, ea, w, norm, relu) if h.shape[0] else h.new_zeros((0, w.out_channels))
+            h = (Cuda.conv_layer(h, csr, ea, w, norm, relu, mod=mod, stream=stream) if h.shape[0]
+                 else h.new_zeros((0, w.out_channels)))
         g, f = gp.numel() - 1, h.shape[1]
         out = torch.empty((g, f), dtype=torch.float32, device=x.device)
         with device_guard(x.device):
-            _bk.cuda_module().graph_conv_pool(_ptr(h.contiguous()), DTYPE_CODES[h.dtype], _ptr(gp), g, f,
-                                              _ptr(out), cuda_stream(x.device))
+            mod.graph_conv_pool(_ptr(h.contiguous()), DTYPE_CODES[h.dtype], _ptr(gp), g, f,
+                                _ptr(out), stream)
         return out.to(x.dtype)
 
 

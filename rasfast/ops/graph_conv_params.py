@@ -165,7 +165,7 @@ def as_conv_weights(weights, heads: Optional[int] = None, concat: Optional[bool]
         raise ValueError(f"heads: {heads} disagrees with the weights' {w.heads} heads")
     if concat is not None and bool(concat) != w.concat:
         raise ValueError(f"concat: {concat} disagrees with the weights (concat={w.concat})")
-    check_conv_weights(w)
+    cached_on(w, "checked", lambda: check_conv_weights(w) or True)  # shapes: once per object
     return w
 
 

@@ -35,11 +35,12 @@ the GPU roofline run.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from typing import List, Optional, Tuple
 
 import torch
+
+from .. import _env
 
 _HALF = (torch.float16, torch.bfloat16)
 # bytes of one part-product chunk [P * B, rows] float32 kept for the sum: about L2-sized
@@ -55,7 +56,7 @@ PATHS = ("kernel", "gemm", "gemm+gather")
 
 def forced_path() -> Optional[str]:
     """RASFAST_THEME_PATH=kernel|gemm|gemm+gather forces a path (tests, the roofline run)."""
-    v = os.environ.get("RASFAST_THEME_PATH", "")
+    v = _env.get("RASFAST_THEME_PATH", "")
     return v if v in PATHS else None
 
 
@@ -122,7 +123,7 @@ def _triton_split_dot():
     """rasfast.kernels.theme.split_dot (one tensor-core kernel: the parts' products summed
     and the L2 terms added in registers, [B, N] written once) where Triton runs on the
     device, else None (the torch composition below). RASFAST_THEME_GEMM=torch|triton forces."""
-    want = os.environ.get("RASFAST_THEME_GEMM", "")
+    want = _env.get("RASFAST_THEME_GEMM", "")
     if want == "torch":
         return None
     try:
@@ -260,7 +261,7 @@ _SAMPLE = 8192  # corpus rows sampled for the shift's quantile estimate
 
 def shift_enabled() -> bool:
     """RASFAST_THEME_SHIFT=0 turns the quantile shift off (the roofline run compares both)."""
-    return os.environ.get("RASFAST_THEME_SHIFT", "1") != "0"
+    return _env.get("RASFAST_THEME_SHIFT", "1") != "0"
 
 
 def quantile_shift(q: torch.Tensor, c: torch.Tensor, K: int, metric: str) -> torch.Tensor:
@@ -324,7 +325,7 @@ def dense_select() -> str:
     """How the GEMM path picks the top k inside the scope when w = 0 (:func:`_search`):
     "mask" (default) or "sort" (the scope ids sorted, the scores gathered; what w > 0 uses).
     RASFAST_THEME_DENSE_SELECT=sort forces the latter (the roofline run times both)."""
-    return "sort" if os.environ.get("RASFAST_THEME_DENSE_SELECT", "") == "sort" else "mask"
+    return "sort" if _env.get("RASFAST_THEME_DENSE_SELECT", "") == "sort" else "mask"
 
 
 def _top_k_of(scores: torch.Tensor, ids: torch.Tensor, k: int):
