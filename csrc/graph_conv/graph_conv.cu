@@ -41,8 +41,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <DType D, int R>
 __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
                               const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
-                              int64_t W, const void* __restrict__ e_v, int64_t N, int64_t H,
-                              int64_t C, float scale, float* __restrict__ agg) {
+                              int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t N,
+                              int64_t H, int64_t C, float scale, float* __restrict__ agg) {
   using T = typename Storage<D>::type;
   const T* nodes = static_cast<const T*>(nodes_v);
   const T* e = static_cast<const T*>(e_v);
@@ -63,7 +63,7 @@ __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t*
     const int64_t j = src[t];
     const T* krow = nodes + j * W + HC + h * C;
     const T* vrow = nodes + j * W + 2 * HC + h * C;
-    const T* erow = e ? e + eid[t] * HC + h * C : nullptr;
+    const T* erow = e ? e + eid[t] * ES + h * C : nullptr;
     float ev[R], part = 0.f;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -318,29 +318,29 @@ __global__ void pool_kernel(const void* __restrict__ h_v, const int64_t* __restr
 
 template <DType D, int R>
 void launch_attend(const int64_t* indptr, const int64_t* src, const int64_t* eid, const void* nodes,
-                   int64_t W, const void* e, int64_t N, int64_t H, int64_t C, float scale,
-                   float* agg, cudaStream_t stream) {
+                   int64_t W, const void* e, int64_t ES, int64_t N, int64_t H, int64_t C,
+                   float scale, float* agg, cudaStream_t stream) {
   const int64_t warps = N * H;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   attend_kernel<D, R><<<(unsigned)blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
-      indptr, src, eid, nodes, W, e, N, H, C, scale, agg);
+      indptr, src, eid, nodes, W, e, ES, N, H, C, scale, agg);
 }
 
 }  // namespace
 
 void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
                                    int dtype_code, const void* nodes, int64_t node_width,
-                                   const void* e, int64_t N, int64_t H, int64_t C, float scale,
-                                   float* agg, cudaStream_t stream) {
+                                   const void* e, int64_t e_stride, int64_t N, int64_t H,
+                                   int64_t C, float scale, float* agg, cudaStream_t stream) {
   if (N == 0) return;
   const DType dt = static_cast<DType>(dtype_code);
   RASFAST_DISPATCH_DTYPE(dt, D, {
-    if (C <= 32) launch_attend<D, 1>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
-    else if (C <= 64) launch_attend<D, 2>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
-    else if (C <= 128) launch_attend<D, 4>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
-    else if (C <= 256) launch_attend<D, 8>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
-    else if (C <= 512) launch_attend<D, 16>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
-    else launch_attend<D, 32>(indptr, src, eid, nodes, node_width, e, N, H, C, scale, agg, stream);
+    if (C <= 32) launch_attend<D, 1>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    else if (C <= 64) launch_attend<D, 2>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    else if (C <= 128) launch_attend<D, 4>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    else if (C <= 256) launch_attend<D, 8>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    else if (C <= 512) launch_attend<D, 16>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    else launch_attend<D, 32>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
   })
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }

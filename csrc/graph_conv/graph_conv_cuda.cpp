@@ -20,17 +20,19 @@ void check(bool ok, const std::string& msg) {
 }
 
 void attend(uintptr_t indptr, uintptr_t src, uintptr_t eid, int dtype_code, uintptr_t nodes,
-            int64_t node_width, uintptr_t e, int64_t N, int64_t H, int64_t C, double scale,
-            uintptr_t agg, uintptr_t stream) {
+            int64_t node_width, uintptr_t e, int64_t e_stride, int64_t N, int64_t H, int64_t C,
+            double scale, uintptr_t agg, uintptr_t stream) {
   check(dtype_code >= 0 && dtype_code <= 2, "dtype_code must be 0, 1 or 2");
   check(N >= 0 && H >= 1 && C >= 1 && C <= 1024, "graph_conv_attend: need H >= 1, 1 <= C <= 1024");
   check(node_width >= 3 * H * C, "nodes: width must hold q, k and v (3*H*C columns)");
   check(N == 0 || (indptr && nodes && agg), "graph_conv_attend: null pointer");
+  check(!e || e_stride >= H * C, "e: rows must be at least H*C elements apart (e_stride)");
   py::gil_scoped_release nogil;
   graph_conv_attend_cuda_launch(as_dptr<const int64_t>(indptr), as_dptr<const int64_t>(src),
                                 as_dptr<const int64_t>(eid), dtype_code,
-                                as_dptr<const void>(nodes), node_width, as_dptr<const void>(e), N,
-                                H, C, (float)scale, as_dptr<float>(agg), as_stream(stream));
+                                as_dptr<const void>(nodes), node_width, as_dptr<const void>(e),
+                                e_stride, N, H, C, (float)scale, as_dptr<float>(agg),
+                                as_stream(stream));
 }
 
 void epilogue(uintptr_t agg, int64_t N, int64_t H, int64_t C, bool concat, int dtype_code,

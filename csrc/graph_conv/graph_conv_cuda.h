@@ -9,11 +9,13 @@ namespace rasfast {
 
 // agg[N, H, C] (float32) = per destination node and head, the softmax over incoming edges of
 // scale * q.(k + e) applied to (v + e). q/k/v: columns 0, HC, 2HC of nodes[N, node_width]
-// (dtype code); e[E, HC] (same dtype) or null; CSR by destination (indptr[N+1], src, eid).
+// (dtype code); e[E, HC] (same dtype; rows e_stride >= HC elements apart, so one product of
+// every layer's edge projection can serve each layer's columns) or null; CSR by destination
+// (indptr[N+1], src, eid).
 void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
                                    int dtype_code, const void* nodes, int64_t node_width,
-                                   const void* e, int64_t N, int64_t H, int64_t C, float scale,
-                                   float* agg, cudaStream_t stream);
+                                   const void* e, int64_t e_stride, int64_t N, int64_t H,
+                                   int64_t C, float scale, float* agg, cudaStream_t stream);
 
 // The backward of attend (float32), the CPU kernel's twin (graph_conv_cpu.cpp): from nodes
 // [N, node_width] (q/k/v at columns 0, HC, 2HC), e [rows, HC] (row roe[p] for CSR position p;

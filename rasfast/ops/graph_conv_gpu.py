@@ -71,24 +71,47 @@ def _plan(w, norm) -> _LayerPlan:
     return plan
 
 
+# the layers' edge projections stacked, per tuple of weights objects (identity-checked)
+_EDGE_STACKS: dict = {}
+
+
+def _edge_rows(ea, specs):
+    """Every layer's projected edge rows from one GEMM, [E, sum of H*C], or None (no edge
+    features, or one layer): the layers all project the same edge_attr, so one product
+    replaces one launch a layer; each layer's attention reads its columns (a row stride)."""
+    if ea is None or len(specs) < 2:
+        return None
+    ws = tuple(w for w, _, _ in specs)
+    key = tuple(id(w) for w in ws)
+    hit = _EDGE_STACKS.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], ws)):
+        if len(_EDGE_STACKS) >= 16:
+            _EDGE_STACKS.clear()
+        hit = _EDGE_STACKS[key] = (ws, torch.cat([w.w_edge for w in ws]))
+    return F.linear(ea, hit[1])
+
+
 class Cuda:
     @staticmethod
-    def conv_layer(x, csr, ea, w, norm, relu, saved=None, mod=None, stream=None):
+    def conv_layer(x, csr, ea, w, norm, relu, saved=None, mod=None, stream=None, e=None):
         """``saved``: a dict that receives "nodes" and "agg" [N, H, C] float32 for the backward.
-        ``mod``/``stream``: the CUDA module and x's stream, when the caller has them."""
+        ``mod``/``stream``: the CUDA module and x's stream, when the caller has them; ``e``:
+        this layer's projected edge rows (columns of :func:`_edge_rows`), when made already."""
         n, h, c = x.shape[0], w.heads, w.channels
         if mod is None:
             mod, stream = _bk.cuda_module(), cuda_stream(x.device)
         p = _plan(w, norm)
         nodes = torch.addmm(p.bn, x, p.wn.t())
-        e = None if ea is None else F.linear(ea, w.w_edge)
+        if e is None and ea is not None:
+            e = F.linear(ea, w.w_edge)
         code = DTYPE_CODES[x.dtype]
         agg = torch.empty((n, h, c), dtype=torch.float32, device=x.device)
         out = torch.empty((n, w.out_channels), dtype=x.dtype, device=x.device)
         width = nodes.shape[1]
         with device_guard(x.device):
             mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code,
-                                  nodes.data_ptr(), width, _ptr(e), n, h, c, 1.0 / math.sqrt(c),
+                                  nodes.data_ptr(), width, 0 if e is None or not e.numel() else e.data_ptr(),
+                                  0 if e is None else e.stride(0), n, h, c, 1.0 / math.sqrt(c),
                                   agg.data_ptr(), stream)
             mod.graph_conv_epilogue(agg.data_ptr(), n, h, c, w.concat, code, nodes.data_ptr(), width,
                                     3 * h * c, w.root_weight, p.wb, p.lw, p.lb, p.eps, relu,
@@ -100,9 +123,13 @@ class Cuda:
     @staticmethod
     def pool(x, csr, ea, gp, specs):
         mod, stream = _bk.cuda_module(), cuda_stream(x.device)
-        h = x
+        edge = _edge_rows(ea, specs) if x.shape[0] else None
+        h, col = x, 0
         for w, norm, relu in specs:
-            h = (Cuda.conv_layer(h, csr, ea, w, norm, relu, mod=mod, stream=stream) if h.shape[0]
+            hc = w.heads * w.channels
+            e = None if edge is None else edge[:, col:col + hc]
+            col += hc
+            h = (Cuda.conv_layer(h, csr, ea, w, norm, relu, mod=mod, stream=stream, e=e) if h.shape[0]
                  else h.new_zeros((0, w.out_channels)))
         g, f = gp.numel() - 1, h.shape[1]
         out = torch.empty((g, f), dtype=torch.float32, device=x.device)
