@@ -105,6 +105,8 @@ def cases(quick: bool):
     convs, norms, _ = make_modules(dim=gdim, llm_hidden=8)
     specs = normalise_layers([(convs[0], norms[0]), (convs[1], norms[1]), convs[2]])
     xb, ei, ea, gptr = make_batch(2 if quick else 8, dim=gdim)
+    # the same batch's index arrays as numpy (GraphEncoder's form for a host batch on a GPU)
+    ei_np, gptr_np = ei.numpy(), gptr.numpy()
     # theme ops at a per-question shape, small (the dry run runs the torch distance GEMM)
     tN, tB, tK = (400, 2, 50)
     cppd = torch.rand(tN, 298, generator=g)
@@ -141,6 +143,8 @@ def cases(quick: bool):
          lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend="cuda")),
         (f"graph_transformer_pool {xb.shape[0] // 30} graphs x 30 nodes, 3 layers, dim {gdim}, validate none",
          lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend="cuda", validate="none")),
+        (f"graph_transformer_pool {xb.shape[0] // 30} graphs x 30 nodes, 3 layers, dim {gdim}, host index arrays",
+         lambda: rasfast.graph_transformer_pool(xb, ei_np, ea, gptr_np, specs, backend="cuda")),
         (f"theme_scope B = {tB}, N = {tN}, K = {tK}, validate none",
          lambda: rasfast.theme_scope(qppd, cppd, tK, backend="cuda", validate="none")),
         (f"theme_scoped_search B = {tB}, N = {tN}, K = {tK}, k = 10, validate none",

@@ -53,7 +53,7 @@ def test_host_time_benchmark_runs():
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stdout.splitlines() if " us (min " in ln]
-    assert len(lines) == 18, res.stdout
+    assert len(lines) == 19, res.stdout
     assert any("host arrays" in ln for ln in lines), res.stdout  # beam search's host-seed path
     # short rows at 2,048 < k: one launch, against the radix passes' several (select off)
     one = next(ln for ln in lines if "k = 3000 (C++ CUDA kernel)" in ln)

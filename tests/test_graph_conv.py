@@ -543,3 +543,43 @@ def test_projection_gemms_follow_the_busy_machine_rules(monkeypatch):
     finally:
         rasfast.set_num_threads(0)
     assert torch.get_num_threads() == before
+
+
+# ---- the CSR of a host edge_index ---------------------------------------------------------
+@pytest.mark.parametrize("n,e", [(1, 0), (7, 40), (300, 2_000), (65_536, 50)])
+def test_host_edge_index_csr_is_the_device_sort(n, e):
+    """A numpy edge_index of a question-sized batch is sorted on the host (16-bit keys,
+    numpy's stable radix sort) and moved in one copy: the CSR equals the device path's stable
+    sort, repeated destinations in edge order, and a bad id names the range as before."""
+    from rasfast.ops.graph_conv import _HOST_CSR_MAX_EDGES, as_csr
+    g = torch.Generator().manual_seed(n + e)
+    ei = torch.randint(0, min(n, 5) if e > 30 else n, (2, e), generator=g)  # many repeats
+    ei[0] = torch.randint(0, n, (e,), generator=g)
+    dev = torch.device("cpu")
+    host, torch_path = as_csr(ei.numpy(), n, dev), as_csr(ei, n, dev)
+    for a, b in zip(host, torch_path):
+        assert a.dtype == torch.int64 and a.is_contiguous() and torch.equal(a, b)
+    assert e <= _HOST_CSR_MAX_EDGES
+    bad = ei.numpy().copy()
+    if e:
+        bad[1, e // 2] = n
+        with pytest.raises(ValueError, match=rf"edges: node ids must lie in \[0, N\) with N = {n}"):
+            as_csr(bad, n, dev)
+
+
+def test_host_edge_index_csr_limits():
+    """Past 32,768 edges or 65,536 nodes the host array takes the device path (same CSR)."""
+    from rasfast.ops import graph_conv as gc
+    calls = []
+    real = gc._host_csr
+    gc._host_csr = lambda *a: calls.append(a[1]) or real(*a)
+    try:
+        g = torch.Generator().manual_seed(0)
+        for n, e in ((100, gc._HOST_CSR_MAX_EDGES + 1), (70_000, 10), (100, 10)):
+            ei = torch.randint(0, n, (2, e), generator=g)
+            got = gc.as_csr(ei.numpy(), n, torch.device("cpu"))
+            want = gc.as_csr(ei, n, torch.device("cpu"))
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+    finally:
+        gc._host_csr = real
+    assert calls == [100]

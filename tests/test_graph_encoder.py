@@ -231,3 +231,16 @@ def test_repeated_predicates_and_entities_are_projected_once(layers, pairs):
         got = enc.encode_batch(x, edge_index, ea, ptr, backend="cpu")
         want = enc.encode_batch(x, edge_index, ea, ptr, backend="torch")
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_host_index_arrays_go_to_a_gpu_model_as_numpy():
+    """encode_batch on a GPU model hands a host batch's edge_index and graph_ptr over as numpy
+    arrays (checked and turned into the CSR on the host, one staging copy); a device batch,
+    or a CPU model, gets tensors on its device."""
+    import numpy as np
+    from rasfast.models.graph_encoder import _host_or
+    t = torch.tensor([[0, 1], [1, 0]])
+    got = _host_or(t, torch.device("cuda", 0))  # a device object only: nothing is allocated
+    assert isinstance(got, np.ndarray) and (got == t.numpy()).all()
+    same = _host_or(t, torch.device("cpu"))
+    assert isinstance(same, torch.Tensor) and same.device.type == "cpu"

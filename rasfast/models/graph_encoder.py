@@ -69,6 +69,15 @@ class TransformerConvLayer(nn.Module):
                            g(self.lin_skip, "bias"), g(self.lin_beta, "weight"))
 
 
+def _host_or(index: torch.Tensor, device: torch.device):
+    """An index array of a host batch for a model on a GPU, as a numpy array: the op checks it
+    and builds the CSR on the host and moves it in one staging copy, where the tensor moved
+    first would be a blocking copy and a sort on the device (rasfast/ops/graph_conv.py)."""
+    if index.device.type == "cpu" and device.type != "cpu":
+        return index.numpy()
+    return index.to(device)
+
+
 class GraphEncoder(nn.Module):
     """List of question subgraphs -> one vector [llm_hidden] (or [hidden] without projector).
 
@@ -199,9 +208,10 @@ class GraphEncoder(nn.Module):
                 return pool_operator(x.to(p.device, p.dtype), edge_index.to(p.device),
                                      None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                      graph_ptr.to(p.device), self._layer_args(), backend)
-            return graph_transformer_pool(x.to(p.device, p.dtype), edge_index.to(p.device),
+            return graph_transformer_pool(x.to(p.device, p.dtype), _host_or(edge_index, p.device),
                                           None if edge_attr is None else edge_attr.to(p.device, p.dtype),
-                                          graph_ptr.to(p.device), self.layer_specs(), backend=backend)
+                                          _host_or(graph_ptr, p.device), self.layer_specs(),
+                                          backend=backend)
 
     def export(self, x, edge_index, edge_attr, graph_ptr, backend: str = "auto",
                project: bool = False, dynamic: bool = True) -> torch.export.ExportedProgram:

@@ -29,7 +29,7 @@ from .._validate import (check_bool_arg, check_choice, check_float, check_int, c
 from ..reference import graph_conv as _ref
 from .graph_conv_params import as_conv_weights, as_norm_weights
 from .._threads import follows_width_rule, torch_width
-from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, deferred_for
+from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, deferred_for, to_device
 from . import _library, cpu_gemm, host_scratch
 from ._library import define, traced
 from .graph_conv_params import ConvWeights, NormWeights
@@ -99,6 +99,8 @@ def as_csr(edges, num_nodes: int, device: torch.device,
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise ValueError(f"edges: expected edge_index of shape [2, E], got {tuple(ei.shape)}")
     _same_device(device, edges=edges)
+    if isinstance(edges, np.ndarray) and ei.shape[1] <= _HOST_CSR_MAX_EDGES and num_nodes <= 1 << 16:
+        return _host_csr(edges, num_nodes, device)
     ei = check_ids(edges if isinstance(edges, np.ndarray) else ei, "edges", 0, num_nodes, device,
                    deferred, _id_message("edges", num_nodes))
     if eager:
@@ -107,6 +109,31 @@ def as_csr(edges, num_nodes: int, device: torch.device,
     dst_sorted, perm = torch.sort(dst, stable=True)
     indptr = torch.searchsorted(dst_sorted, torch.arange(num_nodes + 1, device=device))
     return Csr(indptr, src[perm].contiguous(), perm.contiguous())
+
+
+# A host edge_index of a question-sized batch is sorted on the host: numpy's stable sort of
+# 16-bit keys is a radix sort (40 us for 7,680 edges on Zen 5, 300 us for 61,440), where the
+# device path copies the array and runs a sort (on CUDA a multi-kernel radix sort of 64-bit
+# keys), an arange, a binary search and a gather, each a launch the host pays for.
+_HOST_CSR_MAX_EDGES = 1 << 15
+
+
+def _host_csr(edges: np.ndarray, num_nodes: int, device: torch.device) -> Csr:
+    """The CSR of a host edge_index (checked here, as check_ids checks host arrays), built
+    with numpy and moved in one copy (indptr, src and eid packed in one array)."""
+    a = np.asarray(edges).astype(np.int64, copy=False)
+    n_e = a.shape[1]
+    if n_e and (int(a.min()) < 0 or int(a.max()) >= num_nodes):
+        raise ValueError(_id_message("edges", num_nodes)(int(a.min()), int(a.max())))
+    key = a[1].astype(np.uint16)  # num_nodes <= 65,536: a radix sort, as stable as torch's
+    perm = np.argsort(key, kind="stable")
+    packed = np.empty(num_nodes + 1 + 2 * n_e, np.int64)
+    packed[0] = 0
+    np.cumsum(np.bincount(key, minlength=num_nodes), out=packed[1:num_nodes + 1])
+    packed[num_nodes + 1:num_nodes + 1 + n_e] = a[0][perm]
+    packed[num_nodes + 1 + n_e:] = perm
+    t = to_device(torch.from_numpy(packed), device)
+    return Csr(t[:num_nodes + 1], t[num_nodes + 1:num_nodes + 1 + n_e], t[num_nodes + 1 + n_e:])
 
 
 def _id_message(name: str, n: int):
