@@ -214,6 +214,11 @@ def op_calls(dev, emulate: bool):
     calls["graph_transformer_pool"] = (lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend=be), [xb])
     calls["graph_transformer_pool validate='none'"] = (
         lambda: rasfast.graph_transformer_pool(xb, ei, ea, gptr, specs, backend=be, validate="none"), [xb])
+    # the index arrays of a host batch as numpy (GraphEncoder's form since the eighteenth
+    # session): checked and made a CSR on the host, one staging copy
+    ei_host, gptr_host = ei.cpu().numpy(), gptr.cpu().numpy()
+    calls["graph_transformer_pool, host index arrays"] = (
+        lambda: rasfast.graph_transformer_pool(xb, ei_host, ea, gptr_host, specs, backend=be), [xb])
     return calls
 
 
@@ -646,7 +651,7 @@ def compiled_markdown(rows) -> list:
 # 10% (33-95%): where their host time goes, for the next change to aim at
 HOST_PROFILED = ("theme_scoped_search (gemm path) validate='none'", "triple_beam_search validate='none'",
                  "triple_beam_search, device seeds, validate='none'", "segment_topk_scores validate='none'",
-                 "graph_transformer_pool validate='none'")
+                 "graph_transformer_pool validate='none'", "graph_transformer_pool, host index arrays")
 
 
 def host_profiles(dev, emulate: bool) -> dict:
