@@ -71,6 +71,9 @@ class DeviceWork:
     sync_sites: List[str] = field(default_factory=list)   # what synchronised, in order
     watched_ops: Dict[str, int] = field(default_factory=dict)  # the ops of watched_reads
     op_names: Dict[str, int] = field(default_factory=dict)
+    # each emulated kernel launch's shape (kernel, site, blocks, threads, dynamic_smem), in
+    # order: how much of a GPU a launch can occupy (rasfast.device_work.launch_table)
+    kernel_log: List[dict] = field(default_factory=list)
 
     @property
     def launches(self) -> int:
@@ -170,10 +173,18 @@ def count_device_work(watch: Iterable[torch.Tensor] = ()) -> Iterator[DeviceWork
     watched = {k for k in (_storage_key(t) for t in watch) if k is not None}
     emu = _emulator()
     before = emu.emu_counters() if emu is not None else None
+    logging = emu is not None and hasattr(emu, "emu_set_launch_log")
+    if logging:
+        emu.emu_set_launch_log(True)
     fmode = _Function(work)
     dmode = _Dispatch(work, watched, fmode)
-    with fmode, dmode:
-        yield work
+    try:
+        with fmode, dmode:
+            yield work
+    finally:
+        if logging:
+            work.kernel_log = list(emu.emu_take_launch_log())
+            emu.emu_set_launch_log(False)
     if emu is not None:
         after = emu.emu_counters()
         d = {k: after[k] - before[k] for k in after}
@@ -184,3 +195,16 @@ def count_device_work(watch: Iterable[torch.Tensor] = ()) -> Iterator[DeviceWork
         if d["syncs"]:
             work.syncs += d["syncs"]
             work.sync_sites.append(f"cuda runtime x{d['syncs']}")
+
+
+def launch_table(work: DeviceWork, sms: int = 132) -> str:
+    """A markdown table of the emulated launches of ``work``: blocks, threads, and the share of
+    a GPU of ``sms`` SMs the grid can keep busy at one block per SM (a grid below the SM count
+    leaves the rest idle; a per-question call's kernels are often such grids)."""
+    lines = ["| kernel | blocks | threads | dynamic smem | grid / SMs |", "|---|---:|---:|---:|---:|"]
+    for r in work.kernel_log:
+        name = r["kernel"].split("<")[0].strip()
+        share = "-" if not r["blocks"] else f"{min(1.0, r['blocks'] / sms):.0%}"
+        lines.append(f"| `{name}` | {r['blocks'] or '-'} | {r['threads'] or '-'} | "
+                     f"{r['dynamic_smem']} | {share} |")
+    return "\n".join(lines)

@@ -108,6 +108,10 @@ def test_a_per_question_call_launches_little(monkeypatch):
     assert work.launches <= 15 and work.syncs == 0, work.summary()
     assert set(work.watched_ops) <= {"mm"}, work.summary()  # the corpus is read to compute only
     check_scoped_search(ids, sc, q, qe, c, e, 2_000, 10, 0.0)
+    # the gathered scoring spreads the 2,000 scope rows over the device (eighteenth session):
+    # at least two blocks an SM (the emulator reports 4 SMs), where it was one block of 8 warps
+    gather = [r for r in work.kernel_log if "gather_score_kernel" in r["kernel"]]
+    assert len(gather) == 1 and gather[0]["blocks"] >= 8, work.kernel_log
     work, scope = count(lambda: rasfast.theme_scope(q, c, 2_000, backend="cuda", validate="none"), [c])
     assert work.launches <= 14 and work.syncs == 0, work.summary()
     assert scope.shape == (1, 2_000)
@@ -384,3 +388,26 @@ def test_gemm_path_masked_select_sorts_nothing(select, monkeypatch):
     else:
         assert sorts, work.op_names
     check_scoped_search(got[0], got[1], q, qe, c, e, K, k)
+
+
+def test_the_launch_log_names_each_kernel_and_its_grid(monkeypatch):
+    """count_device_work records every emulated launch's kernel, site and grid, and a cub
+    sort's kernels by name; launch_table renders them."""
+    from rasfast.device_work import launch_table
+    monkeypatch.setenv("RASFAST_SELECT_SMALL_N", "0")      # the radix passes,
+    monkeypatch.setenv("RASFAST_SELECT_RADIX_SORT_K", "0")  # then cub's sort
+    x = torch.randn(3, 5_000)
+    with count_device_work() as work:
+        rasfast.select_k(x, 4_000, backend="cuda")
+    assert any(r["kernel"].startswith("cub::DeviceRadixSort") and not r["site"]
+               for r in work.kernel_log), work.kernel_log
+    assert len(work.kernel_log) == work.kernels, (work.kernel_log, work.summary())
+    assert all(r["kernel"] and "blocks" in r for r in work.kernel_log)
+    kernels = [r for r in work.kernel_log if r["site"]]
+    assert kernels and all(r["blocks"] >= 1 and r["threads"] >= 32 for r in kernels)
+    assert all(".cu:" in r["site"] for r in kernels)
+    table = launch_table(work)
+    assert table.count("\n") == len(work.kernel_log) + 1
+    with count_device_work() as quiet:
+        torch.randn(4).sum()  # no kernel: an empty log
+    assert quiet.kernel_log == []

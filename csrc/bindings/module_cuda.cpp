@@ -44,6 +44,22 @@ PYBIND11_MODULE(RASFAST_CUDA_MODULE_NAME, m) {
      "memsets, device-to-host and other copies, synchronisations, allocations, and device_ns, "
      "the wall time spent running that work (a call's wall time less it is its host time).");
   m.def("emu_reset_counters", []() { cuemu::reset_counters(); });
+  m.def("emu_set_launch_log", [](bool on) { cuemu::set_launch_log(on); }, pybind11::arg("on"),
+        "Record each kernel launch's shape (cleared when turned on or off).");
+  m.def("emu_take_launch_log", []() {
+    pybind11::list out;
+    for (const cuemu::LaunchRecord& r : cuemu::take_launch_log()) {
+      pybind11::dict d;
+      d["kernel"] = r.kernel;
+      d["site"] = r.site;
+      d["blocks"] = r.blocks;
+      d["threads"] = r.threads;
+      d["dynamic_smem"] = r.dynamic_smem;
+      out.append(d);
+    }
+    return out;
+  }, "The launches recorded since the last call (kernel expression, file:line, blocks, "
+     "threads a block, dynamic shared memory bytes), then cleared.");
   m.def("emu_set_dry_run", [](bool on) { cuemu::set_dry_run(on); }, pybind11::arg("on"),
         "Dry run: launches, sorts and memsets are checked and counted but not run, so a host "
         "path can be timed warm; results are garbage meanwhile (host-time benchmarks only).");

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dtype.h"
 #include "common/scratch.h"
 #include "theme/theme_cuda.h"
@@ -310,6 +311,18 @@ __device__ __forceinline__ void list_insert(float* ls, int64_t* li, int& n, int 
 
 constexpr int kWarps = 8;
 constexpr int64_t kRowsPerBlock = 4096;
+// The gathered scoring of a few queries (a per-question call: B = 1, a scope of 2,000 rows)
+// gives its blocks fewer rows, down to 8 a warp, until the grid covers every SM twice: at
+// 4,096 rows a block such a call was one block, 8 warps each scoring 250 rows one after
+// another, every row a dependent gather from memory (the launch log of rasfast.device_work
+// showed it; the sixth H100 run timed the per-question call at 1.54 ms).
+constexpr int64_t kMinRowsPerBlock = kWarps * 8;
+inline int64_t gather_rows_per_block(int64_t B, int64_t Ks) {
+  const int64_t want = 2 * (int64_t)std::max(1, sm_count());
+  int64_t rpb = kRowsPerBlock;
+  while (rpb > kMinRowsPerBlock && B * ((Ks + rpb - 1) / rpb) < want) rpb /= 2;
+  return rpb;
+}
 
 template <DType D>
 __global__ void __launch_bounds__(kWarps * 32) score_kernel(
@@ -365,8 +378,8 @@ __global__ void __launch_bounds__(kWarps * 32) score_kernel(
 template <DType D>
 __global__ void __launch_bounds__(kWarps * 32) gather_score_kernel(
     const float* __restrict__ qe, const typename Dev<D>::T* __restrict__ emb, int64_t Dm,
-    const int64_t* __restrict__ scope, int64_t Ks, int k, int64_t M, float* __restrict__ cand_s,
-    int64_t* __restrict__ cand_i) {
+    const int64_t* __restrict__ scope, int64_t Ks, int64_t rows_per_block, int k, int64_t M,
+    float* __restrict__ cand_s, int64_t* __restrict__ cand_i) {
   extern __shared__ unsigned char smem[];
   float* ls_all = reinterpret_cast<float*>(smem);
   int64_t* li_all = reinterpret_cast<int64_t*>(smem + sizeof(float) * kWarps * k + 8 * kWarps);
@@ -375,8 +388,8 @@ __global__ void __launch_bounds__(kWarps * 32) gather_score_kernel(
   float* ls = ls_all + warp * k;
   int64_t* li = li_all + warp * k;
   int n = 0;
-  const int64_t per_warp = kRowsPerBlock / kWarps;
-  const int64_t j0 = blk * kRowsPerBlock + warp * per_warp, j1 = min(Ks, j0 + per_warp);
+  const int64_t per_warp = rows_per_block / kWarps;
+  const int64_t j0 = blk * rows_per_block + warp * per_warp, j1 = min(Ks, j0 + per_warp);
   const float* qv = qe + b * Dm;
   for (int64_t base = j0; base < j1; base += 32) {
     const int64_t j = base + lane;
@@ -589,15 +602,16 @@ void scoped_dense(uintptr_t q_emb, uintptr_t emb, int dtype_code, int64_t B, int
   if (B > 65535) throw std::invalid_argument("B too large for one launch");
   const DType dt = dtype_of(dtype_code);
   cudaStream_t s = as_stream(stream);
-  const int64_t nblk = std::max<int64_t>(1, (Ks + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int64_t rpb = gather_rows_per_block(B, Ks);
+  const int64_t nblk = std::max<int64_t>(1, (Ks + rpb - 1) / rpb);
   const int64_t M = nblk * kWarps;
   Scratch cs(sizeof(float) * B * M * k, s), ci(sizeof(int64_t) * B * M * k, s);
   RASFAST_DISPATCH_DTYPE(dt, DT, {
     gather_score_kernel<DT><<<dim3(grid_dim(nblk, 1), (unsigned)B), kWarps * 32, list_smem((int)k),
                               s>>>(as_dptr<const float>(q_emb),
                                    reinterpret_cast<const typename Dev<DT>::T*>(emb), D,
-                                   as_dptr<const int64_t>(scope), Ks, (int)k, M, cs.as<float>(),
-                                   ci.as<int64_t>());
+                                   as_dptr<const int64_t>(scope), Ks, rpb, (int)k, M,
+                                   cs.as<float>(), ci.as<int64_t>());
   })
   check_launch();
   merge_kernel<<<(unsigned)B, 256, 0, s>>>(cs.as<float>(), ci.as<int64_t>(), M, (int)k,

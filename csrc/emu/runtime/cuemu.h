@@ -35,6 +35,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 struct uint3 {
   unsigned int x, y, z;
@@ -155,6 +156,21 @@ Counters counters();
 void reset_counters();
 void count_launch();
 void add_device_ns(uint64_t ns);
+
+// The launch log (off unless turned on): each kernel launch's shape, what a GPU's
+// occupancy depends on (a grid of fewer blocks than the SMs leaves most of the device idle),
+// so a per-question call's kernels can be read without a GPU (rasfast.device_work).
+struct LaunchRecord {
+  std::string kernel;  // the kernel expression as written at the launch
+  std::string site;    // file:line
+  uint64_t blocks;     // grid.x * grid.y * grid.z
+  uint32_t threads;    // per block
+  uint64_t dynamic_smem;
+};
+void set_launch_log(bool on);
+std::vector<LaunchRecord> take_launch_log();  // the records since the last take, cleared
+// A launch the emulator stands in for (cub's device-wide kernels): blocks 0 = not modelled.
+void log_launch(const char* kernel, uint64_t blocks, uint32_t threads);
 
 // Dry run: launches, cub sorts, memsets and copies are counted and checked but not run, so a
 // host path can be timed warm (an emulated kernel's milliseconds leave the caches cold for

@@ -752,6 +752,27 @@ DeviceTime::~DeviceTime() {
   if (outer_) add_device_ns(now_ns() - start_);
 }
 void count_launch() { ++g_counters.launches; }
+namespace {
+std::atomic<bool> g_log_on{false};
+std::mutex g_log_mutex;
+std::vector<LaunchRecord> g_log;
+}  // namespace
+void set_launch_log(bool on) {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  g_log_on = on;
+  g_log.clear();
+}
+void log_launch(const char* kernel, uint64_t blocks, uint32_t threads) {
+  if (!g_log_on.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  g_log.push_back(LaunchRecord{kernel, "", blocks, threads, 0});
+}
+std::vector<LaunchRecord> take_launch_log() {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  std::vector<LaunchRecord> out;
+  out.swap(g_log);
+  return out;
+}
 void count_memset() { ++g_counters.memsets; }
 void count_copy(bool d2h, bool blocking) {
   if (d2h) ++g_counters.copies_d2h; else ++g_counters.copies_other;
@@ -796,6 +817,11 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem
                     ") and at most " + std::to_string(g.smem_limit) + " bytes on sm_" + std::to_string(g.settings.arch));
       return;
     }
+  }
+  if (g_log_on.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    g_log.push_back(LaunchRecord{std::string(site.name), site_str(site.file, site.line),
+                                 (uint64_t)grid.x * grid.y * grid.z, (uint32_t)threads, dynamic_smem});
   }
   if (dry_run()) return;  // checked and counted, not run (cuemu.h)
   const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;

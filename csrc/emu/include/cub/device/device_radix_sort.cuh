@@ -50,7 +50,12 @@ cudaError_t sort_range(const K* keys_in, K* keys_out, const V* vals_in, V* vals_
 // onesweep kernel per 8-bit digit (counted as launches, like the emulated kernels).
 inline void count_sort_launches(int begin_bit, int end_bit) {
   const int passes = (end_bit - begin_bit + 7) / 8;
-  for (int i = 0; i < 2 + passes; ++i) cuemu::count_launch();
+  for (int i = 0; i < 2 + passes; ++i) {
+    cuemu::count_launch();
+    cuemu::log_launch(i == 0 ? "cub::DeviceRadixSort histogram" : i == 1 ? "cub::DeviceRadixSort scan"
+                                                                         : "cub::DeviceRadixSort onesweep pass",
+                      0, 0);
+  }
 }
 
 inline bool bad_bits(int begin_bit, int end_bit, size_t key_size) {
