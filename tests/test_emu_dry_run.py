@@ -63,3 +63,20 @@ def test_host_time_benchmark_runs():
     for op in ("select_k", "segment_topk_scores", "segment_max_rank"):
         assert any(ln.startswith(op) and "C++ CUDA kernel" in ln for ln in lines), (op, res.stdout)
         assert any(ln.startswith(op) and "Python kernel" in ln for ln in lines), (op, res.stdout)
+
+
+def test_launch_shapes_benchmark_runs():
+    """benchmarks/launch_shapes_emu.py --quick: every op's launch table, the per-question
+    theme gather spread over blocks (its 200 scope rows at the 64-row minimum: 4 blocks,
+    where 4,096 rows a block made one)."""
+    env = dict(os.environ, RASFAST_CUDA_EMU="1")
+    env.pop("CUEMU_SMS", None)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_shapes_emu.py"), "--quick"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    sections = res.stdout.split("## ")[1:]
+    assert len(sections) == 9, res.stdout
+    per_question = next(s for s in sections if s.startswith("theme_scoped_search per question"))
+    row = next(ln for ln in per_question.splitlines() if "gather_score_kernel" in ln)
+    assert int(row.split("|")[2]) == 4, row
+    assert all("| kernel | blocks |" in s for s in sections)

@@ -940,8 +940,13 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 49152; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     // few SMs, so that grids sized by the SM count still have several blocks per row and
-    // stay quick to emulate
-    case cudaDevAttrMultiProcessorCount: *value = 4; break;
+    // stay quick to emulate; CUEMU_SMS sets another count (132: an H100's grids, for the
+    // launch log of a dry run, benchmarks/launch_shapes_emu.py)
+    case cudaDevAttrMultiProcessorCount: {
+      const char* v = std::getenv("CUEMU_SMS");
+      *value = v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 4;
+      break;
+    }
     case cudaDevAttrComputeCapabilityMajor: *value = arch / 10; break;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)cuemu::optin_smem_limit(arch); break;
