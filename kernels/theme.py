@@ -332,6 +332,48 @@ def loop_width(c, X: int) -> int:
     return w if last * c.element_size() <= c.untyped_storage().nbytes() else X
 
 
+@triton.jit
+def _split_queries_kernel(q_ptr, parts_ptr, qn_ptr, B, X, XL, TF32: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    # one program a query: split_parts' two parts of q[b] (zeros past X, up to the streamed
+    # width XL) and |q[b]|^2, the L2 epilogue's query term
+    b = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for x0 in range(0, XL, BLOCK):
+        xs = x0 + tl.arange(0, BLOCK)
+        v = tl.load(q_ptr + b * X + xs, mask=xs < X, other=0.0)
+        acc += v * v
+        if TF32:
+            hi = (v.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+            lo = v - hi
+        else:
+            hi = v.to(tl.float16)
+            lo = (v - hi.to(tl.float32)).to(tl.float16)
+        m = xs < XL
+        tl.store(parts_ptr + b * XL + xs, hi, mask=m)
+        tl.store(parts_ptr + (B + b) * XL + xs, lo, mask=m)
+    tl.store(qn_ptr + b, tl.sum(acc, axis=0))
+
+
+_SPLIT_Q_BLOCK = 128
+
+
+def split_queries(q, dtype, width: int):
+    """(parts [2, B, width], qn [B]) in one launch: :func:`split_parts` of float32 q [B, X]
+    padded with zeros to ``width`` >= X (the streamed width, :func:`loop_width`), and
+    |q_b|^2 in float32. On a GPU's per-question call this replaces the five torch ops of
+    split_parts, the padding and the two of the norms (eighteenth session: host time)."""
+    B, X = q.shape
+    assert q.dtype == torch.float32 and q.is_contiguous() and width >= X
+    tf32 = dtype == torch.bfloat16
+    parts = torch.empty((2, B, width), dtype=torch.float32 if tf32 else torch.float16,
+                        device=q.device)
+    qn = torch.empty(B, dtype=torch.float32, device=q.device)
+    if B:
+        _split_queries_kernel[(B,)](q, parts, qn, B, X, width, TF32=tf32, BLOCK=_SPLIT_Q_BLOCK)
+    return parts, qn
+
+
 def split_parts(q, dtype):
     """[P, B, X] parts of float32 q whose products with a ``dtype`` corpus the kernel sums to
     ~float32: float16 parts for a float16 corpus, tf32-exact float32 parts for bfloat16."""
@@ -345,14 +387,16 @@ def split_parts(q, dtype):
 def split_dot(parts, c, cn=None, qn=None, drop=None, zero_tail: bool = False):
     """[B, N] float32: sum of parts[p] @ c.T (parts from :func:`split_parts`), or with cn [N]
     and qn [B] the squared L2 distance qn + cn - 2 * that; with drop (bool [B, N],
-    contiguous) -inf where drop is True. c float16/bfloat16 [N, X] with unit column stride.
+    contiguous) -inf where drop is True. c float16/bfloat16 [N, X] with unit column stride;
+    parts [P, B, >= X] (zeros past X: :func:`split_queries` pads them to the streamed width).
     Rows padded to a stride that is a multiple of 16 elements (rasfast.ops.theme_gemm.pad_rows)
     stream in whole 16-byte copies (:func:`loop_width`); the padding columns count as zeros,
     read as such when ``zero_tail`` says they hold zeros (pad_rows' own storage), else zeroed
     in registers."""
-    P, B, X = parts.shape
-    assert c.stride(1) == 1 or c.shape[1] == 1, "c: columns must be contiguous"
-    N = c.shape[0]
+    P, B, W = parts.shape
+    N, X = c.shape
+    assert c.stride(1) == 1 or X == 1, "c: columns must be contiguous"
+    assert W >= X, "parts: as wide as c's rows at least (zeros past them)"
     out = torch.empty((B, N), dtype=torch.float32, device=c.device)
     bq = min(64, max(16, triton.next_power_of_2(B)))
     l2 = cn is not None
@@ -361,8 +405,8 @@ def split_dot(parts, c, cn=None, qn=None, drop=None, zero_tail: bool = False):
             "drop: a contiguous bool [B, N] mask"
         drop = drop.view(torch.uint8)
     XL = loop_width(c, X)
-    if XL != X:  # the queries' parts padded with zeros to the streamed width
-        parts = torch.nn.functional.pad(parts, (0, XL - X))
+    if W < XL:  # the queries' parts padded with zeros to the streamed width
+        parts = torch.nn.functional.pad(parts, (0, XL - W))
     parts = parts.contiguous()
     grid = (triton.cdiv(N, _SPLIT_BLOCK_N), triton.cdiv(B, bq))
     _split_dot_kernel[grid](parts, c, out, cn if l2 else out, qn if l2 else out,
@@ -514,6 +558,11 @@ def aot_variants():
                         divisible=("XL", "stride_a", "stride_c"),  # rows padded to 16 (loop_width)
                         P=2, L2=l2, TF32=dt == "bfloat16", DROP=drop, TAIL=tail,
                         BLOCK_N=_SPLIT_BLOCK_N, BLOCK_Q=bq, BLOCK_X=_SPLIT_BLOCK_X))
+    for tf32 in (False, True):
+        out.append(variant(
+            _split_queries_kernel, dict(q_ptr="*fp32", parts_ptr="*fp32" if tf32 else "*fp16",
+                                        qn_ptr="*fp32", B="i32", X="i32", XL="i32"),
+            TF32=tf32, BLOCK=_SPLIT_Q_BLOCK))
     cut_types = dict(keys_ptr="*i64", cand_ptr="*i64", N="i32", CAP="i32", cut_key_ptr="*i64",
                      last_eq_ptr="*i64")
     out.append(variant(_cut_kernel, dict(cut_types, K="i32"), BLOCK=_SEL_BLOCK))

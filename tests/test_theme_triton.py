@@ -150,3 +150,45 @@ def test_split_dot_streams_padded_rows_whole(dtype):
     assert kt().loop_width(short, X) == X
     assert kt().loop_width(store[:, :296], 296) == 304  # 296: a multiple of 8, not 16
     assert kt().loop_width(store[:, :X].t().contiguous().t(), X) == X  # columns strided
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B,X,width", [(1, 298, 304), (3, 130, 130), (70, 7, 16), (0, 5, 16)])
+def test_split_queries_is_split_parts_padded_and_the_norms(dtype, B, X, width):
+    """One launch for what the GPU's theme values took eight torch ops for: the parts of
+    split_parts bit for bit (zeros up to the streamed width, across the 128-wide block) and
+    |q|^2 in float32."""
+    g = torch.Generator().manual_seed(B * X + width)
+    q = torch.randn(B, X, generator=g) * torch.rand(B, 1, generator=g) * 100
+    parts, qn = kt().split_queries(q, dtype, width)
+    want = kt().split_parts(q, dtype)
+    assert parts.shape == (2, B, width) and parts.dtype == want.dtype
+    assert torch.equal(parts[:, :, :X], want) and not parts[:, :, X:].any()
+    torch.testing.assert_close(qn, q.square().sum(1), rtol=1e-6, atol=0)
+    # the parts sum back to q: float16 to ~2^-22 of each value, bfloat16's tf32 parts exactly
+    back = parts[0, :, :X].float() + parts[1, :, :X].float()
+    if dtype == torch.bfloat16:
+        assert torch.equal(back, q)
+    else:
+        torch.testing.assert_close(back, q, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fused_theme_values_from_split_queries(dtype, monkeypatch):
+    """theme_values' GPU branch (_fused_split: split_queries, then split_dot with the L2
+    epilogue, less the quantile shift) against the float64 distances, on a padded corpus; run
+    here by letting the interpreted kernels take the CPU tensors as a GPU's."""
+    from rasfast.ops import theme_gemm
+    g = torch.Generator().manual_seed(5)
+    B, N, X = 4, 150, 298
+    q = torch.rand(B, X, generator=g)
+    c = theme_gemm.pad_rows(torch.rand(N, X, generator=g).to(dtype))
+    shift = torch.rand(B, generator=g)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    got = theme_gemm._fused_split(q, c, theme_gemm.corpus_norms(c), shift=shift)
+    prods = theme_gemm._fused_split(q, c)
+    monkeypatch.undo()
+    cd = c.double()
+    want = ((q.double()[:, None, :] - cd[None]) ** 2).sum(-1) - shift.double()[:, None]
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(prods.double(), q.double() @ cd.T, atol=1e-5, rtol=1e-6)

@@ -196,6 +196,7 @@ def test_variant_lists_cover_what_the_ops_launch(monkeypatch):
             parts = kt.split_parts(q, dt)
             kt.split_dot(parts, c)
             kt.split_dot(parts, c, torch.rand(20, generator=g), torch.rand(B, generator=g))
+            kt.split_queries(q, dt, 16)
     assert seen, "no launch was recorded"
     kernels = {m.__name__: m for m in
                (importlib.import_module(f"rasfast.kernels.{n}") for n in ("select", "theme"))}
@@ -229,8 +230,8 @@ def _theme_values_launch(monkeypatch, dtype):
     g = torch.Generator().manual_seed(0)
     q = torch.rand(64, 298, generator=g)
     c = pad_rows(torch.rand(300, 298, generator=g).to(dtype))
-    kt.split_dot(kt.split_parts(q, dtype), c, corpus_norms(c), q.square().sum(1),
-                 zero_tail=zero_tail(c))
+    parts, qn = kt.split_queries(q, dtype, kt.loop_width(c, 298))  # as theme_gemm._fused_split
+    kt.split_dot(parts, c, corpus_norms(c), qn, zero_tail=zero_tail(c))
     consts = got["_constexprs"]
     label = next(v.label for v in kt.aot_variants() if v.kernel.__name__ == "_split_dot_kernel"
                  and v.constexprs == consts)

@@ -174,8 +174,10 @@ def _aligned(c: torch.Tensor) -> torch.Tensor:
     return _cached(_PADDED, c, pad_rows)
 
 
-def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None, drop=None):
-    """The Triton kernel's result for a 16-bit corpus on a GPU, or None."""
+def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, drop=None, shift=None):
+    """The Triton kernel's result for a 16-bit corpus on a GPU, or None. With ``cn`` the L2
+    distance (less ``shift``), else the products. Two launches, shift aside: the queries'
+    parts and norms (split_queries), then the product."""
     if not (c.is_cuda and c.dtype in _HALF):
         return None
     split_dot = _triton_split_dot()
@@ -183,8 +185,13 @@ def _fused_split(q: torch.Tensor, c: torch.Tensor, cn=None, qn=None, drop=None):
         return None
     c = _aligned(c)
     from .. import dispatch
-    return split_dot(dispatch.triton_kernels().theme.split_parts(q, c.dtype), c, cn, qn, drop,
-                     zero_tail=zero_tail(c))
+    kt = dispatch.triton_kernels().theme
+    parts, qn = kt.split_queries(q.float().contiguous(), c.dtype, kt.loop_width(c, q.shape[1]))
+    if cn is None:
+        qn = None
+    elif shift is not None:
+        qn = qn - shift
+    return split_dot(parts, c, cn, qn, drop, zero_tail=zero_tail(c))
 
 
 def split_products(q: torch.Tensor, c: torch.Tensor,
@@ -242,17 +249,16 @@ def theme_values(q: torch.Tensor, c: torch.Tensor, metric: str,
                  shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """[B, N] float32: squared L2 distance (smaller = nearer) or inner product (larger), less
     ``shift[b]`` per query when given (free in the L2 kernel's epilogue)."""
-    qn = None
     if metric == "l2":
-        qn = q.square().sum(1)  # once: the fused kernel's epilogue or the sum below
-        if shift is not None:
-            qn = qn - shift
-        fused = _fused_split(q, c, corpus_norms(c), qn)
+        fused = _fused_split(q, c, corpus_norms(c), shift=shift)  # |q|^2 in its first launch
         if fused is not None:
             return fused
     dots = split_products(q, c)
     if metric == "ip":
         return dots if shift is None else dots.sub_(shift[:, None])
+    qn = q.square().sum(1)
+    if shift is not None:
+        qn = qn - shift
     return dots.mul_(-2.0).add_(corpus_norms(c)[None, :]).add_(qn[:, None])
 
 
