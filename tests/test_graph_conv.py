@@ -583,3 +583,35 @@ def test_host_edge_index_csr_limits():
     finally:
         gc._host_csr = real
     assert calls == [100]
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads,channels,concat,beta,norm", [
+    (4, 8, True, False, True), (2, 40, False, True, False), (1, 70, True, False, True),
+    (3, 130, True, True, True), (8, 16, True, False, True), (12, 8, True, False, True),
+    (4, 130, False, True, True), (5, 40, True, True, False)])
+def test_layer_kernel_is_attend_then_epilogue(dtype, heads, channels, concat, beta, norm, monkeypatch):
+    """The one-launch layer kernel (a block per node: every head's attention into shared
+    memory, then the epilogue) gives the two kernels' output bit for bit: the same
+    arithmetic, across channel tiles (R = 1..8), head means, the beta gate, LayerNorm, an
+    empty graph in the batch and isolated nodes; below 4 heads or above 8 the two kernels
+    serve (graph_conv_layer_fusable), which the test checks too."""
+    dev = GPU_DEVICE
+    din = 24
+    conv = _conv(din, channels, heads, concat=concat, beta=beta, edge_dim=6,
+                 seed=heads + channels).to(dev, dtype)
+    out_w = heads * channels if concat else channels
+    layers = [(conv, torch.nn.LayerNorm(out_w).to(dev))] if norm else [conv]
+    x, ei, ea, ptr = _batch([5, 0, 9, 1, 13], 4, din, 6)
+    x, ea = x.to(dev, dtype), ea.to(dev, dtype)
+    ei, ptr = ei.to(dev), ptr.to(dev)
+    mod = rasfast.dispatch.cuda_module()
+    assert mod.graph_conv_layer_fusable(heads, channels, concat) == (4 <= heads <= 8)
+    fused = rasfast.graph_transformer_pool(x, ei, ea, ptr, layers, backend="cuda")
+    monkeypatch.setenv("RASFAST_GRAPH_CONV_FUSED", "0")
+    apart = rasfast.graph_transformer_pool(x, ei, ea, ptr, layers, backend="cuda")
+    assert torch.equal(fused, apart)
+    layer_in = rasfast.transformer_conv(x, ei, ea, conv, backend="cuda")
+    monkeypatch.delenv("RASFAST_GRAPH_CONV_FUSED")
+    assert torch.equal(rasfast.transformer_conv(x, ei, ea, conv, backend="cuda"), layer_in)

@@ -7,6 +7,8 @@
 // Accumulation is float32 for every storage dtype.
 // attend backward (training): two warp-per-(node, head) kernels, described above them.
 // epilogue: one block per node (concat/head mean, skip or beta gate, LayerNorm, ReLU).
+// layer: both in one launch, a block per node (inference; the two kernels keep the
+// attention output for training).
 // pool: one block per graph, threads over features.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,18 +40,18 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// One warp's attention for destination node i and head h: the softmax over i's incoming
+// edges of scale * q.(k + e) applied to (v + e), written to dst[0..C) (float32).
 template <DType D, int R>
-__global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
-                              const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
-                              int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t N,
-                              int64_t H, int64_t C, float scale, float* __restrict__ agg) {
+__device__ __forceinline__ void attend_warp(const int64_t* __restrict__ indptr,
+                                            const int64_t* __restrict__ src,
+                                            const int64_t* __restrict__ eid,
+                                            const typename Storage<D>::type* __restrict__ nodes,
+                                            int64_t W, const typename Storage<D>::type* __restrict__ e,
+                                            int64_t ES, int64_t H, int64_t C, float scale,
+                                            int64_t i, int64_t h, int lane, float* __restrict__ dst) {
   using T = typename Storage<D>::type;
-  const T* nodes = static_cast<const T*>(nodes_v);
-  const T* e = static_cast<const T*>(e_v);
-  const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (warp >= N * H) return;  // whole warp exits together
-  const int64_t i = warp / H, h = warp % H, HC = H * C;
+  const int64_t HC = H * C;
   float q[R], acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -91,8 +93,21 @@ __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t*
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t c = lane + (int64_t)r * kWarp;
-    if (c < C) agg[(i * H + h) * C + c] = acc[r] * inv;
+    if (c < C) dst[c] = acc[r] * inv;
   }
+}
+
+template <DType D, int R>
+__global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
+                              const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
+                              int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t N,
+                              int64_t H, int64_t C, float scale, float* __restrict__ agg) {
+  using T = typename Storage<D>::type;
+  const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (warp >= N * H) return;  // whole warp exits together
+  const int64_t i = warp / H, h = warp % H;
+  attend_warp<D, R>(indptr, src, eid, static_cast<const T*>(nodes_v), W, static_cast<const T*>(e_v),
+                    ES, H, C, scale, i, h, threadIdx.x % kWarp, agg + (i * H + h) * C);
 }
 
 // ------------------------------------------------------------------- attention backward
@@ -248,19 +263,19 @@ __device__ float block_sum(float v, float* red) {
   return warp_sum(t);
 }
 
+// The layer's epilogue for node i over its attention output a[H * C] (float32): concat or
+// head mean, skip or beta gate, LayerNorm, ReLU, written to out's row i. row: F floats of
+// shared memory, red: kWarp; every thread of the block calls it.
 template <DType D>
-__global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_t C, bool concat,
-                                const void* __restrict__ nodes_v, int64_t W, int64_t skip_col,
-                                bool has_skip, const float* __restrict__ wb,
-                                const float* __restrict__ lw, const float* __restrict__ lb,
-                                float eps, bool relu, void* out) {
-  using T = typename Storage<D>::type;
-  extern __shared__ float row[];  // F floats
-  __shared__ float red[kWarp];
-  const T* nodes = static_cast<const T*>(nodes_v);
-  const int64_t i = blockIdx.x, F = concat ? H * C : C;
-  const float* a = agg + i * H * C;
-  const T* sk = nodes + i * W + skip_col;
+__device__ __forceinline__ void epilogue_row(const float* a, int64_t i, int64_t H, int64_t C,
+                                             bool concat, const typename Storage<D>::type* nodes,
+                                             int64_t W, int64_t skip_col, bool has_skip,
+                                             const float* __restrict__ wb,
+                                             const float* __restrict__ lw,
+                                             const float* __restrict__ lb, float eps, bool relu,
+                                             void* out, float* row, float* red) {
+  const int64_t F = concat ? H * C : C;
+  const auto* sk = nodes + i * W + skip_col;
   float z = 0.f;
   for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
     float v;
@@ -303,6 +318,45 @@ __global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_
 }
 
 template <DType D>
+__global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_t C, bool concat,
+                                const void* __restrict__ nodes_v, int64_t W, int64_t skip_col,
+                                bool has_skip, const float* __restrict__ wb,
+                                const float* __restrict__ lw, const float* __restrict__ lb,
+                                float eps, bool relu, void* out) {
+  using T = typename Storage<D>::type;
+  extern __shared__ float row[];  // F floats
+  __shared__ float red[kWarp];
+  const int64_t i = blockIdx.x;
+  epilogue_row<D>(agg + i * H * C, i, H, C, concat, static_cast<const T*>(nodes_v), W, skip_col,
+                  has_skip, wb, lw, lb, eps, relu, out, row, red);
+}
+
+// attend and epilogue in one launch: a block per node, warp h its head h's attention into
+// shared memory, then the block's epilogue from there (no [N, H, C] round trip through
+// memory, one launch a layer instead of two). The same arithmetic as the two kernels, so the
+// same results bit for bit.
+template <DType D, int R>
+__global__ void layer_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
+                             const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
+                             int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t H,
+                             int64_t C, float scale, bool concat, int64_t skip_col, bool has_skip,
+                             const float* __restrict__ wb, const float* __restrict__ lw,
+                             const float* __restrict__ lb, float eps, bool relu, void* out) {
+  using T = typename Storage<D>::type;
+  extern __shared__ float ag[];  // H * C floats of attention, then F floats of row
+  __shared__ float red[kWarp];
+  const T* nodes = static_cast<const T*>(nodes_v);
+  const int64_t i = blockIdx.x;
+  const int h = threadIdx.x / kWarp;
+  if (h < H)
+    attend_warp<D, R>(indptr, src, eid, nodes, W, static_cast<const T*>(e_v), ES, H, C, scale, i, h,
+                      threadIdx.x % kWarp, ag + (int64_t)h * C);
+  __syncthreads();
+  epilogue_row<D>(ag, i, H, C, concat, nodes, W, skip_col, has_skip, wb, lw, lb, eps, relu, out,
+                  ag + H * C, red);
+}
+
+template <DType D>
 __global__ void pool_kernel(const void* __restrict__ h_v, const int64_t* __restrict__ gp, int64_t F,
                             float* __restrict__ out) {
   using T = typename Storage<D>::type;
@@ -315,6 +369,15 @@ __global__ void pool_kernel(const void* __restrict__ h_v, const int64_t* __restr
     out[g * F + f] = s * inv;
   }
 }
+
+// Threads of an epilogue block, the layer kernel's too (a warp a head there, so at most 8
+// heads): the same count in both, so their block sums add in the same order and the results
+// agree bit for bit; 256 threads leave ptxas 255 registers a thread for the attention's
+// 3 x R per-lane values at C = 1024 (it uses 162-184 there, 48-56 at C = 128). Below 4 heads
+// most of the block's warps would idle through the attention: the two kernels serve those.
+constexpr unsigned kEpilogueThreads = 256;
+constexpr int64_t kLayerMaxHeads = kEpilogueThreads / kWarp;
+constexpr int64_t kLayerMinHeads = 4;
 
 template <DType D, int R>
 void launch_attend(const int64_t* indptr, const int64_t* src, const int64_t* eid, const void* nodes,
@@ -379,10 +442,43 @@ void graph_conv_epilogue_cuda_launch(const float* agg, int64_t N, int64_t H, int
     if (smem > 48 * 1024)
       RASFAST_CUDA_CHECK(cudaFuncSetAttribute(epilogue_kernel<D>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    epilogue_kernel<D><<<(unsigned)N, 256, smem, stream>>>(agg, H, C, concat, nodes, node_width,
+    epilogue_kernel<D><<<(unsigned)N, kEpilogueThreads, smem, stream>>>(agg, H, C, concat, nodes, node_width,
                                                           skip_col, has_skip, w_beta, ln_w, ln_b,
                                                           eps, relu, out);
   })
+  RASFAST_CUDA_CHECK(cudaGetLastError());
+}
+
+bool graph_conv_layer_fusable(int64_t H, int64_t C, bool concat) {
+  const int64_t F = concat ? H * C : C;
+  return H >= kLayerMinHeads && H <= kLayerMaxHeads && C >= 1 && C <= 1024 &&
+         (H * C + F) * 4 <= 48 * 1024;
+}
+
+void graph_conv_layer_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
+                                  int dtype_code, const void* nodes, int64_t node_width,
+                                  const void* e, int64_t e_stride, int64_t N, int64_t H, int64_t C,
+                                  float scale, bool concat, int64_t skip_col, bool has_skip,
+                                  const float* w_beta, const float* ln_w, const float* ln_b,
+                                  float eps, bool relu, void* out, cudaStream_t stream) {
+  if (N == 0) return;
+  const int64_t F = concat ? H * C : C;
+  const size_t smem = (size_t)(H * C + F) * sizeof(float);
+  const unsigned threads = kEpilogueThreads;
+  const DType dt = static_cast<DType>(dtype_code);
+#define RASFAST_LAYER(R_)                                                                       \
+  layer_kernel<D, R_><<<(unsigned)N, threads, smem, stream>>>(                                  \
+      indptr, src, eid, nodes, node_width, e, e_stride, H, C, scale, concat, skip_col, has_skip, \
+      w_beta, ln_w, ln_b, eps, relu, out)
+  RASFAST_DISPATCH_DTYPE(dt, D, {
+    if (C <= 32) RASFAST_LAYER(1);
+    else if (C <= 64) RASFAST_LAYER(2);
+    else if (C <= 128) RASFAST_LAYER(4);
+    else if (C <= 256) RASFAST_LAYER(8);
+    else if (C <= 512) RASFAST_LAYER(16);
+    else RASFAST_LAYER(32);
+  })
+#undef RASFAST_LAYER
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 

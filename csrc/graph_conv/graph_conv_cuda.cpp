@@ -53,6 +53,29 @@ void epilogue(uintptr_t agg, int64_t N, int64_t H, int64_t C, bool concat, int d
                                   as_dptr<void>(out), as_stream(stream));
 }
 
+void layer(uintptr_t indptr, uintptr_t src, uintptr_t eid, int dtype_code, uintptr_t nodes,
+           int64_t node_width, uintptr_t e, int64_t e_stride, int64_t N, int64_t H, int64_t C,
+           double scale, bool concat, int64_t skip_col, bool has_skip, uintptr_t w_beta,
+           uintptr_t ln_w, uintptr_t ln_b, double eps, bool relu, uintptr_t out, uintptr_t stream) {
+  check(dtype_code >= 0 && dtype_code <= 2, "dtype_code must be 0, 1 or 2");
+  check(N >= 0 && graph_conv_layer_fusable(H, C, concat),
+        "graph_conv_layer: needs 4 <= H <= 8, 1 <= C <= 1024 and H*C + out width floats in 48 KB");
+  const int64_t F = concat ? H * C : C;
+  check(node_width >= 3 * H * C, "nodes: width must hold q, k and v (3*H*C columns)");
+  check(N == 0 || (indptr && nodes && out), "graph_conv_layer: null pointer");
+  check(!e || e_stride >= H * C, "e: rows must be at least H*C elements apart (e_stride)");
+  check(!has_skip || skip_col + F <= node_width, "nodes: skip columns out of range");
+  check(w_beta == 0 || has_skip, "w_beta: the beta gate needs the skip term");
+  check((ln_w == 0) == (ln_b == 0), "ln_w and ln_b: give both or neither");
+  py::gil_scoped_release nogil;
+  graph_conv_layer_cuda_launch(as_dptr<const int64_t>(indptr), as_dptr<const int64_t>(src),
+                               as_dptr<const int64_t>(eid), dtype_code, as_dptr<const void>(nodes),
+                               node_width, as_dptr<const void>(e), e_stride, N, H, C, (float)scale,
+                               concat, skip_col, has_skip, as_dptr<const float>(w_beta),
+                               as_dptr<const float>(ln_w), as_dptr<const float>(ln_b), (float)eps,
+                               relu, as_dptr<void>(out), as_stream(stream));
+}
+
 void attend_backward(uintptr_t indptr, uintptr_t src, uintptr_t roe, uintptr_t rptr, uintptr_t rpos,
                      uintptr_t dst, uintptr_t nodes, int64_t node_width, uintptr_t e, uintptr_t dagg,
                      int64_t N, int64_t H, int64_t C, double scale, uintptr_t d_nodes,
@@ -84,6 +107,10 @@ void pool(uintptr_t h, int dtype_code, uintptr_t graph_ptr, int64_t G, int64_t F
 
 void bind(py::module_& m) {
   m.def("graph_conv_attend", &attend, "Warp per (node, head) online-softmax attention -> agg[N,H,C] f32.");
+  m.def("graph_conv_layer", &layer,
+        "attend and epilogue in one launch (a block per node): the layer's output, inference.");
+  m.def("graph_conv_layer_fusable", &graph_conv_layer_fusable,
+        "Whether graph_conv_layer takes these heads, channels and concat.");
   m.def("graph_conv_epilogue", &epilogue, "Block per node: concat/mean, skip or beta gate, LayerNorm, ReLU.");
   m.def("graph_conv_pool", &pool, "Block per graph: node mean -> out[G,F] f32.");
   m.def("graph_conv_attend_backward", &attend_backward,

@@ -17,6 +17,17 @@ void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, co
                                    const void* e, int64_t e_stride, int64_t N, int64_t H,
                                    int64_t C, float scale, float* agg, cudaStream_t stream);
 
+// attend and epilogue (below) in one launch, a block per node, for inference: the arguments
+// of both, out [N, F] as the epilogue's. Only where graph_conv_layer_fusable(H, C, concat):
+// 4 to 8 heads, C <= 1024, the attention output and the row in 48 KB of shared memory.
+bool graph_conv_layer_fusable(int64_t H, int64_t C, bool concat);
+void graph_conv_layer_cuda_launch(const int64_t* indptr, const int64_t* src, const int64_t* eid,
+                                  int dtype_code, const void* nodes, int64_t node_width,
+                                  const void* e, int64_t e_stride, int64_t N, int64_t H, int64_t C,
+                                  float scale, bool concat, int64_t skip_col, bool has_skip,
+                                  const float* w_beta, const float* ln_w, const float* ln_b,
+                                  float eps, bool relu, void* out, cudaStream_t stream);
+
 // The backward of attend (float32), the CPU kernel's twin (graph_conv_cpu.cpp): from nodes
 // [N, node_width] (q/k/v at columns 0, HC, 2HC), e [rows, HC] (row roe[p] for CSR position p;
 // null without edge features) and dagg [N, HC], writes dq/dk/dv into columns 0, HC, 2HC of

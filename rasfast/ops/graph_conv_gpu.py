@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from .. import _env
 from .. import dispatch as _bk
 from .._arrays import device_guard, DTYPE_CODES, cuda_stream, device_ptr
 from ..reference.graph_conv import graph_mean
@@ -71,6 +72,21 @@ def _plan(w, norm) -> _LayerPlan:
     return plan
 
 
+# (heads, channels, concat) -> whether the module's one-launch layer kernel takes them;
+# RASFAST_GRAPH_CONV_FUSED=0 keeps attend and epilogue apart (benchmarks time both)
+_FUSABLE: dict = {}
+
+
+def _fusable(mod, h: int, c: int, concat: bool) -> bool:
+    if _env.get("RASFAST_GRAPH_CONV_FUSED") == "0" or not hasattr(mod, "graph_conv_layer"):
+        return False
+    key = (h, c, concat)
+    ok = _FUSABLE.get(key)
+    if ok is None:
+        ok = _FUSABLE[key] = bool(mod.graph_conv_layer_fusable(h, c, concat))
+    return ok
+
+
 # the layers' edge projections stacked, per tuple of weights objects (identity-checked)
 _EDGE_STACKS: dict = {}
 
@@ -105,14 +121,21 @@ class Cuda:
         if e is None and ea is not None:
             e = F.linear(ea, w.w_edge)
         code = DTYPE_CODES[x.dtype]
-        agg = torch.empty((n, h, c), dtype=torch.float32, device=x.device)
         out = torch.empty((n, w.out_channels), dtype=x.dtype, device=x.device)
         width = nodes.shape[1]
+        e_ptr, e_stride = (0 if e is None or not e.numel() else e.data_ptr()), (0 if e is None else e.stride(0))
+        if saved is None and _fusable(mod, h, c, w.concat):  # one launch: the layer kernel
+            with device_guard(x.device):
+                mod.graph_conv_layer(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code,
+                                     nodes.data_ptr(), width, e_ptr, e_stride, n, h, c,
+                                     1.0 / math.sqrt(c), w.concat, 3 * h * c, w.root_weight, p.wb,
+                                     p.lw, p.lb, p.eps, relu, out.data_ptr(), stream)
+            return out
+        agg = torch.empty((n, h, c), dtype=torch.float32, device=x.device)
         with device_guard(x.device):
             mod.graph_conv_attend(_ptr(csr.indptr), _ptr(csr.src), _ptr(csr.eid), code,
-                                  nodes.data_ptr(), width, 0 if e is None or not e.numel() else e.data_ptr(),
-                                  0 if e is None else e.stride(0), n, h, c, 1.0 / math.sqrt(c),
-                                  agg.data_ptr(), stream)
+                                  nodes.data_ptr(), width, e_ptr, e_stride, n, h, c,
+                                  1.0 / math.sqrt(c), agg.data_ptr(), stream)
             mod.graph_conv_epilogue(agg.data_ptr(), n, h, c, w.concat, code, nodes.data_ptr(), width,
                                     3 * h * c, w.root_weight, p.wb, p.lw, p.lb, p.eps, relu,
                                     out.data_ptr(), stream)
