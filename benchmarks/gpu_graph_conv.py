@@ -55,6 +55,20 @@ def main():
             fns = {"PyG": lambda: pyg_pool(convs, norms, x, ei, ea, ptr)}
             for b in backends:
                 fns[f"rasfast {b}"] = (lambda b=b: rasfast.graph_transformer_pool(x, ei, ea, ptr, specs, backend=b))
+            if "cuda" in backends:
+                # the eighteenth session's changes against what they replaced, same run: the
+                # layer kernel against attend + epilogue apart; a host edge_index (CSR built
+                # on the host up to 32,768 edges) against the device one above
+                def apart():
+                    os.environ["RASFAST_GRAPH_CONV_FUSED"] = "0"
+                    try:
+                        return rasfast.graph_transformer_pool(x, ei, ea, ptr, specs, backend="cuda")
+                    finally:
+                        os.environ.pop("RASFAST_GRAPH_CONV_FUSED", None)
+                ei_host, ptr_host = ei.cpu().numpy(), ptr.cpu().numpy()
+                fns["rasfast cuda, attend + epilogue apart"] = apart
+                fns["rasfast cuda, host index arrays"] = (
+                    lambda: rasfast.graph_transformer_pool(x, ei_host, ea, ptr_host, specs, backend="cuda"))
             with torch.no_grad():
                 ref = fns["PyG"]()
                 errs = {k: rel_err(f(), ref) for k, f in fns.items() if k != "PyG"}
