@@ -13,6 +13,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "graph_conv/graph_conv_cuda.h"
@@ -370,6 +372,19 @@ __global__ void pool_kernel(const void* __restrict__ h_v, const int64_t* __restr
   }
 }
 
+// Calls f(std::integral_constant<int, R>{}) for the R registers a lane needs for C channels
+// (R * 32 >= C, R a power of 2 up to 32: C <= 1024), the template argument of the kernels
+// that keep a row of channels in registers.
+template <class F>
+void with_lane_registers(int64_t C, F&& f) {
+  if (C <= 32) f(std::integral_constant<int, 1>{});
+  else if (C <= 64) f(std::integral_constant<int, 2>{});
+  else if (C <= 128) f(std::integral_constant<int, 4>{});
+  else if (C <= 256) f(std::integral_constant<int, 8>{});
+  else if (C <= 512) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 32>{});
+}
+
 // Threads of an epilogue block, the layer kernel's too (a warp a head there, so at most 8
 // heads): the same count in both, so their block sums add in the same order and the results
 // agree bit for bit; 256 threads leave ptxas 255 registers a thread for the attention's
@@ -398,12 +413,10 @@ void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, co
   if (N == 0) return;
   const DType dt = static_cast<DType>(dtype_code);
   RASFAST_DISPATCH_DTYPE(dt, D, {
-    if (C <= 32) launch_attend<D, 1>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
-    else if (C <= 64) launch_attend<D, 2>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
-    else if (C <= 128) launch_attend<D, 4>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
-    else if (C <= 256) launch_attend<D, 8>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
-    else if (C <= 512) launch_attend<D, 16>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
-    else launch_attend<D, 32>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C, scale, agg, stream);
+    with_lane_registers(C, [&](auto r) {
+      launch_attend<D, decltype(r)::value>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C,
+                                           scale, agg, stream);
+    });
   })
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
@@ -416,16 +429,11 @@ void graph_conv_attend_backward_cuda_launch(const int64_t* indptr, const int64_t
                                             float scale, float* d_nodes, int64_t d_width, float* de,
                                             float* dl, float* alpha, cudaStream_t stream) {
   if (N == 0) return;
-#define RASFAST_ATTEND_BACK(R_) \
-  launch_attend_back<R_>(indptr, src, roe, rptr, rpos, dst, nodes, node_width, e, dagg, N, H, C, \
-                         scale, d_nodes, d_width, de, dl, alpha, stream)
-  if (C <= 32) RASFAST_ATTEND_BACK(1);
-  else if (C <= 64) RASFAST_ATTEND_BACK(2);
-  else if (C <= 128) RASFAST_ATTEND_BACK(4);
-  else if (C <= 256) RASFAST_ATTEND_BACK(8);
-  else if (C <= 512) RASFAST_ATTEND_BACK(16);
-  else RASFAST_ATTEND_BACK(32);
-#undef RASFAST_ATTEND_BACK
+  with_lane_registers(C, [&](auto r) {
+    launch_attend_back<decltype(r)::value>(indptr, src, roe, rptr, rpos, dst, nodes, node_width, e,
+                                           dagg, N, H, C, scale, d_nodes, d_width, de, dl, alpha,
+                                           stream);
+  });
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -466,19 +474,13 @@ void graph_conv_layer_cuda_launch(const int64_t* indptr, const int64_t* src, con
   const size_t smem = (size_t)(H * C + F) * sizeof(float);
   const unsigned threads = kEpilogueThreads;
   const DType dt = static_cast<DType>(dtype_code);
-#define RASFAST_LAYER(R_)                                                                       \
-  layer_kernel<D, R_><<<(unsigned)N, threads, smem, stream>>>(                                  \
-      indptr, src, eid, nodes, node_width, e, e_stride, H, C, scale, concat, skip_col, has_skip, \
-      w_beta, ln_w, ln_b, eps, relu, out)
   RASFAST_DISPATCH_DTYPE(dt, D, {
-    if (C <= 32) RASFAST_LAYER(1);
-    else if (C <= 64) RASFAST_LAYER(2);
-    else if (C <= 128) RASFAST_LAYER(4);
-    else if (C <= 256) RASFAST_LAYER(8);
-    else if (C <= 512) RASFAST_LAYER(16);
-    else RASFAST_LAYER(32);
+    with_lane_registers(C, [&](auto r) {
+      layer_kernel<D, decltype(r)::value><<<(unsigned)N, threads, smem, stream>>>(
+          indptr, src, eid, nodes, node_width, e, e_stride, H, C, scale, concat, skip_col, has_skip,
+          w_beta, ln_w, ln_b, eps, relu, out);
+    });
   })
-#undef RASFAST_LAYER
   RASFAST_CUDA_CHECK(cudaGetLastError());
 }
 
