@@ -60,8 +60,8 @@ def _to_key(v):
 
 # ----------------------------------------------------------------------------- pass 1
 @triton.jit
-def _keys_small_b_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, QB: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr):
+def _keys_small_b_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, stride_c, IP: tl.constexpr,
+                         QB: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr):
     # all B <= QB queries in one program: each corpus tile is loaded once for every query
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     qs = tl.arange(0, QB)
@@ -71,7 +71,7 @@ def _keys_small_b_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, QB: 
     for t0 in range(0, T, BLOCK_T):
         ts = t0 + tl.arange(0, BLOCK_T)
         tmask = ts < T
-        c = tl.load(c_ptr + rows[:, None] * T + ts[None, :],
+        c = tl.load(c_ptr + rows[:, None] * stride_c + ts[None, :],
                     mask=rmask[:, None] & tmask[None, :], other=0.0).to(tl.float32)
         q = tl.load(q_ptr + qs[:, None] * T + ts[None, :],
                     mask=qmask[:, None] & tmask[None, :], other=0.0)
@@ -87,7 +87,7 @@ def _keys_small_b_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, QB: 
 
 
 @triton.jit
-def _keys_dot_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, HALF: tl.constexpr,
+def _keys_dot_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, stride_c, IP: tl.constexpr, HALF: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_T: tl.constexpr):
     # [BLOCK_N rows x BLOCK_Q queries] of q.c on tensor cores; L2 = |q|^2 + |c|^2 - 2 q.c
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -100,7 +100,7 @@ def _keys_dot_kernel(q_ptr, c_ptr, keys_ptr, B, N, T, IP: tl.constexpr, HALF: tl
     for t0 in range(0, T, BLOCK_T):
         ts = t0 + tl.arange(0, BLOCK_T)
         tmask = ts < T
-        c = tl.load(c_ptr + rows[:, None] * T + ts[None, :],
+        c = tl.load(c_ptr + rows[:, None] * stride_c + ts[None, :],
                     mask=rmask[:, None] & tmask[None, :], other=0.0)
         q = tl.load(q_ptr + qs[None, :] * T + ts[:, None],  # [BLOCK_T, BLOCK_Q]
                     mask=tmask[:, None] & qmask[None, :], other=0.0)
@@ -208,7 +208,7 @@ def _cut_kernel(keys_ptr, cand_ptr, N, K, CAP, cut_key_ptr, last_eq_ptr, BLOCK: 
 
 # ----------------------------------------------------------------------------- pass 3
 @triton.jit
-def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N, D, w,
+def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N, D, stride_e, w,
                   IP: tl.constexpr, ALL: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr):
     # queries on axis 1, row blocks on axis 0 (whose limit is 2^31-1); int64 offsets
@@ -227,7 +227,7 @@ def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N,
         ds = d0 + tl.arange(0, BLOCK_D)
         dm = ds < D
         q = tl.load(qe_ptr + b * D + ds, mask=dm, other=0.0).to(tl.float32)
-        e = tl.load(e_ptr + rows[:, None].to(tl.int64) * D + ds[None, :],
+        e = tl.load(e_ptr + rows[:, None].to(tl.int64) * stride_e + ds[None, :],
                     mask=inside[:, None] & dm[None, :], other=0.0).to(tl.float32)
         acc += tl.sum(e * q[None, :], axis=1)
     if w != 0.0:
@@ -239,7 +239,7 @@ def _score_kernel(qe_ptr, e_ptr, keys_ptr, cut_key_ptr, last_eq_ptr, out_ptr, N,
 
 
 @triton.jit
-def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
+def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D, stride_e,
                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     b = tl.program_id(1).to(tl.int64)
     j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -251,7 +251,7 @@ def _gather_score_kernel(qe_ptr, e_ptr, ids_ptr, out_ptr, Ks, D,
         ds = d0 + tl.arange(0, BLOCK_D)
         dm = ds < D
         q = tl.load(qe_ptr + b * D + ds, mask=dm, other=0.0).to(tl.float32)
-        e = tl.load(e_ptr + ids[:, None] * D + ds[None, :], mask=valid[:, None] & dm[None, :],
+        e = tl.load(e_ptr + ids[:, None] * stride_e + ds[None, :], mask=valid[:, None] & dm[None, :],
                     other=0.0).to(tl.float32)
         acc += tl.sum(e * q[None, :], axis=1)
     tl.store(out_ptr + b * Ks + j, tl.where(valid, acc, float("-inf")), mask=jm)
@@ -428,10 +428,11 @@ def _keys(q, c, metric):
     if B <= SMALL_B:
         qb = max(2, triton.next_power_of_2(B))
         _keys_small_b_kernel[(triton.cdiv(N, _SMALL_BLOCK_N),)](
-            q, c, keys, B, N, T, IP=ip, QB=qb, BLOCK_N=_SMALL_BLOCK_N, BLOCK_T=_SMALL_BLOCK_T)
+            q, c, keys, B, N, T, c.stride(0), IP=ip, QB=qb, BLOCK_N=_SMALL_BLOCK_N,
+            BLOCK_T=_SMALL_BLOCK_T)
     else:
         grid = (triton.cdiv(N, _DOT_BLOCK_N), triton.cdiv(B, _DOT_BLOCK_Q))
-        _keys_dot_kernel[grid](q, c, keys, B, N, T, IP=ip, HALF=(c.dtype != torch.float32),
+        _keys_dot_kernel[grid](q, c, keys, B, N, T, c.stride(0), IP=ip, HALF=(c.dtype != torch.float32),
                                BLOCK_N=_DOT_BLOCK_N, BLOCK_Q=_DOT_BLOCK_Q, BLOCK_T=_DOT_BLOCK_T)
     return keys
 
@@ -499,7 +500,7 @@ def theme_scoped_search(q, qe, c, e, K, k, w, metric):
         cut = last = keys  # unused when ALL
     else:
         cut, last = _cuts(keys, K)
-    _score_kernel[(triton.cdiv(N, _BLOCK_N), B)](qe, e, keys, cut, last, scores, N, D, float(w),
+    _score_kernel[(triton.cdiv(N, _BLOCK_N), B)](qe, e, keys, cut, last, scores, N, D, e.stride(0), float(w),
                                                 IP=(metric == "ip"), ALL=(K >= N),
                                                 BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D)
     return _top_k(scores, torch.full((B,), K), k)
@@ -508,7 +509,7 @@ def theme_scoped_search(q, qe, c, e, K, k, w, metric):
 def scoped_dense_search(qe, e, scope, k):
     B, Ks = scope.shape
     scores = torch.empty((B, Ks), dtype=torch.float32, device=qe.device)
-    _gather_score_kernel[(triton.cdiv(Ks, _BLOCK_N), B)](qe, e, scope, scores, Ks, e.shape[1],
+    _gather_score_kernel[(triton.cdiv(Ks, _BLOCK_N), B)](qe, e, scope, scores, Ks, e.shape[1], e.stride(0),
                                                         BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D)
     return _top_k(scores, (scope >= 0).sum(1), k, col_ids=scope)
 
@@ -523,22 +524,22 @@ def aot_variants():
             for qb in (2, 4, 8):
                 out.append(variant(
                     _keys_small_b_kernel, dict(q_ptr="*fp32", c_ptr=cptr, keys_ptr="*i64",
-                                               B="i32", N="i32", T="i32"),
+                                               B="i32", N="i32", T="i32", stride_c="i32"),
                     IP=ip, QB=qb, BLOCK_N=_SMALL_BLOCK_N, BLOCK_T=_SMALL_BLOCK_T))
             out.append(variant(
                 _keys_dot_kernel, dict(q_ptr="*fp32", c_ptr=cptr, keys_ptr="*i64", B="i32",
-                                       N="i32", T="i32"),
+                                       N="i32", T="i32", stride_c="i32"),
                 IP=ip, HALF=dt != "float32", BLOCK_N=_DOT_BLOCK_N, BLOCK_Q=_DOT_BLOCK_Q,
                 BLOCK_T=_DOT_BLOCK_T))
             for all_rows in (False, True):
                 out.append(variant(
                     _score_kernel, dict(qe_ptr="*fp32", e_ptr=cptr, keys_ptr="*i64",
                                         cut_key_ptr="*i64", last_eq_ptr="*i64", out_ptr="*fp32",
-                                        N="i32", D="i32", w="fp32"),
+                                        N="i32", D="i32", stride_e="i32", w="fp32"),
                     IP=ip, ALL=all_rows, BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D))
         out.append(variant(
             _gather_score_kernel, dict(qe_ptr="*fp32", e_ptr=cptr, ids_ptr="*i64",
-                                       out_ptr="*fp32", Ks="i32", D="i32"),
+                                       out_ptr="*fp32", Ks="i32", D="i32", stride_e="i32"),
             BLOCK_N=_BLOCK_N, BLOCK_D=_SCORE_BLOCK_D))
     for dt, cptr in FLOAT_PTRS.items():
         if dt == "float32":

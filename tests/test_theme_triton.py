@@ -192,3 +192,26 @@ def test_fused_theme_values_from_split_queries(dtype, monkeypatch):
     want = ((q.double()[:, None, :] - cd[None]) ** 2).sum(-1) - shift.double()[:, None]
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(prods.double(), q.double() @ cd.T, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("B", [2, 12])  # the small-B kernel and the tensor-core one
+def test_triton_backend_reads_padded_rows_in_place(B):
+    """A corpus stored with padded rows (pad_rows, what ThemeIndex.to keeps on a GPU) goes to
+    the Triton kernels as it is: they read rows by their stride (no contiguous copy of the
+    corpus per call, which the backend made before), and padding holding inf is never read."""
+    from rasfast.ops.theme import _rows
+    q, qe, c, e = float_data(B, 90, 13, 9, torch.float16, seed=B)
+    cs, es = (torch.full((t.shape[0], 32), float("inf"), dtype=t.dtype) for t in (c, e))
+    cs[:, :13], es[:, :9] = c, e
+    cp, ep = cs[:, :13], es[:, :9]
+    assert _rows(cp, "triton") is cp and _rows(ep, "triton") is ep
+    for metric in ("l2", "ip"):
+        assert torch.equal(rasfast.theme_scope(q, cp, 40, metric, backend="triton"),
+                           rasfast.theme_scope(q, c, 40, metric, backend="triton"))
+        got = rasfast.theme_scoped_search(q, qe, cp, ep, 40, 6, 0.1, metric, backend="triton")
+        want = rasfast.theme_scoped_search(q, qe, c, e, 40, 6, 0.1, metric, backend="triton")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    scope = rasfast.theme_scope(q, c, 40, backend="triton")
+    got = rasfast.scoped_dense_search(qe, ep, scope, 5, backend="triton")
+    want = rasfast.scoped_dense_search(qe, e, scope, 5, backend="triton")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -324,10 +324,13 @@ def _theme_scoped_search(q, qe, c, e, K, k, w, metric, backend, validate):
 
 
 def _rows(t: torch.Tensor, backend: str) -> torch.Tensor:
-    """A corpus matrix for ``backend``: cuda takes row-padded views (unit column stride, the
-    layout of rasfast.ops.theme_gemm.pad_rows) as they are, for its GEMM path; the kernels
-    that need contiguous rows make them where they run. Others get contiguous rows."""
-    if backend == "cuda" and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
+    """A corpus matrix for ``backend``: cuda and triton take row-padded views (unit column
+    stride, the layout of rasfast.ops.theme_gemm.pad_rows, which ThemeIndex.to keeps on a
+    GPU) as they are: cuda's GEMM path and the Triton kernels read rows by their stride (the
+    CUDA kernels that need contiguous rows make them where they run); the Triton backend
+    copied such a corpus to contiguous rows every call before the eighteenth session. Others
+    get contiguous rows."""
+    if backend in ("cuda", "triton") and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
         return t
     return t.contiguous()
 
