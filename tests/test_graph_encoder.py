@@ -244,3 +244,18 @@ def test_host_index_arrays_go_to_a_gpu_model_as_numpy():
     assert isinstance(got, np.ndarray) and (got == t.numpy()).all()
     same = _host_or(t, torch.device("cpu"))
     assert isinstance(same, torch.Tensor) and same.device.type == "cpu"
+
+
+def test_host_features_go_to_a_gpu_model_without_a_blocking_copy(monkeypatch):
+    """encode_batch moves a host batch's x and edge_attr to a GPU model through the pinned
+    staging copy (rasfast.ops._deferred.to_device: non-blocking), then casts there; a CPU
+    model gets a plain .to."""
+    from rasfast.models import graph_encoder as ge
+    moved = []
+    monkeypatch.setattr(ge, "to_device", lambda t, dev: moved.append(dev) or t)
+    x = torch.randn(3, 4)
+    got = ge._to_model(x, torch.device("cuda", 0), torch.bfloat16)  # staged (stubbed here), cast
+    assert moved == [torch.device("cuda", 0)] and got.dtype == torch.bfloat16
+    assert torch.equal(got, x.to(torch.bfloat16))
+    same = ge._to_model(x, torch.device("cpu"), torch.float32)
+    assert same is x and len(moved) == 1

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops._deferred import to_device
 from ..ops._library import traced
 from ..ops.graph_conv import (flat_layers, graph_transformer_pool, pool_operator, train_pool,
                               transformer_conv)
@@ -67,6 +68,16 @@ class TransformerConvLayer(nn.Module):
                            g(self.lin_value, "weight"), g(self.lin_value, "bias"),
                            g(self.lin_edge, "weight"), g(self.lin_skip, "weight"),
                            g(self.lin_skip, "bias"), g(self.lin_beta, "weight"))
+
+
+def _to_model(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Features of a host batch on the model's GPU without a host sync: a pinned staging copy
+    and a non-blocking transfer (torch copies pageable memory synchronously: a wait for the
+    device's queue on every per-question call), then the dtype there."""
+    if t.device.type == "cpu" and device.type == "cuda":
+        t = to_device(t, device)
+        return t if t.dtype == dtype else t.to(dtype)
+    return t.to(device, dtype)
 
 
 def _host_or(index: torch.Tensor, device: torch.device):
@@ -208,8 +219,8 @@ class GraphEncoder(nn.Module):
                 return pool_operator(x.to(p.device, p.dtype), edge_index.to(p.device),
                                      None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                      graph_ptr.to(p.device), self._layer_args(), backend)
-            return graph_transformer_pool(x.to(p.device, p.dtype), _host_or(edge_index, p.device),
-                                          None if edge_attr is None else edge_attr.to(p.device, p.dtype),
+            return graph_transformer_pool(_to_model(x, p.device, p.dtype), _host_or(edge_index, p.device),
+                                          None if edge_attr is None else _to_model(edge_attr, p.device, p.dtype),
                                           _host_or(graph_ptr, p.device), self.layer_specs(),
                                           backend=backend)
 
