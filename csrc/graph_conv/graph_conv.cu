@@ -388,7 +388,7 @@ void with_lane_registers(int64_t C, F&& f) {
 // Threads of an epilogue block, the layer kernel's too (a warp a head there, so at most 8
 // heads): the same count in both, so their block sums add in the same order and the results
 // agree bit for bit; 256 threads leave ptxas 255 registers a thread for the attention's
-// 3 x R per-lane values at C = 1024 (it uses 162-184 there, 48-56 at C = 128). Below 4 heads
+// 3 x R per-lane values at C = 1024 (it uses 162-184 there, 48 at C = 128). Below 4 heads
 // most of the block's warps would idle through the attention: the two kernels serve those.
 constexpr unsigned kEpilogueThreads = 256;
 constexpr int64_t kLayerMaxHeads = kEpilogueThreads / kWarp;
