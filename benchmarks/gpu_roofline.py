@@ -219,6 +219,19 @@ def op_calls(dev, emulate: bool):
     ei_host, gptr_host = ei.cpu().numpy(), gptr.cpu().numpy()
     calls["graph_transformer_pool, host index arrays"] = (
         lambda: rasfast.graph_transformer_pool(xb, ei_host, ea, gptr_host, specs, backend=be), [xb])
+    # one RAS question's subgraph (30 nodes, 120 edges) through GraphEncoder from a host batch:
+    # eager, and replayed from the CUDA graph of its padded size bucket (rasfast.models.
+    # graph_replay; on the emulator the same padded path through rasfast.ops.replay.EagerGraphs)
+    from rasfast.models.graph_encoder import GraphEncoder
+    from rasfast.ops.replay import EagerGraphs
+    qx, qei, qea, qptr = make_batch(1, dim=dim)
+    enc_eager = GraphEncoder.from_pyg(convs, norms).eval()
+    enc_graph = GraphEncoder.from_pyg(convs, norms).eval().enable_cuda_graphs(
+        graphs=EagerGraphs() if emulate else None)
+    calls["GraphEncoder, one question's subgraph"] = (
+        lambda: enc_eager.encode_batch(qx, qei, qea, qptr, backend=be), [])
+    calls["GraphEncoder, one question's subgraph, CUDA graph replay"] = (
+        lambda: enc_graph.encode_batch(qx, qei, qea, qptr, backend=be), [])
     return calls
 
 
@@ -456,7 +469,9 @@ def op_capture(dev, emulate: bool):
     each replay must equal a fresh eager call, and the replay's device time is set beside
     the eager call's (what the host's launch work costs the op)."""
     if emulate:
-        return {"note": "not on the emulator"}
+        return {"note": "not on the emulator (but the encoder's padded replay path, with "
+                        "EagerGraphs standing in for CUDA graphs)",
+                "GraphEncoder per question, CUDA graph replay": encoder_replay(dev, True)}
     from beam_graph import make_problem
     g = torch.Generator().manual_seed(7)
     out = {}
@@ -514,7 +529,45 @@ def op_capture(dev, emulate: bool):
                          "eager_ms": device_ms(fn, 20, False)}
         except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    out["GraphEncoder per question, CUDA graph replay"] = encoder_replay(dev, False)
     return out
+
+
+def encoder_replay(dev, emulate: bool) -> dict:
+    """RAS's encoder (1024-d, 8 heads, 3 layers) on single questions' subgraphs (host batches
+    of 8-40 nodes, as GraphEncoder gets them) replayed from CUDA graphs of padded size buckets
+    (rasfast.models.graph_replay), against the eager path on the same batches: the largest
+    relative difference (the GEMMs' row counts differ, so their rounding may), the buckets
+    captured, and each path's time a call with its host work (CUDA events around the call:
+    a host-bound call shows its host time). On the emulator: small dims, EagerGraphs."""
+    try:
+        from graph_conv_workload import make_batch, make_modules
+        from rasfast.models.graph_encoder import GraphEncoder
+        from rasfast.ops.replay import EagerGraphs
+        dim = 32 if emulate else 1024
+        convs, norms, _ = make_modules(device=dev, dim=dim, llm_hidden=64)
+        eager = GraphEncoder.from_pyg(convs, norms).eval()
+        graphed = GraphEncoder.from_pyg(convs, norms).eval().enable_cuda_graphs(
+            graphs=EagerGraphs() if emulate else None)
+        batches = []
+        for seed, nodes in enumerate((30, 22, 8, 40, 30)):
+            x, ei, ea, _ = make_batch(2, seed=seed, dim=dim)  # 60 nodes; the first `nodes` kept
+            keep = ei.max(0).values < nodes
+            batches.append((x[:nodes].contiguous(), ei[:, keep].contiguous(), ea[keep].contiguous(),
+                            torch.tensor([0, nodes])))
+        with torch.no_grad():
+            err = 0.0
+            for b in batches:
+                want = eager.encode_batch(*b, backend="cuda")
+                got = graphed.encode_batch(*b, backend="cuda")
+                err = max(err, float((got - want).abs().max() / want.abs().max().clamp(min=1e-30)))
+            b = batches[0]
+            rounds = 2 if emulate else 20
+            return {"max_rel_diff": err, "matches": err < 1e-3, "buckets": graphed._replay.captures,
+                    "replay_ms": device_ms(lambda: graphed.encode_batch(*b, backend="cuda"), rounds, emulate),
+                    "eager_ms": device_ms(lambda: eager.encode_batch(*b, backend="cuda"), rounds, emulate)}
+    except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
 
 def segment_bytes(B: int, M: int, D: int, elem: int, ids: bool) -> int:
@@ -651,7 +704,8 @@ def compiled_markdown(rows) -> list:
 # 10% (33-95%): where their host time goes, for the next change to aim at
 HOST_PROFILED = ("theme_scoped_search (gemm path) validate='none'", "triple_beam_search validate='none'",
                  "triple_beam_search, device seeds, validate='none'", "segment_topk_scores validate='none'",
-                 "graph_transformer_pool validate='none'", "graph_transformer_pool, host index arrays")
+                 "graph_transformer_pool validate='none'", "graph_transformer_pool, host index arrays",
+                 "GraphEncoder, one question's subgraph", "GraphEncoder, one question's subgraph, CUDA graph replay")
 
 
 def host_profiles(dev, emulate: bool) -> dict:

@@ -30,6 +30,13 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     # select_k reads nothing back on the device path
     assert "| select_k (8 x 50k, k=100) | 0 |" in md
     assert "| segment_topk_scores validate='none' | 0 |" in md
+    # one question's subgraph through GraphEncoder, replayed from its padded bucket's graph
+    # (EagerGraphs here), equal to the eager encodings. Its host batch's index arrays are read
+    # on the host, which the emulator, whose every tensor is a CPU tensor, counts as syncs:
+    # tests/test_graph_replay.py counts the captured call alone
+    assert "| GraphEncoder, one question's subgraph, CUDA graph replay |" in md
+    replay = md.split("'GraphEncoder per question, CUDA graph replay': ")[1].split("}")[0]
+    assert "'matches': True" in replay and "error" not in replay, replay
     # where the host time of each sync-free op goes (the next GPU run's measured reasons)
     from benchmarks.gpu_roofline import HOST_PROFILED
     for name in HOST_PROFILED:

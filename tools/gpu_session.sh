@@ -52,7 +52,7 @@ test)
   files=${TESTS:-tests/test_select.py tests/test_theme_ops.py tests/test_theme_triton.py tests/test_beam.py \
     tests/test_segment.py tests/test_graph_conv.py tests/test_check_finite.py tests/test_index.py \
     tests/test_dispatch.py tests/test_gpu_offsets.py tests/test_profile.py tests/test_native_cuda_ops.py \
-    tests/test_torch_ops_cuda.py tests/test_graph_conv_backward.py}
+    tests/test_torch_ops_cuda.py tests/test_graph_conv_backward.py tests/test_graph_replay.py}
   $PY -m pytest -q -p no:cacheprovider --timeout=900 -rfEs "$@" $files 2>&1 | tee "$OUT/test.log"
   ;;
 sanitize)

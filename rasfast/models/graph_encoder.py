@@ -35,6 +35,7 @@ from ..ops.graph_conv import (flat_layers, graph_transformer_pool, pool_operator
 from ..ops.graph_conv_params import ConvWeights, NormWeights
 from ..reference import graph_conv as _ref
 from .graph_encoder_export import export_graph_encoder
+from .graph_replay import PoolReplay
 from .question_graph import QuestionGraph, batch_graphs
 
 
@@ -130,6 +131,18 @@ class GraphEncoder(nn.Module):
         self._specs = None
         self.cache_hits = 0
         self.cache_misses = 0
+        self._replay: Optional[PoolReplay] = None
+
+    def enable_cuda_graphs(self, enabled: bool = True, max_graphs: int = 8, graphs=None) -> "GraphEncoder":
+        """Eval-mode encodings of host batches on a CUDA model replayed from CUDA graphs, one
+        per padded size bucket (:mod:`rasfast.models.graph_replay`): a per-question call then
+        costs the host its three input copies and one graph launch instead of every kernel's
+        launch. Up to ``max_graphs`` buckets are kept. Training, device-resident index arrays
+        and traced calls keep the eager path. ``graphs``: the capture implementation
+        (:class:`rasfast.ops.replay.EagerGraphs` runs the same padded path without a GPU).
+        Returns self."""
+        self._replay = PoolReplay(max_graphs, graphs) if enabled else None
+        return self
 
     # ---- construction from RAS's PyG modules -------------------------------------------
     @classmethod
@@ -219,10 +232,20 @@ class GraphEncoder(nn.Module):
                 return pool_operator(x.to(p.device, p.dtype), edge_index.to(p.device),
                                      None if edge_attr is None else edge_attr.to(p.device, p.dtype),
                                      graph_ptr.to(p.device), self._layer_args(), backend)
+            if self._replays(p.device, edge_index, graph_ptr, backend):
+                return self._replay(self.layer_specs(), x, edge_index, edge_attr, graph_ptr,
+                                    p.dtype, p.device, backend)
             return graph_transformer_pool(_to_model(x, p.device, p.dtype), _host_or(edge_index, p.device),
                                           None if edge_attr is None else _to_model(edge_attr, p.device, p.dtype),
                                           _host_or(graph_ptr, p.device), self.layer_specs(),
                                           backend=backend)
+
+    def _replays(self, device: torch.device, edge_index, graph_ptr, backend: str) -> bool:
+        """The graph-replay path serves this call: enabled, a device it serves, the index
+        arrays on the host (padding them is host work), a compiled backend (not "torch")."""
+        r = self._replay
+        return (r is not None and r.serves(device) and backend != "torch"
+                and all(getattr(a, "device", torch.device("cpu")).type == "cpu" for a in (edge_index, graph_ptr)))
 
     def export(self, x, edge_index, edge_attr, graph_ptr, backend: str = "auto",
                project: bool = False, dynamic: bool = True) -> torch.export.ExportedProgram:
