@@ -144,6 +144,35 @@ def test_the_captured_call_has_no_host_sync():
     assert w.kernels > 0, w.summary()
 
 
+@cuda_kernels
+def test_the_graph_keeps_the_memory_it_reads_alive():
+    """A captured graph reads the layer plans and the stacked edge weights by address: the
+    entry holds the plans made at capture, and the edge stack lives on the weights object
+    (not in an evicting module cache), so neither is freed while the graph exists."""
+    enc = _encoder()
+    specs = enc.layer_specs()
+    r = PoolReplay(graphs=EagerGraphs())
+    x, ei, ea, gp = _batch(np.random.default_rng(6), [30], 24, 16)
+    r(specs, x, ei, ea, gp, torch.float32, GPU_DEVICE, "cuda")
+    entry = next(iter(r._entries.values()))
+    plans = [p for w, _, _ in specs for _, p in w.__dict__.get("_cuda_plans", {}).values()]
+    held = [q for kept in entry.kept for _, q in kept]
+    assert plans and all(any(p is q for q in held) for p in plans)
+    assert "_edge_stacks" in specs[0][0].__dict__
+
+
+def test_norm_weights_converted_once_while_unmodified():
+    from rasfast.ops.graph_conv_params import NormWeights
+    n = NormWeights(torch.ones(4, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.bfloat16))
+    a = n.to("cpu", torch.float32)
+    assert a is n.to("cpu", torch.float32) and a.weight.dtype == torch.float32
+    assert n.to("cpu", torch.bfloat16) is n
+    with torch.no_grad():
+        n.weight.mul_(2)  # in place: the converted copy is stale
+    b = n.to("cpu", torch.float32)
+    assert b is not a and torch.equal(b.weight, torch.full((4,), 2.0))
+
+
 def test_a_static_buffer_not_refreshed_would_be_caught():
     """The stand-in replays what a CUDA graph would: the captured call on the static buffers.
     A loader that skipped an input gives the previous batch's answer, and the test above would

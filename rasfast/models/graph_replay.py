@@ -99,8 +99,10 @@ class _Entry:
             self.x, self.index[:2 * ep].view(2, ep), self.ea, self.index[2 * ep:], specs,
             backend=backend, validate="none")
         self._graphs = graphs
+        self._specs = specs
         self.graph = None
         self.out = None
+        self.kept = ()
 
     def load(self, x, edge_attr, index: np.ndarray) -> None:
         copy_into(self.x, x)
@@ -111,6 +113,9 @@ class _Entry:
     def run(self) -> torch.Tensor:
         if self.graph is None:  # the inputs of this first call are loaded: capture on them
             self.graph, (self.out,) = self._graphs.capture(self._call)
+            # the graph reads the layer plans made for these weights (packed projections,
+            # float32 norm parameters): held here, so no later eviction frees their memory
+            self.kept = tuple(tuple(w.__dict__.get("_cuda_plans", {}).values()) for w, _, _ in self._specs)
         self.graph.replay()
         return self.out
 

@@ -87,23 +87,21 @@ def _fusable(mod, h: int, c: int, concat: bool) -> bool:
     return ok
 
 
-# the layers' edge projections stacked, per tuple of weights objects (identity-checked)
-_EDGE_STACKS: dict = {}
-
-
 def _edge_rows(ea, specs):
     """Every layer's projected edge rows from one GEMM, [E, sum of H*C], or None (no edge
     features, or one layer): the layers all project the same edge_attr, so one product
-    replaces one launch a layer; each layer's attention reads its columns (a row stride)."""
+    replaces one launch a layer; each layer's attention reads its columns (a row stride).
+    The stacked weights are kept on the first layer's (immutable) weights object, per tuple
+    of the later ones: they live as long as the weights, never evicted, so a CUDA graph
+    captured with these weights (rasfast.models.graph_replay) keeps reading live memory."""
     if ea is None or len(specs) < 2:
         return None
     ws = tuple(w for w, _, _ in specs)
-    key = tuple(id(w) for w in ws)
-    hit = _EDGE_STACKS.get(key)
-    if hit is None or any(a is not b for a, b in zip(hit[0], ws)):
-        if len(_EDGE_STACKS) >= 16:
-            _EDGE_STACKS.clear()
-        hit = _EDGE_STACKS[key] = (ws, torch.cat([w.w_edge for w in ws]))
+    stacks = ws[0].__dict__.setdefault("_edge_stacks", {})
+    key = tuple(id(w) for w in ws[1:])
+    hit = stacks.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], ws[1:])):
+        hit = stacks[key] = (ws[1:], torch.cat([w.w_edge for w in ws]))
     return F.linear(ea, hit[1])
 
 

@@ -118,8 +118,19 @@ class NormWeights:
                                  (dtype is None or dtype == t.dtype))
         if same(self.weight) and same(self.bias):
             return self
+        # kept per (device, dtype) while the tensors are unmodified: a bfloat16 model's norms
+        # were converted to float32 on every call, and each new object made a new CUDA layer
+        # plan (graph_conv_gpu._plan), evicting the plan a captured CUDA graph reads
+        memo = self.__dict__.setdefault("_to", {})
+        key = (None if device is None else torch.device(device), dtype)
+        versions = tuple(None if t is None else t._version for t in (self.weight, self.bias))
+        hit = memo.get(key)
+        if hit is not None and hit[0] == versions:
+            return hit[1]
         f = (lambda t: None if t is None else t.detach().to(device=device, dtype=dtype))
-        return NormWeights(f(self.weight), f(self.bias), self.eps)
+        out = NormWeights(f(self.weight), f(self.bias), self.eps)
+        memo[key] = (versions, out)
+        return out
 
 
 def _opt(sd: Mapping[str, torch.Tensor], key: str) -> Optional[torch.Tensor]:
