@@ -245,3 +245,20 @@ def test_encoder_keeps_the_eager_path_for_device_index_arrays_and_the_torch_back
     assert not enc._replays(torch.device("cpu"), ei.to("meta"), gp, "cpu")
     assert not PoolReplay().serves(torch.device("cpu"))  # CUDA graphs: a CUDA device only
     assert PoolReplay().serves(torch.device("cuda", 0))
+
+
+def test_layer_specs_follow_replaced_modules_and_parameters():
+    """The weights key walks the modules' own parameter dicts: a replaced submodule, a new
+    parameter object and an in-place update each give new specs (so new graphs)."""
+    enc = _encoder()
+    s0 = enc.layer_specs()
+    assert enc.layer_specs() is s0
+    enc.convs[1].lin_value = torch.nn.Linear(32, 32)
+    s1 = enc.layer_specs()
+    assert s1 is not s0 and torch.equal(s1[1][0].w_value, enc.convs[1].lin_value.weight)
+    enc.norms[0].weight = torch.nn.Parameter(torch.full((32,), 2.0))
+    s2 = enc.layer_specs()
+    assert s2 is not s1 and torch.equal(s2[0][1].weight, torch.full((32,), 2.0))
+    with torch.no_grad():
+        enc.convs[2].lin_skip.bias.add_(1.0)
+    assert enc.layer_specs() is not s2
