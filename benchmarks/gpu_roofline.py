@@ -177,6 +177,20 @@ def op_calls(dev, emulate: bool):
     calls["theme_scoped_search (gemm path) validate='none'"] = (
         gemm_path(lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, K, 10, validate="none", backend=be)),
         [cppd, cemb])
+    # one RAS sub-query through ThemeIndex.search with numpy queries (the RAS retriever's) on
+    # the index moved to the device: eager, and replayed from the CUDA graph of its shape
+    # (rasfast.index.theme_replay; the emulator runs the same path through EagerGraphs). The
+    # results come back to the host, so both rows include that copy's wait
+    import copy as _copy
+    from rasfast import ThemeIndex
+    from rasfast.ops.replay import EagerGraphs
+    tix = ThemeIndex.build(cemb.cpu(), cppd.cpu()).to(dev)
+    tix_graph = _copy.copy(tix).enable_cuda_graphs(graphs=EagerGraphs() if emulate else None)
+    tq = (qppd[:1].cpu().numpy(), qemb[:1].cpu().numpy())
+    calls["ThemeIndex.search, one question (numpy queries)"] = (
+        lambda: tix.search(*tq, K, 10, backend=be), [])
+    calls["ThemeIndex.search, one question, CUDA graph replay"] = (
+        lambda: tix_graph.search(*tq, K, 10, backend=be), [])
 
     from beam_graph import make_problem
     prob = make_problem(n=20_000 if not emulate else 500, dim=64 if not emulate else 16,
@@ -469,9 +483,10 @@ def op_capture(dev, emulate: bool):
     each replay must equal a fresh eager call, and the replay's device time is set beside
     the eager call's (what the host's launch work costs the op)."""
     if emulate:
-        return {"note": "not on the emulator (but the encoder's padded replay path, with "
+        return {"note": "not on the emulator (but the per-question replay paths, with "
                         "EagerGraphs standing in for CUDA graphs)",
-                "GraphEncoder per question, CUDA graph replay": encoder_replay(dev, True)}
+                "GraphEncoder per question, CUDA graph replay": encoder_replay(dev, True),
+                "ThemeIndex.search per question, CUDA graph replay": search_replay(dev, True)}
     from beam_graph import make_problem
     g = torch.Generator().manual_seed(7)
     out = {}
@@ -530,7 +545,33 @@ def op_capture(dev, emulate: bool):
         except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     out["GraphEncoder per question, CUDA graph replay"] = encoder_replay(dev, False)
+    out["ThemeIndex.search per question, CUDA graph replay"] = search_replay(dev, False)
     return out
+
+
+def search_replay(dev, emulate: bool) -> dict:
+    """ThemeIndex.search of single sub-queries (numpy, as the RAS retriever's) on an index on
+    the device (N = 200k, T = 298, D = 384, 4 shards; K = 2,000, k = 10), replayed from CUDA
+    graphs (rasfast.index.theme_replay) against the eager search on the same queries: whether
+    every answer matches, and each path's time a call, results on the host included."""
+    try:
+        from rasfast import ThemeIndex
+        from rasfast.ops.replay import EagerGraphs
+        import copy as _copy
+        N, T, D, K = (200_000, 298, 384, 2_000) if not emulate else (600, 298, 32, 50)
+        g = torch.Generator().manual_seed(11)
+        ppd, emb = torch.rand(N, T, generator=g), torch.randn(N, D, generator=g)
+        eager = ThemeIndex.build(emb, ppd, shards=4).to(dev)
+        graphed = _copy.copy(eager).enable_cuda_graphs(graphs=EagerGraphs() if emulate else None)
+        qs = [(torch.rand(1, T, generator=g).numpy(), torch.randn(1, D, generator=g).numpy()) for _ in range(5)]
+        same = all(np.array_equal(graphed.search(*q, K, 10, backend="cuda")[0], eager.search(*q, K, 10, backend="cuda")[0])
+                   for q in qs)
+        rounds = 2 if emulate else 20
+        return {"matches": bool(same), "graphs": graphed._replay.captures,
+                "replay_ms": device_ms(lambda: graphed.search(*qs[0], K, 10, backend="cuda"), rounds, emulate),
+                "eager_ms": device_ms(lambda: eager.search(*qs[0], K, 10, backend="cuda"), rounds, emulate)}
+    except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
 
 def encoder_replay(dev, emulate: bool) -> dict:
@@ -705,7 +746,9 @@ def compiled_markdown(rows) -> list:
 HOST_PROFILED = ("theme_scoped_search (gemm path) validate='none'", "triple_beam_search validate='none'",
                  "triple_beam_search, device seeds, validate='none'", "segment_topk_scores validate='none'",
                  "graph_transformer_pool validate='none'", "graph_transformer_pool, host index arrays",
-                 "GraphEncoder, one question's subgraph", "GraphEncoder, one question's subgraph, CUDA graph replay")
+                 "GraphEncoder, one question's subgraph", "GraphEncoder, one question's subgraph, CUDA graph replay",
+                 "ThemeIndex.search, one question (numpy queries)",
+                 "ThemeIndex.search, one question, CUDA graph replay")
 
 
 def host_profiles(dev, emulate: bool) -> dict:

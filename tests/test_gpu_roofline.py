@@ -37,6 +37,9 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     assert "| GraphEncoder, one question's subgraph, CUDA graph replay |" in md
     replay = md.split("'GraphEncoder per question, CUDA graph replay': ")[1].split("}")[0]
     assert "'matches': True" in replay and "error" not in replay, replay
+    assert "| ThemeIndex.search, one question, CUDA graph replay |" in md
+    replay = md.split("'ThemeIndex.search per question, CUDA graph replay': ")[1].split("}")[0]
+    assert "'matches': True" in replay and "error" not in replay, replay
     # where the host time of each sync-free op goes (the next GPU run's measured reasons)
     from benchmarks.gpu_roofline import HOST_PROFILED
     for name in HOST_PROFILED:

@@ -32,7 +32,7 @@ LAYERS = [
     ("systems", ["systems", "systems.registry", "systems.ras", "systems.gear", "systems.kirag",
                  "systems.structrag"]),
     ("index", ["index", "index.theme_index", "index.store", "index.stream", "index.passages", "index.bm25",
-               "index.durable", "index.distributed", "index.knowledge", "index.array_header",
+               "index.durable", "index.distributed", "index.knowledge", "index.array_header", "index.theme_replay",
                "index.manifest_schemas", "distributed"]),
     ("llm", ["llm"]),
     ("models and data", ["models", "graph", "theme", "encode", "profile", "data", "bench", "metrics"]),

@@ -197,6 +197,7 @@ class ThemeIndex:
         # rows known finite (DESIGN.md s.11: the corpus is validated once, never per search)
         self._finite = _FiniteRows()
         self._token = uuid.uuid4().hex  # names this handle's uncommitted in-place rows
+        self._replay = None  # enable_cuda_graphs()
 
     def _view(self) -> "ThemeIndex":
         """A consistent snapshot of the index (shares the arrays; a later add is not seen)."""
@@ -728,31 +729,55 @@ class ThemeIndex:
         if B == 0:
             ids = torch.empty((0, k), dtype=torch.int64)
             return to_kind(ids, kind), to_kind(torch.empty((0, k)), kind)
-        parts = []
-        if not streamed:
+        dev = qe.device  # where the results go
+        if streamed:
+            parts = [self._search_blocks(qp, qe, a, b, K, k, w, chunk_rows, max_memory)
+                     for a, b in ranges]
+            ids, sc = parts[0][::-1] if len(parts) == 1 else _stream.merge_results(parts, k)
+        else:
+            # the search runs where the index is: host queries (the RAS retriever's numpy
+            # arrays) go to a GPU index's device, non-blocking, and the results come back
             from .. import dispatch
-            from ..ops.theme import fused_search_validated
-            be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
+            from ..ops._deferred import to_device
+            idev = self.emb.device
+            be = dispatch.resolve(backend, idev, "theme_scoped_search")
             self._check_corpus_once(be)
-            if qp.device != qe.device:
-                qp = qp.to(qe.device)
+            if self._replay is not None and self._replay.serves(idev, qe.device, be):
+                ids, sc = self._replay(self, qp, qe, ranges, K, k, w, be)
+            else:
+                qe, qp = to_device(qe, idev), to_device(qp, idev)
+                ids, sc = self._search_ranges(qp, qe, ranges, K, k, w, be)
+        if ids.device != dev:
+            ids, sc = ids.to(dev), sc.to(dev)
+        return to_kind(ids, kind), to_kind(sc, kind)
+
+    def _search_ranges(self, qp, qe, ranges, K, k, w, be):
+        """(ids, scores) of validated queries on the compiled kernels, one call per range
+        (shard) and a merge, all on the index's device: no host read (a CUDA graph captures
+        it as it is, rasfast.index.theme_replay)."""
+        from ..ops.theme import fused_search_validated
+        parts = []
         for a, b in ranges:
-            if streamed:
-                parts.append(self._search_blocks(qp, qe, a, b, K, k, w, chunk_rows, max_memory))
-                continue
             ids, sc = fused_search_validated(qp, qe, self.ppd[a:b], self.emb[a:b],
                                              K, k, w, self.metric, be)
             if a:
                 ids = torch.where(ids >= 0, ids + a, ids)
             parts.append((sc, ids))  # merged where they are: no copy to the host
         if len(parts) == 1:
-            sc, ids = parts[0]
-        else:
-            ids, sc = _stream.merge_results(parts, k)
-        dev = qe.device
-        if ids.device != dev:
-            ids, sc = ids.to(dev), sc.to(dev)
-        return to_kind(ids, kind), to_kind(sc, kind)
+            return parts[0][1], parts[0][0]
+        return _stream.merge_results(parts, k)
+
+    def enable_cuda_graphs(self, enabled: bool = True, max_graphs: int = 8, graphs=None) -> "ThemeIndex":
+        """Searches of host queries on a CUDA index replayed from CUDA graphs, one per
+        (queries, K, k, scope, theme_weight, backend) and state of the matrices
+        (:mod:`rasfast.index.theme_replay`): a per-question call then costs the host its
+        checks, two query copies and one graph launch instead of every kernel's launch.
+        Streamed searches, device queries and the torch backend keep the eager path.
+        ``graphs``: the capture implementation (:class:`rasfast.ops.replay.EagerGraphs` runs
+        the same path without a GPU). Returns self."""
+        from .theme_replay import SearchReplay
+        self._replay = SearchReplay(max_graphs, graphs) if enabled else None
+        return self
 
     def _block_rows(self, B: int, n: int, chunk_rows: Optional[int], max_memory: Optional[int],
                     dense_only: bool = False):

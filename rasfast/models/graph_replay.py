@@ -26,14 +26,13 @@ Inputs are checked on the host (the captured call runs with ``validate="none"``)
 """
 from __future__ import annotations
 
-import collections
 from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
 from ..ops.graph_conv import graph_transformer_pool
-from ..ops.replay import CudaGraphs, EagerGraphs, copy_into
+from ..ops.replay import ReplayCache, StaticUse, copy_into
 
 MIN_EDGES = 64
 MIN_NODES = 32
@@ -103,6 +102,7 @@ class _Entry:
         self.graph = None
         self.out = None
         self.kept = ()
+        self.use = StaticUse()
 
     def load(self, x, edge_attr, index: np.ndarray) -> None:
         copy_into(self.x, x)
@@ -120,7 +120,7 @@ class _Entry:
         return self.out
 
 
-class PoolReplay:
+class PoolReplay(ReplayCache):
     """``graph_transformer_pool`` of host-indexed batches, replayed from a CUDA graph per
     size bucket (module doc). Up to ``max_graphs`` buckets are kept, least recently used
     dropped; all are dropped when the layer specs change (new weights).
@@ -129,30 +129,17 @@ class PoolReplay:
     :class:`~rasfast.ops.replay.EagerGraphs` to run the same padded path without a GPU.
     """
 
-    def __init__(self, max_graphs: int = 8, graphs=None):
-        if int(max_graphs) < 1:
-            raise ValueError(f"max_graphs: expected >= 1, got {max_graphs}")
-        self.max_graphs = int(max_graphs)
-        self.graphs = graphs if graphs is not None else CudaGraphs()
-        self._entries: "collections.OrderedDict[tuple, _Entry]" = collections.OrderedDict()
-        self._specs = None
-        self.captures = 0
+    _specs = None
 
     def serves(self, device: torch.device) -> bool:
         """CUDA graphs need a CUDA device; the eager stand-in runs anywhere."""
-        return device.type == "cuda" or isinstance(self.graphs, EagerGraphs)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        return device.type == "cuda" or self.eager_stand_in()
 
     def __call__(self, specs, x: torch.Tensor, edge_index, edge_attr: Optional[torch.Tensor], graph_ptr,
                  dtype: torch.dtype, device: torch.device, backend: str = "auto") -> torch.Tensor:
         """[G, hidden]: the pooled vectors of the batch (a new tensor, not the graph's output)."""
         if specs is not self._specs:  # captured graphs read the old weights' packed copies
-            self._entries.clear()
+            self.clear()
             self._specs = specs
         if x.dim() != 2:
             raise ValueError(f"x: expected [N, F], got shape {tuple(x.shape)}")
@@ -163,13 +150,8 @@ class PoolReplay:
             raise ValueError(f"edge_attr: expected {edge_index.shape[1]} rows (one per edge), "
                              f"got {edge_attr.shape[0]}")
         key = (sizes, x.shape[1], None if edge_attr is None else edge_attr.shape[1], dtype, device, backend)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = _Entry(sizes, specs, x.shape[1], key[2], dtype, device, backend, self.graphs)
-            self._entries[key] = entry
-            self.captures += 1
-            while len(self._entries) > self.max_graphs:
-                self._entries.popitem(last=False)
-        self._entries.move_to_end(key)
-        entry.load(x, edge_attr, index)
-        return entry.run()[:len(graph_ptr) - 1].clone()
+        entry = self.entry(key, lambda: _Entry(sizes, specs, x.shape[1], key[2], dtype, device, backend,
+                                               self.graphs))
+        with entry.use.on(device):
+            entry.load(x, edge_attr, index)
+            return entry.run()[:len(graph_ptr) - 1].clone()

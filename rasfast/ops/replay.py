@@ -24,6 +24,8 @@ Two implementations of that contract:
 """
 from __future__ import annotations
 
+import collections
+import threading
 from typing import Callable, Tuple, Union
 
 import torch
@@ -97,3 +99,75 @@ def copy_into(static: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(staged, non_blocking=True)
     else:
         dst.copy_(src)
+
+
+class StaticUse:
+    """One use at a time of a graph's static buffers, across threads and streams: a lock for
+    the host's copy-replay-copy sequence, and on CUDA an event the next use's stream waits
+    for, so a copy into the buffers on one stream cannot overtake a replay still reading them
+    on another. Use: ``with use.on(device): copy in, replay, copy out``."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._event = None
+
+    def on(self, device: torch.device):
+        return _Use(self, device)
+
+
+class _Use:
+    def __init__(self, owner: StaticUse, device: torch.device):
+        self._owner, self._device = owner, device
+
+    def __enter__(self):
+        self._owner._lock.acquire()
+        ev = self._owner._event
+        if ev is not None and self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).wait_event(ev)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self._device.type == "cuda" and exc[0] is None:
+                ev = torch.cuda.Event()
+                ev.record(torch.cuda.current_stream(self._device))
+                self._owner._event = ev
+        finally:
+            self._owner._lock.release()
+        return False
+
+
+class ReplayCache:
+    """The captured graphs of one caller, by key, least recently used dropped past
+    ``max_graphs``; ``graphs``: :class:`CudaGraphs` (default) or :class:`EagerGraphs`."""
+
+    def __init__(self, max_graphs: int = 8, graphs=None):
+        if int(max_graphs) < 1:
+            raise ValueError(f"max_graphs: expected >= 1, got {max_graphs}")
+        self.max_graphs = int(max_graphs)
+        self.graphs = graphs if graphs is not None else CudaGraphs()
+        self._entries: "collections.OrderedDict" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.captures = 0
+
+    def eager_stand_in(self) -> bool:
+        return isinstance(self.graphs, EagerGraphs)
+
+    def entry(self, key, make: Callable[[], object]):
+        """The entry under ``key``, made by ``make()`` when absent (counted in ``captures``)."""
+        with self._lock:
+            e = self._entries.get(key)
+            if e is None:
+                e = self._entries[key] = make()
+                self.captures += 1
+                while len(self._entries) > self.max_graphs:
+                    self._entries.popitem(last=False)
+            self._entries.move_to_end(key)
+            return e
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -232,6 +232,13 @@ def _cached(cache: dict, c: torch.Tensor, make):
     return value
 
 
+def cached_tensors() -> tuple:
+    """The tensors kept per corpus matrix (|c|^2 norms, padded copies). A CUDA graph captured
+    over a search reads them by address, and the caches evict by count: a replay entry holds
+    these references (rasfast.index.theme_replay) so an eviction cannot free its memory."""
+    return tuple(v[2] for cache in (_NORMS, _PADDED) for v in list(cache.values()))
+
+
 def _norms(c: torch.Tensor) -> torch.Tensor:
     n = torch.empty(c.shape[0], dtype=torch.float32, device=c.device)
     step = max(_MIN_CHUNK_ROWS, _CHUNK_BYTES // (4 * max(1, c.shape[1])))
