@@ -47,6 +47,7 @@ import rasfast._threads as _threads  # noqa: E402
 from rasfast.device_work import count_device_work  # noqa: E402
 from rasfast.ops import segment as segment_mod  # noqa: E402
 from rasfast.ops import select as select_mod  # noqa: E402
+from rasfast.ops.replay import EagerGraphs  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 
@@ -113,6 +114,19 @@ def cases(quick: bool):
     cemb = torch.nn.functional.normalize(torch.randn(tN, 32, generator=g), dim=1)
     qppd, qemb = cppd[:tB].clone(), cemb[:tB].clone()
 
+    # one question through the two per-question paths that replay from CUDA graphs on a GPU
+    # (GraphEncoder.enable_cuda_graphs, ThemeIndex.enable_cuda_graphs), against their eager
+    # calls: the replayed call's host side only (HostSideGraphs: the replay itself, one graph
+    # launch on a GPU, does nothing here)
+    from rasfast import ThemeIndex
+    from rasfast.models.graph_encoder import GraphEncoder
+    qx, qei, qea, qptr = make_batch(1, dim=gdim)
+    enc_eager = GraphEncoder.from_pyg(convs, norms).eval()
+    enc_replay = GraphEncoder.from_pyg(convs, norms).eval().enable_cuda_graphs(graphs=HostSideGraphs())
+    tix = ThemeIndex.build(cemb, cppd)
+    tix_replay = ThemeIndex.build(cemb, cppd).enable_cuda_graphs(graphs=HostSideGraphs())
+    tq = (qppd[:1].numpy(), qemb[:1].numpy())
+
     def beam(v, seeds=(ptr, ids)):
         return lambda: rasfast.triple_beam_search(graph, emb, q, seeds, beam_width=10, max_len=2,
                                                   max_neighbors=100, backend="cuda", validate=v)
@@ -150,8 +164,34 @@ def cases(quick: bool):
         (f"theme_scoped_search B = {tB}, N = {tN}, K = {tK}, k = 10, validate none",
          lambda: rasfast.theme_scoped_search(qppd, qemb, cppd, cemb, tK, 10, backend="cuda",
                                              validate="none")),
+        (f"GraphEncoder, one question (30 nodes, dim {gdim}), eager", no_grad(
+            lambda: enc_eager.encode_batch(qx, qei, qea, qptr, backend="cuda"))),
+        (f"GraphEncoder, one question (30 nodes, dim {gdim}), CUDA graph replay: host side", no_grad(
+            lambda: enc_replay.encode_batch(qx, qei, qea, qptr, backend="cuda"))),
+        (f"ThemeIndex.search, one question (numpy), N = {tN}, K = {tK}, k = 10, eager",
+         lambda: tix.search(*tq, tK, 10, backend="cuda")),
+        (f"ThemeIndex.search, one question (numpy), N = {tN}, K = {tK}, k = 10, CUDA graph replay: host side",
+         lambda: tix_replay.search(*tq, tK, 10, backend="cuda")),
     ]
     return out
+
+
+def no_grad(fn):
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+class HostSideGraphs(EagerGraphs):
+    """rasfast.ops.replay's capture contract with a replay that does nothing: what a
+    replayed call costs the host besides its one graph launch (checks, padding, copies into
+    the static buffers, the output's copy). Capture runs the call once, for real."""
+
+    def capture(self, fn):
+        graph, outs = super().capture(fn)
+        graph.replay = lambda: None
+        return graph, outs
 
 
 def measure(fn, rounds: int):

@@ -344,3 +344,19 @@ def test_gpu_index_matches_cpu_on_exact_data(scope):
         assert ids.device.type == GPU_DEVICE.type
         _same((ids.cpu(), sc.cpu()), idx.search(qp, qe, K, k, scope=scope, theme_weight=w,
                                                 backend="cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", ["q_ppd", "q_emb"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_host_queries_with_non_finite_values_raise_by_name(dtype, bad, value):
+    """Host queries are checked with numpy's isfinite where numpy has the dtype (float16, float32),
+    with torch's reductions otherwise (bfloat16): the same error either way."""
+    ppd, emb, qp, qe = _rand(40, 5, 8, 3, seed=21)
+    idx = ThemeIndex.build(emb, ppd)
+    qp, qe = qp.to(dtype), qe.to(dtype)
+    (qp if bad == "q_ppd" else qe)[2, 1] = value
+    with pytest.raises(ValueError, match=f"{bad}: contains NaN or infinite values"):
+        idx.search(qp, qe, 10, 3)
+    (qp if bad == "q_ppd" else qe)[2, 1] = 0.5
+    idx.search(qp, qe, 10, 3)
