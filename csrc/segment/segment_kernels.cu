@@ -35,6 +35,7 @@ namespace segment_cuda {
 namespace {
 
 constexpr int kScoreThreads = 256;
+constexpr int kAhead = 4;  // 16-byte row loads a lane has in flight in score_kernel
 constexpr int kSelectThreads = 256;
 constexpr unsigned long long kSentinel = ~0ull;
 constexpr unsigned long long kInputError = 0ull;  // any value < kScoreError; the host re-checks
@@ -98,7 +99,7 @@ __device__ __forceinline__ int64_t query_of(const int64_t* ptr, int64_t B, int64
 }
 
 template <DType S>
-__global__ void score_kernel(const float* __restrict q, const typename Storage<S>::type* __restrict emb,
+__global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(const float* __restrict q, const typename Storage<S>::type* __restrict emb,
                              int64_t D, int64_t T, const int64_t* __restrict ids,
                              const int64_t* __restrict ptr, int64_t B, int64_t M, int G, bool vec,
                              float* __restrict scratch, unsigned long long* err) {
@@ -115,25 +116,49 @@ __global__ void score_kernel(const float* __restrict q, const typename Storage<S
     float acc = 0.f;
     bool bad_id = false;
     if (active) {
-      const int64_t b = query_of(ptr, B, M, j);
       const int64_t row = ids ? ids[j] : j;
       bad_id = row < 0 || row >= T;
       if (!bad_id) {
-        const float* qb = q + b * D;
         const Elem* r = emb + row * D;
         if (vec) {
-          const int64_t nv = D / V;
-          for (int64_t v = sub; v < nv; v += G) {
-            float e[V];
-            Unpack<S>::run(load16(r + v * V), e);
-            const float* qq = qb + v * V;
-            for (int t = 0; t < V; t += 4) {
-              float qv[4];
-              Unpack<DType::F32>::run(load16(qq + t), qv);
-              acc += qv[0] * e[t] + qv[1] * e[t + 1] + qv[2] * e[t + 2] + qv[3] * e[t + 3];
+          // The row's 16-byte loads go out kAhead at a time before the first is used, and the
+          // first batch before the query's binary search (which does not decide the row), so
+          // the search's dependent offset reads overlap the row's DRAM latency. Before, each
+          // lane had one row load in flight after the search: at D = 384 float32 (3 loads a
+          // lane) the H100 read at 38% of the copy rate (docs/gpu.md, segment ops).
+          const int64_t nv = D / V, step = (int64_t)G * kAhead;
+          Vec16 rv[kAhead];
+#pragma unroll
+          for (int u = 0; u < kAhead; ++u) {
+            const int64_t v = sub + (int64_t)u * G;
+            if (v < nv) rv[u] = load16(r + v * V);
+          }
+          const float* qb = q + query_of(ptr, B, M, j) * D;
+          for (int64_t v0 = sub; v0 < nv; v0 += step) {
+#pragma unroll
+            for (int u = 0; u < kAhead; ++u) {
+              const int64_t v = v0 + (int64_t)u * G;
+              if (v >= nv) break;
+              float e[V];
+              Unpack<S>::run(rv[u], e);
+              const float* qq = qb + v * V;
+#pragma unroll
+              for (int t = 0; t < V; t += 4) {
+                float qv[4];
+                Unpack<DType::F32>::run(load16(qq + t), qv);
+                acc += qv[0] * e[t] + qv[1] * e[t + 1] + qv[2] * e[t + 2] + qv[3] * e[t + 3];
+              }
+            }
+            if (v0 + step < nv) {  // the next batch (rows longer than kAhead * G vectors)
+#pragma unroll
+              for (int u = 0; u < kAhead; ++u) {
+                const int64_t v = v0 + step + (int64_t)u * G;
+                if (v < nv) rv[u] = load16(r + v * V);
+              }
             }
           }
         } else {
+          const float* qb = q + query_of(ptr, B, M, j) * D;
           for (int64_t d = sub; d < D; d += G) acc += qb[d] * Storage<S>::load(r, d);
         }
       }
