@@ -535,6 +535,24 @@ def test_plan_rule():
 
 
 @cuda_kernels
+@pytest.mark.parametrize("path", ["kernel", "gemm+gather"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dense_scores_of_wide_rows(path, dtype, monkeypatch):
+    """The gathered dense scores (warp_dot in csrc/theme/theme_kernels.cu) read rows in
+    16-byte vectors, up to 4 a lane in flight, when the row and the query allow: rows of one
+    vector a lane, of several, and of more than one batch of 4 (some lanes only), against
+    the reference on exact data; an odd width takes the element path."""
+    monkeypatch.setenv("RASFAST_THEME_PATH", path)
+    wide = 520 if dtype == torch.float32 else 1032  # 130 / 129 vectors: a second batch
+    for D in (24, 200, wide, 203):
+        q, qe, c, e = (x.to(GPU_DEVICE) for x in int_data(2, 300, 11, D, dtype, seed=D))
+        for w in (0.0, 0.5):
+            want = ref_fused(q, qe, c, e, 60, 5, w, "l2")
+            got = rasfast.theme_scoped_search(q, qe, c, e, 60, 5, w, "l2", backend="cuda")
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (path, D, w)
+
+
+@cuda_kernels
 @pytest.mark.parametrize("path", ["kernel", "gemm", "gemm+gather"])
 def test_row_padded_corpus_views(path, monkeypatch):
     """A corpus stored with padded rows (pad_rows: what ThemeIndex.to keeps on a GPU) gives the

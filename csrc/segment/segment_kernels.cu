@@ -28,6 +28,7 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/vec16.h"
 #include "segment/segment_cuda.h"
 
 namespace rasfast {
@@ -51,40 +52,6 @@ __device__ __forceinline__ float key_score(unsigned long long key) {
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
-
-// ------------------------------------------------------------------------- 16-byte loads
-struct alignas(16) Vec16 {
-  uint32_t w[4];
-};
-
-__device__ __forceinline__ Vec16 load16(const void* p) { return *reinterpret_cast<const Vec16*>(p); }
-
-// Elements of storage dtype S per 16-byte vector, and their float values.
-template <DType S> struct Unpack;
-template <> struct Unpack<DType::F32> {
-  static constexpr int kElems = 4;
-  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
-    for (int i = 0; i < 4; ++i) out[i] = bits_to_float(v.w[i]);
-  }
-};
-template <> struct Unpack<DType::F16> {
-  static constexpr int kElems = 8;
-  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
-    for (int i = 0; i < 4; ++i) {
-      out[2 * i] = half_bits_to_float((uint16_t)(v.w[i] & 0xffffu));
-      out[2 * i + 1] = half_bits_to_float((uint16_t)(v.w[i] >> 16));
-    }
-  }
-};
-template <> struct Unpack<DType::BF16> {
-  static constexpr int kElems = 8;
-  static __device__ __forceinline__ void run(const Vec16& v, float* out) {
-    for (int i = 0; i < 4; ++i) {
-      out[2 * i] = bits_to_float(v.w[i] << 16);
-      out[2 * i + 1] = bits_to_float(v.w[i] & 0xffff0000u);
-    }
-  }
-};
 
 // ------------------------------------------------------------------------- scoring
 // The query of position j: the last b with ptr[b] <= j (offsets clamped into [0, M], so a
@@ -139,15 +106,7 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(const float* __
             for (int u = 0; u < kAhead; ++u) {
               const int64_t v = v0 + (int64_t)u * G;
               if (v >= nv) break;
-              float e[V];
-              Unpack<S>::run(rv[u], e);
-              const float* qq = qb + v * V;
-#pragma unroll
-              for (int t = 0; t < V; t += 4) {
-                float qv[4];
-                Unpack<DType::F32>::run(load16(qq + t), qv);
-                acc += qv[0] * e[t] + qv[1] * e[t + 1] + qv[2] * e[t + 2] + qv[3] * e[t + 3];
-              }
+              acc += dot16<S>(rv[u], qb + v * V);
             }
             if (v0 + step < nv) {  // the next batch (rows longer than kAhead * G vectors)
 #pragma unroll
