@@ -57,7 +57,9 @@ class CudaGraphs:
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: another thread's CUDA calls during this capture neither fail it nor
+        # are failed by it (ThemeIndex.search is used from many threads)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outs = _as_tuple(fn())
         return graph, outs
 
