@@ -611,6 +611,71 @@ def encoder_replay(dev, emulate: bool) -> dict:
         return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
 
+def ras_loop(dev, emulate: bool) -> dict:
+    """The RAS loop end to end (the demo world: plan, retrieve, triples, graph, answer; the
+    model-free planner and answerer, the hashing encoder) with its retrieval, a theme-scoped
+    ThemeIndex search per sub-query, run three ways over the same questions, one question a
+    call as a serving loop: the index on the host (cpu kernels), on the device (cuda
+    kernels), and on the device replayed from CUDA graphs (ThemeIndex.enable_cuda_graphs).
+    Each: wall ms, ms a question, whether its answers equal the host run's, and the stage
+    table (rasfast.profile's exclusive ms per stage). On the emulator: a tiny world,
+    EagerGraphs for the replay."""
+    try:
+        import copy as _copy
+        from rasfast import ThemeIndex
+        from rasfast.data.demo import generate_world
+        from rasfast.ops.replay import EagerGraphs
+        from rasfast.profile import Trace
+        from rasfast.systems.ras import build_ras
+        from rasfast.systems.ras.retrievers import ThemeIndexRetriever
+        from rasfast.systems.ras.system import make_encoder
+        n_pass, n_q, K = (2_000, 30, 200) if not emulate else (200, 3, 40)
+        world = generate_world(0, n_passages=n_pass, n_questions=n_q + 2)
+        enc = make_encoder("hashing")
+        host = ThemeIndex.build(passages=world.passages, encoder=enc, cache=False)
+        on_dev = host.to(dev)
+        replayed = _copy.copy(on_dev).enable_cuda_graphs(graphs=EagerGraphs() if emulate else None)
+        configs = (("index on the host (cpu kernels)", host, "cpu"), ("index on the device", on_dev, "cuda"),
+                   ("index on the device, CUDA graph replay", replayed, "cuda"))
+        qs = [q.question for q in world.questions[:n_q]]
+        out, first = {}, None
+        for name, index, be in configs:
+            ras = build_ras(world, encoder=enc, retriever=ThemeIndexRetriever(index, enc, K=K, backend=be))
+            for q in world.questions[n_q:n_q + 2]:  # warm-up: kernels loaded, graphs captured
+                ras.run(q.question)
+            trace = Trace(name)
+            t = time.perf_counter()
+            answers = [ras.run(q, trace=trace).answer for q in qs]
+            if not emulate:
+                torch.cuda.synchronize()
+            wall = (time.perf_counter() - t) * 1e3
+            first = answers if first is None else first
+            stages = sorted(trace.self_times().items(), key=lambda kv: -kv[1])
+            out[name] = {"wall_ms": wall, "per_question_ms": wall / len(qs), "same_answers": answers == first,
+                         "graphs": index._replay.captures if index._replay is not None else "-",
+                         "stages": {k: round(v, 2) for k, v in stages[:8]}}
+        return {"questions": len(qs), "passages": n_pass, "K": K, "runs": out}
+    except Exception as e:  # noqa: BLE001 (recorded, the run goes on)
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def ras_loop_markdown(r: dict) -> list:
+    L = ["", "## The RAS loop end to end, retrieval on the device", ""]
+    if "error" in r:
+        return L + [f"error: {r['error']}", ""]
+    L += [f"The demo world ({r['passages']:,} passages), {r['questions']} questions one at a time, "
+          f"theme-scoped search (K = {r['K']}) per sub-query, the model-free planner and answerer "
+          "and the hashing encoder (`ras_loop` in benchmarks/gpu_roofline.py). Stages: exclusive "
+          "ms per stage over all questions (rasfast.profile), the largest eight.", "",
+          "| run | wall ms | ms a question | answers equal the host run's | graphs captured | stages (ms) |",
+          "|---|---|---|---|---|---|"]
+    for name, v in r["runs"].items():
+        st = ", ".join(f"{k} {ms:.1f}" for k, ms in v["stages"].items())
+        L.append(f"| {name} | {v['wall_ms']:.1f} | {v['per_question_ms']:.2f} | {v['same_answers']} | "
+                 f"{v['graphs']} | {st} |")
+    return L + [""]
+
+
 def segment_bytes(B: int, M: int, D: int, elem: int, ids: bool) -> int:
     """The least an exact segment_topk_scores moves (docs/gpu.md, "Segment ops on the GPU"):
     every candidate row once, the queries, the ids if any (the offsets and the B x n output
@@ -1063,6 +1128,8 @@ def segment_and_rest_markdown(res) -> list:
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     for name, text in (res.get("host_profiles") or {}).items():
         L += ["", f"cProfile of 50 calls of {name}, by own time:", "", "```", text.strip(), "```"]
+    if "ras_loop" in res:
+        L += ras_loop_markdown(res["ras_loop"])
     if "compiled" in res:
         L += compiled_markdown(res["compiled"])
     L += ncu_markdown(res["ncu"])
@@ -1137,6 +1204,8 @@ def main(argv=None) -> int:
     res["host_profile"] = host_profile(dev, a.emulate)
     print(res["host_profile"], flush=True)
     res["host_profiles"] = host_profiles(dev, a.emulate)
+    res["ras_loop"] = ras_loop(dev, a.emulate)
+    print("ras_loop", {k: v for k, v in res["ras_loop"].items() if k != "runs"}, flush=True)
     # the report is written before each Nsight Compute step and after it: a step cut short by
     # the roofline's time limit (tools/gpu_session.sh: ROOF_S) leaves what came before it
     deadline = t0 + float(os.environ.get("ROOF_S", "210")) - 15

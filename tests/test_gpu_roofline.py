@@ -38,6 +38,12 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     replay = md.split("'GraphEncoder per question, CUDA graph replay': ")[1].split("}")[0]
     assert "'matches': True" in replay and "error" not in replay, replay
     assert "| ThemeIndex.search, one question, CUDA graph replay |" in md
+    # the RAS loop end to end with its retrieval on the device: three runs, the same answers,
+    # the replayed one through captured graphs
+    loop = md.split("## The RAS loop end to end, retrieval on the device")[1].split("\n## ")[0]
+    rows = [ln for ln in loop.splitlines() if ln.startswith("| index on the")]
+    assert len(rows) == 3 and all("| True |" in ln for ln in rows), loop
+    assert int(rows[2].split("|")[5]) >= 1, rows[2]
     replay = md.split("'ThemeIndex.search per question, CUDA graph replay': ")[1].split("}")[0]
     assert "'matches': True" in replay and "error" not in replay, replay
     # where the host time of each sync-free op goes (the next GPU run's measured reasons)

@@ -137,13 +137,17 @@ def test_eager_paths_stay_for_device_queries_streaming_and_torch():
 
 @gpu
 def test_host_queries_search_a_gpu_index():
-    """A GPU index takes numpy queries (the RAS retriever's): they are moved to its device and
-    the results come back as numpy, equal to device queries' results."""
+    """A GPU index takes numpy queries (the RAS retriever's), in search and dense_search: they
+    are moved to its device and the results come back as numpy, equal to device queries'."""
     ppd, emb = _data()
     idx = ThemeIndex.build(emb, ppd, shards=2).to("cuda")
     qp, qe = _queries(np.random.default_rng(6), 3)
     got = idx.search(qp, qe, 50, 5, backend="cuda")
     want = idx.search(torch.from_numpy(qp).cuda(), torch.from_numpy(qe).cuda(), 50, 5, backend="cuda")
+    assert isinstance(got[0], np.ndarray)
+    np.testing.assert_array_equal(got[0], want[0].cpu().numpy())
+    got = idx.dense_search(qe, 5, backend="cuda")  # the flat search too
+    want = idx.dense_search(torch.from_numpy(qe).cuda(), 5, backend="cuda")
     assert isinstance(got[0], np.ndarray)
     np.testing.assert_array_equal(got[0], want[0].cpu().numpy())
 

@@ -858,6 +858,9 @@ class ThemeIndex:
             return (to_kind(torch.empty((0, k), dtype=torch.int64), kind),
                     to_kind(torch.empty((0, k)), kind))
         from .. import dispatch
+        from ..ops._deferred import to_device
+        qdev = qe.device  # where the results go; the search runs where the index is (as search)
+        qe = to_device(qe, self.emb.device)
         be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
         if be == "cpu":
             rows, _ = self._block_rows(B, len(self), chunk_rows, max_memory, dense_only=True)
@@ -874,7 +877,7 @@ class ThemeIndex:
             zq = torch.zeros((B, 1), dtype=torch.float32, device=qe.device)
             zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)
             ids, sc = fused_search_validated(zq, qe, zc, self.emb, n, k, 0.0, "l2", be)
-        return to_kind(ids.to(qe.device), kind), to_kind(sc.to(qe.device), kind)
+        return to_kind(ids.to(qdev), kind), to_kind(sc.to(qdev), kind)
 
     # ------------------------------------------------------------------ results -> passages
     def passages(self, ids, scores=None) -> List[List[Any]]:
