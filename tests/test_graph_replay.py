@@ -262,3 +262,25 @@ def test_layer_specs_follow_replaced_modules_and_parameters():
     with torch.no_grad():
         enc.convs[2].lin_skip.bias.add_(1.0)
     assert enc.layer_specs() is not s2
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_model_replays_float32_host_batches(dtype):
+    """A 16-bit model gets float32 host features: the static buffers take the model's dtype
+    (converted on the host as they are copied in), and the replayed encodings equal the eager
+    path's (the same kernels on the same converted inputs), through forward() and its cache."""
+    from rasfast.encode import HashingEncoder
+    from rasfast.models.question_graph import build_question_graph
+    rng = np.random.default_rng(9)
+    enc_s = HashingEncoder(24)
+    graphs = [build_question_graph([(f"e{rng.integers(6)}", f"r{rng.integers(3)}", f"e{rng.integers(6)}")
+                                    for _ in range(t)], enc_s) for t in (4, 9)]
+    eager = _encoder(edge_dim=24).to(GPU_DEVICE, dtype)
+    replayed = _encoder(edge_dim=24).to(GPU_DEVICE, dtype)
+    replayed.enable_cuda_graphs(graphs=CudaGraphs() if HAS_GPU and not EMULATED else EagerGraphs())
+    got, want = replayed(graphs, backend="cuda"), eager(graphs, backend="cuda")
+    assert got.dtype == dtype and replayed._replay.captures >= 1
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert replayed.cache_misses == 2 and replayed(graphs, backend="cuda") is not None
+    assert replayed.cache_hits == 2  # the second forward reads the cache, no replay
