@@ -23,10 +23,12 @@ def _queries(rng, B, T=12, D=20):
     return (rng.random((B, T)).astype(np.float32), rng.standard_normal((B, D)).astype(np.float32))
 
 
-CALLS = [  # (B, K, k, scope, theme_weight): repeated shapes reuse their graph
+CALLS = [  # (B, K, k, scope, theme_weight): repeated shapes reuse their graph; K "flat":
+    # dense_search
     (1, 50, 5, "per_shard", 0.0), (1, 50, 5, "per_shard", 0.0), (1, 50, 5, "global", 0.0),
     (3, 40, 7, "per_shard", 0.3), (1, 50, 5, "per_shard", 0.0), (2, 1000, 4, "global", 0.0),
-    (3, 40, 7, "per_shard", 0.3),
+    (1, "flat", 6, "-", 0.0), (3, 40, 7, "per_shard", 0.3), (1, "flat", 6, "-", 0.0),
+    (2, "flat", 3, "-", 0.0),
 ]
 
 
@@ -35,8 +37,11 @@ def _check_sequence(idx, eager, backend):
     kept = []
     for B, K, k, scope, w in CALLS:
         qp, qe = _queries(rng, B)
-        got = idx.search(qp, qe, K, k, scope=scope, theme_weight=w, backend=backend)
-        want = eager.search(qp, qe, K, k, scope=scope, theme_weight=w, backend=backend)
+        if K == "flat":  # dense_search: the flat search
+            got, want = idx.dense_search(qe, k, backend=backend), eager.dense_search(qe, k, backend=backend)
+        else:
+            got = idx.search(qp, qe, K, k, scope=scope, theme_weight=w, backend=backend)
+            want = eager.search(qp, qe, K, k, scope=scope, theme_weight=w, backend=backend)
         assert isinstance(got[0], np.ndarray) and got[0].shape == (B, k)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
@@ -80,6 +85,11 @@ def test_the_captured_search_has_no_host_sync_and_holds_what_it_reads():
         entry.graph.replay()
     assert w.syncs == 0, w.summary()
     assert w.kernels > 0, w.summary()
+    idx.dense_search(qe, 5, backend="cuda")  # the flat search's graph: no sync either
+    flat = list(idx._replay._entries.values())[-1]
+    with count_device_work() as w:
+        flat.graph.replay()
+    assert w.syncs == 0 and w.kernels > 0, w.summary()
     # what the GEMM path cached per corpus is held by the entry: an eviction cannot free it
     held = {id(t) for t in entry.kept}
     cached = theme_gemm.cached_tensors()
@@ -124,6 +134,8 @@ def test_eager_paths_stay_for_device_queries_streaming_and_torch():
     qp, qe = _queries(np.random.default_rng(5), 2)
     idx.search(qp, qe, 50, 5, backend="torch")
     idx.search(qp, qe, 50, 5, chunk_rows=100)
+    idx.dense_search(qe, 5, chunk_rows=100)
+    idx.dense_search(qe, 5, backend="torch")
     assert len(idx._replay) == 0
     r = SearchReplay()
     assert not r.serves(torch.device("cpu"), torch.device("cpu"), "cuda")  # CUDA graphs: a CUDA index

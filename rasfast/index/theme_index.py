@@ -743,7 +743,7 @@ class ThemeIndex:
             be = dispatch.resolve(backend, idev, "theme_scoped_search")
             self._check_corpus_once(be)
             if self._replay is not None and self._replay.serves(idev, qe.device, be):
-                ids, sc = self._replay(self, qp, qe, ranges, K, k, w, be)
+                ids, sc = self._replay.search(self, qp, qe, ranges, K, k, w, be)
             else:
                 qe, qp = to_device(qe, idev), to_device(qp, idev)
                 ids, sc = self._search_ranges(qp, qe, ranges, K, k, w, be)
@@ -860,9 +860,14 @@ class ThemeIndex:
         from .. import dispatch
         from ..ops._deferred import to_device
         qdev = qe.device  # where the results go; the search runs where the index is (as search)
-        qe = to_device(qe, self.emb.device)
-        be = dispatch.resolve(backend, qe.device, "theme_scoped_search")
-        if be == "cpu":
+        be = dispatch.resolve(backend, self.emb.device, "theme_scoped_search")
+        replayed = (chunk_rows is None and max_memory is None and self._replay is not None
+                    and self._replay.serves(self.emb.device, qdev, be))
+        if replayed:
+            self._check_corpus_once(be)
+            ids, sc = self._replay.dense(self, qe, k, be)
+        elif be == "cpu":
+            qe = to_device(qe, self.emb.device)
             rows, _ = self._block_rows(B, len(self), chunk_rows, max_memory, dense_only=True)
             with self._blocks(0, len(self), rows, max_memory is not None,
                               dense_only=True) as blocks:
@@ -871,13 +876,18 @@ class ThemeIndex:
         else:
             if chunk_rows is not None or max_memory is not None:
                 raise ValueError("chunk_rows/max_memory: blocked search runs the cpu kernels")
-            from ..ops.theme import fused_search_validated
             self._check_corpus_once(be)
-            n = len(self)
-            zq = torch.zeros((B, 1), dtype=torch.float32, device=qe.device)
-            zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)
-            ids, sc = fused_search_validated(zq, qe, zc, self.emb, n, k, 0.0, "l2", be)
+            ids, sc = self._dense_device(to_device(qe, self.emb.device), k, be)
         return to_kind(ids.to(qdev), kind), to_kind(sc.to(qdev), kind)
+
+    def _dense_device(self, qe, k, be):
+        """The flat search of validated queries on the compiled kernels: the fused op with
+        everything in scope (no host read; a CUDA graph captures it, theme_replay)."""
+        from ..ops.theme import fused_search_validated
+        n = len(self)
+        zq = torch.zeros((qe.shape[0], 1), dtype=torch.float32, device=qe.device)
+        zc = torch.zeros((n, 1), dtype=torch.float32, device=self.emb.device)
+        return fused_search_validated(zq, qe, zc, self.emb, n, k, 0.0, "l2", be)
 
     # ------------------------------------------------------------------ results -> passages
     def passages(self, ids, scores=None) -> List[List[Any]]:

@@ -29,11 +29,13 @@ def _state(t: torch.Tensor):
 
 
 class _Entry:
-    def __init__(self, view, qp, qe, ranges, K, k, w, be, graphs):
+    """One captured search: its static query buffers (float32, on the index's device), the
+    call that reads them, its graph and outputs, and what the graph reads held alive."""
+
+    def __init__(self, view, shapes, call, graphs):
         dev = view.emb.device
-        self.qp = torch.zeros(qp.shape, dtype=torch.float32, device=dev)
-        self.qe = torch.zeros(qe.shape, dtype=torch.float32, device=dev)
-        self._call = lambda: view._search_ranges(self.qp, self.qe, ranges, K, k, w, be)
+        self.queries = [torch.zeros(sh, dtype=torch.float32, device=dev) for sh in shapes]
+        self._call = lambda: call(*self.queries)
         self._view = view  # its matrices stay alive while the graph reads them
         self._graphs = graphs
         self.graph = None
@@ -51,7 +53,8 @@ class _Entry:
 
 class SearchReplay(ReplayCache):
     """``ThemeIndex`` searches of host queries replayed from a CUDA graph per call shape
-    (module doc). Up to ``max_graphs`` are kept, least recently used dropped.
+    (module doc): :meth:`search` (theme-scoped) and :meth:`dense` (flat). Up to
+    ``max_graphs`` are kept, least recently used dropped.
 
     ``graphs``: :class:`rasfast.ops.replay.CudaGraphs` (default) or
     :class:`~rasfast.ops.replay.EagerGraphs` (the same path without a GPU)."""
@@ -61,13 +64,24 @@ class SearchReplay(ReplayCache):
         return (query_device.type == "cpu" and backend != "torch"
                 and (index_device.type == "cuda" or self.eager_stand_in()))
 
-    def __call__(self, view, qp, qe, ranges, K, k, w, be):
-        """(ids, scores) on the index's device: new tensors, not the graph's outputs."""
-        key = (tuple(qp.shape), tuple(qe.shape), tuple(ranges), K, k, w, be, view.metric,
-               _state(view.ppd), _state(view.emb))
-        entry = self.entry(key, lambda: _Entry(view, qp, qe, list(ranges), K, k, w, be, self.graphs))
+    def _replay(self, view, key, queries, call):
+        entry = self.entry(key, lambda: _Entry(view, [tuple(q.shape) for q in queries], call, self.graphs))
         with entry.use.on(view.emb.device):
-            copy_into(entry.qp, qp)
-            copy_into(entry.qe, qe)
+            for static, q in zip(entry.queries, queries):
+                copy_into(static, q)
             ids, sc = entry.run()
             return ids.clone(), sc.clone()
+
+    def search(self, view, qp, qe, ranges, K, k, w, be):
+        """:meth:`ThemeIndex._search_ranges` replayed: (ids, scores) on the index's device,
+        new tensors (not the graph's outputs)."""
+        ranges = list(ranges)
+        key = ("search", tuple(qp.shape), tuple(qe.shape), tuple(ranges), K, k, w, be, view.metric,
+               _state(view.ppd), _state(view.emb))
+        return self._replay(view, key, (qp, qe),
+                            lambda qp_, qe_: view._search_ranges(qp_, qe_, ranges, K, k, w, be))
+
+    def dense(self, view, qe, k, be):
+        """:meth:`ThemeIndex._dense_device` (the flat search) replayed, as :meth:`search`."""
+        key = ("dense", tuple(qe.shape), k, be, _state(view.emb))
+        return self._replay(view, key, (qe,), lambda qe_: view._dense_device(qe_, k, be))
