@@ -72,3 +72,39 @@ def test_on_chip_sort_pass_loop_and_label():
             "ELi24EEEvPKylliiPKNS0_6RawKeyIXT_EE1WElPlPS7_")
     assert model._label(name) == "sort_rows_radix<bfloat16, 24 keys a thread>"
     assert model.blocks_per_sm(118, threads=512) == 1
+
+
+QUIET_LISTING = """
+        /*0000*/                   LDG.E.128 R8, desc[UR4][R4.64] ;
+        /*0010*/              @P0 BRA 0x40 ;
+        /*0020*/                   ISETP.GT.U32.AND P1, PT, R8, 0x7f800000, PT ;
+        /*0030*/                   ISETP.GT.U32.AND P2, PT, R9, R3, PT ;
+        /*0040*/              @P2 BRA 0x70 ;
+        /*0050*/                   ATOMS.POPC.INC.32 RZ, [R9+URZ] ;
+        /*0060*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0070*/              @!P3 BRA 0x90 ;
+        /*0080*/                   IADD3 R6, R6, 0x1, RZ ;
+        /*0090*/                   VOTE.ANY P0, P0 ;
+        /*00a0*/              @!P0 BRA 0xe0 ;
+        /*00b0*/                   SHFL.UP PT, R7, R6, 0x1, RZ ;
+        /*00c0*/                   STG.E desc[UR4][R4.64], R7 ;
+        /*00d0*/                   BRA 0xe0 ;
+        /*00e0*/                   ISETP.GE.AND P4, PT, R2, R3, PT ;
+        /*00f0*/              @!P4 BRA 0x0 ;
+        /*0100*/                   EXIT ;
+"""
+
+
+def test_no_candidate_path_walk():
+    """The walk over the path where no entry is wanted: it falls into a vector's key work
+    (0x10: the skipped code holds the key transform's NaN bound), jumps over a candidate's
+    atomic (0x40) and, after the warp vote, over the shuffle and store (0xa0) unless another
+    lane of the warp has a candidate (the "lane" walk); a branch guarding neither falls
+    through (0x70)."""
+    ins = model._instructions(QUIET_LISTING.splitlines())
+    (lp,) = model._element_loops(ins, entry_bytes=4)
+    # 0x00 0x10 0x20 0x30 0x40 | 0x70 0x80 0x90 0xa0 | 0xe0 0xf0
+    assert lp.quiet == 11 and lp.entries == 4 and lp.quiet_per_entry == 2.8
+    # ... | 0xa0 0xb0 0xc0 0xd0 | 0xe0 0xf0
+    assert lp.lane == 14 and lp.lane_per_entry == 3.5
+    assert lp.instructions == 16

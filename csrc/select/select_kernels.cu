@@ -159,6 +159,54 @@ __device__ __forceinline__ VecSplit vec_split(const W* row, int64_t lo, int64_t 
 template <int S>
 using Slots = std::integral_constant<int, S>;
 
+// Calls g(pack, v) for row[a, b)'s whole 16-byte vectors, kUnroll a thread at a time:
+// pack[u] is vector v + u * blockDim.x of the split (entries a + (v + u * blockDim.x) * E on),
+// loaded when that is below nvec, else zero. Every thread of the block calls g equally often,
+// so g may use warp collectives.
+template <class W, class G>
+__device__ __forceinline__ void for_vector_groups(const W* row, const VecSplit& sp, G& g) {
+  constexpr int E = 16 / (int)sizeof(W);
+  // kUnroll 16-byte loads in flight per thread before the first is used (the passes over
+  // the row are bandwidth-bound: one load at a time left them at 40% of the copy rate)
+  const int64_t step = (int64_t)blockDim.x * kUnroll;
+  for (int64_t v0 = 0; v0 < sp.nvec; v0 += step) {
+    const int64_t v = v0 + threadIdx.x;
+    V16 pack[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t vu = v + (int64_t)u * blockDim.x;
+      if (vu < sp.nvec) pack[u] = *reinterpret_cast<const V16*>(row + sp.a + vu * E);
+    }
+    g(pack, v);
+  }
+}
+
+// Entry e of a 16-byte vector's words, split with shifts (little-endian), not through a W
+// pointer into the pack.
+template <class W>
+__device__ __forceinline__ W word_of(const V16& pack, int e) {
+  return (W)(pack.w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4)));
+}
+
+// Calls f(Slots<1>{}, w, i, m) for the scalar head and tail of row[lo, hi) (split sp), one
+// entry a thread (m = 0 where a thread has none). Every thread of the block calls f equally
+// often, so f may use warp collectives.
+template <class W, class F>
+__device__ __forceinline__ void for_scalars(const W* row, int64_t lo, const VecSplit& sp, F& f) {
+  for (int64_t t0 = 0; t0 < sp.nscalar; t0 += blockDim.x) {
+    const int64_t t = t0 + threadIdx.x;
+    int64_t i = 0;
+    int m = 0;
+    W w[1] = {W(0)};
+    if (t < sp.nscalar) {
+      i = t < sp.a - lo ? lo + t : sp.b + (t - (sp.a - lo));
+      w[0] = row[i];
+      m = 1;
+    }
+    f(Slots<1>{}, w, i, m);
+  }
+}
+
 // Calls f(Slots<S>{}, w, i0, m) for the words of row[lo, hi): w[0..m) are entries i0,
 // i0 + 1, ..., m <= S. Every thread of the block calls f equally often (m may be 0), so f
 // may use warp collectives. 16-byte loads between a scalar head and tail.
@@ -166,41 +214,19 @@ template <class W, class F>
 __device__ __forceinline__ void for_words(const W* row, int64_t lo, int64_t hi, F& f) {
   constexpr int E = 16 / (int)sizeof(W);
   const VecSplit sp = vec_split(row, lo, hi);
-  const int64_t a = sp.a, nvec = sp.nvec, b = sp.b, nscalar = sp.nscalar;
-  for (int64_t t0 = 0; t0 < nscalar; t0 += blockDim.x) {
-    const int64_t t = t0 + threadIdx.x;
-    int64_t i = 0;
-    int m = 0;
-    W w[1] = {W(0)};
-    if (t < nscalar) {
-      i = t < a - lo ? lo + t : b + (t - (a - lo));
-      w[0] = row[i];
-      m = 1;
-    }
-    f(Slots<1>{}, w, i, m);
-  }
-  // kUnroll 16-byte loads in flight per thread before the first is used (the passes over
-  // the row are bandwidth-bound: one load at a time left them at 40% of the copy rate)
-  const int64_t step = (int64_t)blockDim.x * kUnroll;
-  for (int64_t v0 = 0; v0 < nvec; v0 += step) {
-    V16 pack[kUnroll] = {};
+  for_scalars(row, lo, sp, f);
+  auto g = [&](const V16 (&pack)[kUnroll], int64_t v) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + (int64_t)u * blockDim.x + threadIdx.x;
-      if (v < nvec) pack[u] = *reinterpret_cast<const V16*>(row + a + v * E);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + (int64_t)u * blockDim.x + threadIdx.x;
-      const int m = v < nvec ? E : 0;
+      const int64_t vu = v + (int64_t)u * blockDim.x;
+      const int m = vu < sp.nvec ? E : 0;
       W w[E];
-      // split the words with shifts (little-endian), not through a W pointer into the pack
 #pragma unroll
-      for (int e = 0; e < E; ++e)
-        w[e] = (W)(pack[u].w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4)));
-      f(Slots<E>{}, w, a + v * E, m);
+      for (int e = 0; e < E; ++e) w[e] = word_of<W>(pack[u], e);
+      f(Slots<E>{}, w, sp.a + vu * E, m);
     }
-  }
+  };
+  for_vector_groups(row, sp, g);
 }
 
 // Reserves m slots of *counter for this lane, warp-aggregated (one atomic per warp);
@@ -329,6 +355,110 @@ __device__ __forceinline__ bool pick_digit(Hist hist, unsigned long long want,
   return true;
 }
 
+// The first filter (the second radix pass) over a row's whole 16-byte vectors (split sp).
+// An entry is a candidate when its key is at most the top key of the prefix's range, key_max:
+// every entry in the range (composite c with (c & M) == P) and every one below it (c < P)
+// is one, and in the composite form (the digit reaching into the index bits) a few past the
+// range are too, which the exact test drops. One compare an entry and one warp vote per
+// kUnroll vectors a thread: a group no lane of the warp flags costs nothing more (at k = 10 on
+// random rows, almost every group). A flagged group tests its candidates exactly, counts the
+// in-range ones in the block's histogram h, and writes below-range ones to the output and
+// in-range ones to the copy buffer (past cap: counted, not written; the next pass rereads
+// the row), both reserved in one warp scan. Every thread of the block calls it equally often.
+template <DType D>
+__device__ __forceinline__ void filter_vector_groups(
+    const typename RawKey<D>::W* row, const VecSplit& sp, bool largest, int ibits, int shift, unsigned dmask,
+    unsigned long long P, unsigned long long M, unsigned* h, int64_t r, unsigned* out_cnt, unsigned* copy_cnt,
+    unsigned long long* copy_to, int64_t cap, const Out<typename RawKey<D>::W>& out) {
+  using W = typename RawKey<D>::W;
+  constexpr int E = 16 / (int)sizeof(W);
+  constexpr uint32_t kKeyMask = RawKey<D>::K == 32 ? 0xffffffffu : 0xffffu;
+  // entry e's key in a group's keys (placed as word_of reads a word)
+  auto key_at = [](const V16& keys, int e) -> uint32_t {
+    return (keys.w[e * sizeof(W) / 4] >> (8 * ((e * sizeof(W)) % 4))) & kKeyMask;
+  };
+  static_assert(kUnroll * E <= 32, "a group's candidates are bits of one word");
+  const uint32_t key_max = (uint32_t)((P | (~M & low_bits(RawKey<D>::K + ibits))) >> ibits);
+  auto g = [&](const V16 (&pack)[kUnroll], int64_t v) {
+    // the keys replace the words in the pack's registers (16-bit keys two a word): the
+    // flagged entries' keys are read again below, and a word is read back from its key
+    // (value_of: from the row only for a zero or a NaN); holding the words and the keys
+    // both spilled (ptxas: 312 bytes a thread for 16-bit rows at 64 registers)
+    V16 keys[kUnroll];
+    uint32_t cand = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      uint32_t cu = 0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) keys[u].w[q] = 0;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const uint32_t key = RawKey<D>::key(word_of<W>(pack[u], e), largest);
+        keys[u].w[e * sizeof(W) / 4] |= key << (8 * ((e * sizeof(W)) % 4));
+        if (key <= key_max) cu |= 1u << e;
+      }
+      if (v + (int64_t)u * blockDim.x < sp.nvec) cand |= cu << (u * E);  // else not loaded
+    }
+    if (!__any_sync(kFull, cand != 0)) return;
+    // the exact test: in the range (histogram, buffer) or below it (output)
+    uint32_t hit = 0, low = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const uint32_t bit = 1u << (u * E + e);
+        if (cand & bit) {
+          const uint64_t i = (uint64_t)(sp.a + (v + (int64_t)u * blockDim.x) * E + e);
+          const unsigned long long c = ((unsigned long long)key_at(keys[u], e) << ibits) | i;
+          if ((c & M) == P) {
+            atomicAdd(&h[(unsigned)(c >> shift) & dmask], 1u);
+            hit |= bit;
+          } else if (c < P) {
+            low |= bit;
+          }
+        }
+      }
+    }
+    // one warp scan reserves both: below-range counts in the low half-word, in-range ones in
+    // the high (a warp's total of either is at most 32 x 32, so no carry crosses)
+    const unsigned nlow = __popc(low), nhit = __popc(hit);
+    const unsigned lane = threadIdx.x & 31;
+    unsigned incl = nlow | (nhit << 16);
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const unsigned x = __shfl_up_sync(kFull, incl, d);
+      if ((int)lane >= d) incl += x;
+    }
+    const unsigned total = __shfl_sync(kFull, incl, 31);
+    unsigned base_low = 0, base_hit = 0;
+    if (lane == 31) {
+      if (total & 0xffffu) base_low = atomicAdd(out_cnt, total & 0xffffu);
+      if (total >> 16) base_hit = atomicAdd(copy_cnt, total >> 16);
+    }
+    unsigned slot_low = __shfl_sync(kFull, base_low, 31) + (incl & 0xffffu) - nlow;
+    unsigned slot_hit = __shfl_sync(kFull, base_hit, 31) + (incl >> 16) - nhit;
+    const uint32_t put = hit | low;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const uint32_t bit = 1u << (u * E + e);
+        if (put & bit) {
+          const uint64_t i = (uint64_t)(sp.a + (v + (int64_t)u * blockDim.x) * E + e);
+          const unsigned long long c = ((unsigned long long)key_at(keys[u], e) << ibits) | i;
+          if (low & bit) {
+            out.put(r, slot_low++, c, (int64_t)i, value_of<D>(c, ibits, largest, row));
+          } else {
+            if (slot_hit < (unsigned)cap) copy_to[slot_hit] = c;
+            ++slot_hit;
+          }
+        }
+      }
+    }
+  };
+  for_vector_groups(row, sp, g);
+}
+
 // One radix pass: the histogram of digit [shift, shift + dbits) of the entries matching the
 // row's prefix; the row's last block fixes the digit. The second pass (kFirstFilter) also
 // writes the entries below the prefix's range to the output (all selected) and copies those
@@ -440,7 +570,31 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
         }
         commit(slots, c, w, i0, hit, nhit, low, nlow);
       };
-      if (!copying && M == 0 && shift >= ibits) {  // the first pass
+      if (first_filter) {
+        // The second pass over the row, its 16-byte vectors a group of kUnroll a thread at a
+        // time (16 float32 or 32 16-bit entries): one compare an entry against the range's
+        // top key and one warp vote a group; only a group some lane of the warp flags sorts
+        // its entries into in-range (histogram, buffer) and below-range (output) ones, and
+        // reserves the slots of both in one warp scan. Per 16-byte vector, as on_words does,
+        // the sixth H100 session counted 54 instructions an entry in this pass (86.6 us
+        // against the histogram pass's 35.7 over the same 64 MB): an entry's composite was
+        // built and tested twice whether it was wanted or not, and every vector that any lane
+        // of the warp wrote took two votes and up to two warp scans for four entries.
+        const VecSplit sp = vec_split(row, lo, hi);
+        if (key_form) {
+          auto f = [&](auto slots, const W* w, int64_t i0, int m) {
+            on_words(slots, RowFormOf<kKeyPrefix>{}, w, i0, m);
+          };
+          for_scalars(row, lo, sp, f);
+        } else {
+          auto f = [&](auto slots, const W* w, int64_t i0, int m) {
+            on_words(slots, RowFormOf<kComposite>{}, w, i0, m);
+          };
+          for_scalars(row, lo, sp, f);
+        }
+        filter_vector_groups<D>(row, sp, largest, ibits, shift, dmask, P, M, h, r, &st[r].out_count, copy_cnt,
+                                copy_to, cap, out);
+      } else if (!copying && M == 0 && shift >= ibits) {  // the first pass
         auto f = [&](auto slots, const W* w, int64_t i0, int m) {
           on_words(slots, RowFormOf<kNoPrefix>{}, w, i0, m);
         };
