@@ -433,6 +433,11 @@ def select_timings(dev, emulate: bool, quick: bool, copy_gbps):
                         r["cub_sort_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
                                                      rounds, emulate)
                         r["cub_sort_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
+                if N > SMALL_N or emulate:  # the second and third radix passes as the sixth run timed them
+                    with _env("RASFAST_SELECT_GROUPED", "0"), _env("RASFAST_SELECT_SMALL_N", "0"):
+                        r["per_vector_ms"] = device_ms(lambda: rasfast.select_k(nxt(), k, backend="cuda"),
+                                                       rounds, emulate)
+                        r["per_vector_graph_ms"] = graph_ms(xs[0], k) if not emulate else None
                 r["speedup"] = r["topk_ms"] / r["cuda_ms"]
                 r["speedup_unsorted"] = r["topk_unsorted_ms"] / r["cuda_unsorted_ms"]
                 r["GBps"] = nbytes / (r["cuda_ms"] * 1e-3) / 1e9
@@ -996,6 +1001,13 @@ def _multiblock_cell(r) -> str:
     return f"{r['multiblock_ms']:.3f} ({g:.3f})" if g else f"{r['multiblock_ms']:.3f}"
 
 
+def _per_vector_cell(r) -> str:
+    if "per_vector_ms" not in r:
+        return "-"
+    g = r.get("per_vector_graph_ms")
+    return f"{r['per_vector_ms']:.3f} ({g:.3f})" if g else f"{r['per_vector_ms']:.3f}"
+
+
 def _cub_sort_cell(r) -> str:
     if "cub_sort_ms" not in r:
         return "-"
@@ -1069,11 +1081,15 @@ def select_markdown(res) -> list:
           "the radix passes at the same shape (RASFAST_SELECT_SMALL_N=0). "
           "Sorted answers for 2,048 < k <= 16,384 are sorted on chip (one block a row) since the "
           "seventeenth session; cub sort = cub's device-wide radix sort instead, at the same shape "
-          "(RASFAST_SELECT_RADIX_SORT_K=0).", "",
+          "(RASFAST_SELECT_RADIX_SORT_K=0). Per vector = the second radix pass (the first filter) "
+          "testing and committing per 16-byte vector and the third pass on an eighth of the grid, "
+          "as the sixth GPU session timed them (RASFAST_SELECT_GROUPED=0; since the twentieth "
+          "session the first filter takes groups of 4 vectors a thread with one warp vote a group, "
+          "the third pass the second's grid), where rows take the radix passes.", "",
           "| B | N | dtype | k | torch.topk ms | cuda ms | speed-up | topk unsorted | cuda unsorted | "
           "speed-up | cuda graph ms | GB/s (graph) | share | host us (topk) | host us, Python kernel | "
-          "filtered ms (graph) | radix ms (graph) | cub sort ms (graph) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "filtered ms (graph) | radix ms (graph) | cub sort ms (graph) | per vector ms (graph) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["select"]:
         g = r.get("graph_ms")
         gbps = r["bytes"] / (g * 1e-3) / 1e9 if g else r["GBps"]
@@ -1084,7 +1100,7 @@ def select_markdown(res) -> list:
                  f"{r['cuda_unsorted_ms']:.3f} | {r['speedup_unsorted']:.2f}x | {gs} | "
                  f"{gbps:,.0f} | {share} | {r['host_us']:.0f} ({r['topk_host_us']:.0f}) | "
                  f"{r.get('python_host_us', float('nan')):.0f} | {_filtered_cell(r)} | {_multiblock_cell(r)} | "
-                 f"{_cub_sort_cell(r)} |")
+                 f"{_cub_sort_cell(r)} | {_per_vector_cell(r)} |")
     return L + [""]
 
 

@@ -58,7 +58,7 @@ SOURCE = "csrc/select/select_kernels.cu"
 DTYPES = {"0": ("float32", 4), "1": ("float16", 2), "2": ("bfloat16", 2)}
 KERNELS = ("radix_pass", "write_selected", "filter_topk", "sort_rows_radix", "select_rows_small_sorted")
 SORTING = ("sort_rows_radix", "select_rows_small_sorted")  # <dtype, keys a thread>: the on-chip radix sort
-MODES = {"0": "histogram only", "1": "first filter", "2": "copy to buffer"}
+MODES = {"0": "histogram only", "1": "first filter", "2": "copy to buffer", "3": "first filter per vector (RASFAST_SELECT_GROUPED=0)"}
 
 
 def tool(name: str) -> str:

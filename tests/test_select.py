@@ -290,6 +290,21 @@ def test_gpu_small_k_filtered_and_radix_match_reference(monkeypatch, path, dtype
 
 @cuda_kernels
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["randn", "ties", "descending", "narrow", "nan"])
+def test_gpu_radix_passes_as_the_sixth_run_timed_them(monkeypatch, dtype, mode):
+    """RASFAST_SELECT_GROUPED=0 keeps the second and third radix passes as the sixth H100
+    session timed them (the first filter per 16-byte vector, the third pass on an eighth of
+    the grid), so that one GPU run times both designs: its answers are the reference's too."""
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    monkeypatch.setenv("RASFAST_SELECT_GROUPED", "0")
+    monkeypatch.setenv("RASFAST_SELECT_FILTER_K", "0")
+    monkeypatch.setenv("RASFAST_SELECT_SMALL_N", "0")
+    _sweep_cuda([(2, 30_001, 255), (1, 40_000, 3), (3, 9_001, 3_000)], mode, dtype, unsorted=True)
+
+
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,N,k", [(2, 65_536, 2_048), (1, 2_048, 2_048), (3, 3_001, 2_047),
                                    (2, 65_537, 10), (2, 4_000, 2_049)])
 def test_gpu_short_row_select_at_its_limits(monkeypatch, dtype, B, N, k):

@@ -318,7 +318,16 @@ enum PassMode : int {
   kHistOnly = 0,     // the histogram only (the first pass; the last when it is not the second)
   kFirstFilter = 1,  // the second pass: below-range entries to the output, the range to s1buf
   kWriteBuf = 2,     // a middle pass: what still matches to a ping-pong buffer
+  kFirstFilterPerVector = 3,  // kFirstFilter as the sixth H100 session timed it (RASFAST_SELECT_GROUPED=0)
 };
+
+// RASFAST_SELECT_GROUPED=0: the second and third radix passes as the sixth H100 session
+// timed them (the first filter testing and committing per 16-byte vector; the third pass on an
+// eighth of the grid), so that a run times both in the same session. Default: grouped.
+bool select_grouped() {
+  const char* env = std::getenv("RASFAST_SELECT_GROUPED");
+  return !(env && env[0] == '0' && env[1] == '\0');
+}
 
 // The digit of a radix pass: the bin holding the want-th (1-based) of the entries counted
 // in hist's kBins bins, each thread of the block owning kBins / Threads consecutive ones. The
@@ -475,7 +484,8 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
            Out<typename RawKey<D>::W> out) {
   using W = typename RawKey<D>::W;
   using Scan = cub::BlockScan<unsigned, kThreads>;
-  constexpr bool first_filter = kMode == kFirstFilter;
+  constexpr bool first_filter = kMode == kFirstFilter || kMode == kFirstFilterPerVector;
+  constexpr bool grouped = kMode == kFirstFilter;
   constexpr bool copying = kMode != kHistOnly;
   __shared__ unsigned h[kBins];
   __shared__ typename Scan::TempStorage scan_tmp;
@@ -591,7 +601,7 @@ radix_pass(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int64_t k, b
           visit(f);
         }
       };
-      if (first_filter) {
+      if (first_filter && grouped) {
         // The second pass over the row, its 16-byte vectors a group of kUnroll a thread at a
         // time (16 float32 or 32 16-bit entries): one compare an entry against the range's
         // top key and one warp vote a group; only a group some lane of the warp flags sorts
@@ -1514,6 +1524,7 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
   // each kind of row pass gets a wave of its own resident blocks (the first pass, the
   // histogram alone, holds twice as many per SM as the filtering passes)
   const int nblk = blocks_per_row<D, kFirstFilter>(rows, n);
+  const bool grouped = select_grouped();
   const int nblk_hist = blocks_per_row<D, kHistOnly>(rows, n);
   const dim3 grid(nblk, (unsigned)std::min<int64_t>(rows, 65535));
   const int mode = !sorted ? 0 : (L.small_sort || L.radix_sort ? 1 : 2);
@@ -1532,11 +1543,15 @@ void select_k_launch(const void* xv, int64_t rows, int64_t n, int64_t k, bool la
     // grid (at an eighth of it, 64 blocks for 16 rows left most of an H100's 132 SMs idle:
     // 12% occupancy); later buffers hold a digit's range of that and most rows are done, so a
     // lighter grid
-    const dim3 g = p >= 3 ? dim3((unsigned)std::max(1, nblk / 8), grid.y)
-                          : (p == 0 ? dim3((unsigned)nblk_hist, grid.y) : grid);
-    if (first_filter) {
+    const dim3 g = p >= (grouped ? 3 : 2) ? dim3((unsigned)std::max(1, nblk / 8), grid.y)
+                                          : (p == 0 ? dim3((unsigned)nblk_hist, grid.y) : grid);
+    if (first_filter && grouped) {
       radix_pass<D, kFirstFilter><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
                                                               L.cap, st, hist, arrived, buf, s1buf, sink);
+    } else if (first_filter) {
+      radix_pass<D, kFirstFilterPerVector><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining,
+                                                                       dbits, L.cap, st, hist, arrived, buf, s1buf,
+                                                                       sink);
     } else if (write_buf) {
       radix_pass<D, kWriteBuf><<<g, kThreads, 0, stream>>>(x, rows, n, k, largest, L.ibits, remaining, dbits,
                                                            L.cap, st, hist, arrived, buf, s1buf, sink);
