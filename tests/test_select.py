@@ -319,6 +319,37 @@ def test_gpu_short_row_select_at_its_limits(monkeypatch, dtype, B, N, k):
     check(x, k, True, False, "cuda")
 
 
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,N,k,sorted_,launches", [
+    (2, 32_768, 4_000, True, 1),     # at the limit: the one-launch select, sorted on chip
+    (1, 32_769, 4_000, True, None),  # one past it: the radix passes and their sort
+    (2, 20_000, 3_000, False, None),  # unsorted: the radix passes, no sort of the answers
+])
+def test_gpu_short_row_sorted_select_at_its_limit(monkeypatch, dtype, B, N, k, sorted_, launches):
+    """The one-launch select with 2,048 < k <= 16,384 takes sorted answers on rows up to
+    32,768 entries (the seventh GPU session: 0.177 ms against the radix passes' 0.113 at
+    8 x 50k, and 0.49x torch.topk unsorted there); other rows and unsorted calls take the
+    radix passes. The answers either way, and one launch only where the limit says so."""
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
+    monkeypatch.delenv("RASFAST_SELECT_RADIX_SORT_K", raising=False)
+    x = make_input(B, N, "ties", dtype, seed=N + k, device=GPU_DEVICE)
+    check(x, k, True, sorted_, "cuda")
+    if x.device.type != "cpu":  # launches are counted on the emulator
+        return
+    from rasfast.device_work import count_device_work
+    rasfast.select_k(x, k, largest=True, sorted=sorted_, backend="cuda")
+    with count_device_work() as work:
+        rasfast.select_k(x, k, largest=True, sorted=sorted_, backend="cuda")
+    if launches is None:
+        assert work.kernels > 1, work.summary()
+    else:
+        assert work.kernels == launches, work.summary()
+
+
 # Sorted answers for 2,048 < k <= 16,384: one block a row radix-sorts them in shared memory
 # (8 / 16 / 24 / 32 keys a thread), after the radix passes on long rows (sort_rows_radix) and
 # within the one-launch select on rows of up to 65,536 entries (select_rows_small_sorted);

@@ -1248,7 +1248,12 @@ select_rows_small(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k
 // Short rows with kSmallSortK < k <= 16,384: the same one-launch select, 512 threads a row,
 // the answers gathered into dynamic shared memory and radix-sorted there (block_radix_sort).
 // A per-question call at k = 10,000 (1 x 20k, 8 x 50k in the roofline) was eight launches:
-// memset, five passes, write, sort.
+// memset, five passes, write, sort. Taken for sorted answers on rows up to kSmallSortedMaxN:
+// the seventh GPU session (H200, CUDA graphs) timed it at 0.091 ms against the radix passes'
+// 0.098 at 1 x 20k float32, k = 10,000, but 0.177 against 0.113 at 8 x 50k (one block reads
+// a 50k row five times), and unsorted at 8 x 50k it was 0.49x torch.topk (it sorts anyway).
+// 32,768 lies between the two measured rows; the crossing itself was not timed.
+constexpr int64_t kSmallSortedMaxN = 32768;
 template <DType D, int ITEMS>
 __global__ void __launch_bounds__(kRadixSortThreads, 1)
 select_rows_small_sorted(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
@@ -1440,7 +1445,8 @@ Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
     L.total = 256;
     return L;
   }
-  if (n <= small_row_limit() && k <= radix_sort_k_limit(kSmallSortedStatic)) {
+  if (sorted && n <= std::min<int64_t>(small_row_limit(), kSmallSortedMaxN) &&
+      k <= radix_sort_k_limit(kSmallSortedStatic)) {
     L.small_rows_sorted = true;
     L.total = 256;
     return L;
