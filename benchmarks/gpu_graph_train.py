@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import sys
+import traceback
 
 import torch
 
@@ -65,6 +66,7 @@ def _steps(graphs: int, per_question: bool, dtype, dev=torch.device("cuda")):
             f()
         except Exception as ex:
             errs[name] = f"{type(ex).__name__}: {str(ex)[:200]}"
+            traceback.print_exc()  # where it failed, in the bench log (the table keeps the message)
             del fns[name]
             continue
         mods_ = convs if name == "pyg" else enc.convs

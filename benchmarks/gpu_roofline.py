@@ -725,7 +725,22 @@ def segment_timings(dev, emulate: bool):
                      "cand_ids": with_ids, "same_ids": bool(ok), "cuda_ms": ms, "bytes": nbytes,
                      "GBps": nbytes / (ms * 1e-3) / 1e9 if ms else None,
                      "torch_ms": device_ms(peer, 20 if not emulate else 2, emulate)})
+        if (B, per, dt, with_ids) in SEGMENT_BREAKDOWNS and not emulate:
+            # the seventh GPU session: 0.50x the peer at 1024 x 200 float32 with no breakdown
+            # to say whether the kernels or the host path lose
+            from kernel_breakdown import kernel_breakdown
+            for who, fn in (("rasfast", lambda: rasfast.segment_topk_scores(q, cand, ptr, n, cand_ids=ids,
+                                                                             backend="cuda")),
+                            ("torch", peer)):
+                try:
+                    kr, total = kernel_breakdown(fn)
+                    rows[-1].setdefault("kernels", {})[who] = {"total_us": total, "rows": kr}
+                except Exception as e:
+                    rows[-1].setdefault("kernels", {})[who] = {"error": f"{type(e).__name__}: {e}"}
     return rows
+
+
+SEGMENT_BREAKDOWNS = {(1024, 200, torch.float32, False), (64, 300, torch.float32, False)}
 
 
 def host_profile(dev, emulate: bool):
@@ -1140,6 +1155,16 @@ def segment_and_rest_markdown(res) -> list:
                      f"{r.get('cand_ids', False)} | {r['n']} | {r['cuda_ms']:.3f} | "
                      f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | "
                      f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} |")
+    for r in res.get("segment", []):
+        for who, kb in (r.get("kernels") or {}).items():
+            L += ["", f"Kernels of one call, {who}, {r['B']} x {r['per_query']} x {r['D']} {r.get('dtype')} "
+                  "(torch.profiler, per call):", ""]
+            if "error" in kb:
+                L.append(f"error: {kb['error']}")
+                continue
+            L += [f"{kb['total_us']:.1f} us of kernels a call", "", "| kernel | us a call | launches |",
+                  "|---|---:|---:|"]
+            L += [f"| `{name[:80]}` | {us:.1f} | {cnt:g} |" for name, us, cnt in kb["rows"]]
     L += ["", "## Host time of a call, by function", "", "cProfile of 300 select_k calls (16 x 1M float32, k = 10), "
           "by own time:", "", "```", res["host_profile"].strip(), "```"]
     for name, text in (res.get("host_profiles") or {}).items():
