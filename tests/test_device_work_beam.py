@@ -155,6 +155,59 @@ def test_validate_none_no_sync_same_result_and_bad_ids_stay_in_bounds():
         rasfast.triple_beam_search(graph, emb, q, seeds, backend="cuda", validate="off", **KW)
 
 
+@pytest.mark.parametrize("degrees", ["hub", "low"])
+def test_captured_search_of_an_unchecked_device_csr_reads_nothing(monkeypatch, degrees):
+    """torch.compile(mode="reduce-overhead") captures the operator in a CUDA graph on copies
+    of its inputs, so the CSR it gets was never checked, and a capture cannot read the device
+    (the seventh GPU run, H200: the offsets' check failed inside torch). Under a capture
+    (faked here: the emulator has none) a search with validate="none" reads nothing: the
+    offsets reach the kernel clamped and the max degree is bounded by nnz, with the result
+    of the checked maximum (the decay table and the kernel's plan are longer with "low"
+    degrees: max degree < ceil(gamma)); nothing is recorded as checked; other validate
+    modes raise before any work."""
+    from rasfast.ops import beam as beam_op
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    graph, emb, q, seeds = problem(seed)
+    if degrees == "low":
+        graph = random_graph(rng, len(emb), 4 * len(emb))
+        assert int(np.diff(graph[0]).max()) < 2 * KW["beam_width"], seed  # ceil(gamma)
+    ptr, ids = seed_forms(seeds)["device (ptr, ids)"]
+    checked = tuple(torch.from_numpy(a) for a in graph)
+    want = rasfast.triple_beam_search(checked, emb, q, (ptr, ids), backend="cuda", validate="none",
+                                      **KW)   # eager: the CSR checked (one read)
+    assert_same(want, reference(graph, emb, q, seeds))
+    monkeypatch.setattr(beam_op, "stream_capturing", lambda dev: True)
+    monkeypatch.setattr(beam_op, "_DECAY_ON_DEVICE", {})   # the table's copy under capture too
+    fresh = tuple(torch.from_numpy(a.copy()) for a in graph)  # never searched
+    with count_device_work(watch=[emb]) as w:
+        got = rasfast.triple_beam_search(fresh, emb, q, (ptr, ids), backend="cuda",
+                                         validate="none", **KW)
+    assert w.syncs == 0 and w.watched_reads == 0 and w.kernels == 1, (seed, w.summary())
+    assert_same(got, want)
+    assert not hasattr(fresh[0], beam_op._CSR_ATTR) and not beam_op._DECAY_ON_DEVICE
+    # a bad CSR under capture: the kernel gets clamped offsets (an unspecified result, no
+    # out-of-bounds read: `make test-asan` runs this file)
+    bad_ptr = fresh[0].clone()
+    bad_ptr[1:-1] = torch.from_numpy(rng.integers(-50, 3 * len(graph[1]), len(bad_ptr) - 2))
+    got = rasfast.triple_beam_search((bad_ptr, fresh[1]), emb, q, (ptr, ids), backend="cuda",
+                                     validate="none", **KW)
+    assert tuple(got.sequences.shape) == (q.shape[0], KW["beam_width"], KW["max_len"])
+    for validate in ("auto", "full"):
+        with count_device_work() as w, pytest.raises(ValueError, match="graph: a device CSR must "
+                                                     "be checked once outside CUDA graph capture"):
+            rasfast.triple_beam_search(tuple(torch.from_numpy(a.copy()) for a in graph), emb, q,
+                                       (ptr, ids), backend="cuda", validate=validate, **KW)
+        assert w.syncs == 0 and w.kernels == 0, w.summary()
+    # a CSR checked before the capture: the kernel's error flag still cannot be read
+    with count_device_work() as w, pytest.raises(ValueError, match="validate: a search captured"):
+        rasfast.triple_beam_search(checked, emb, q, (ptr, ids), backend="cuda", **KW)
+    assert w.syncs == 0 and w.kernels == 0, w.summary()
+    with pytest.raises(ValueError, match="backend: a search captured in a CUDA graph needs "
+                                         "backend 'cuda'"):
+        rasfast.triple_beam_search(checked, emb, q, (ptr, ids), backend="torch", validate="none", **KW)
+
+
 def test_launches_do_not_grow_with_the_batch():
     graph, emb, q, seeds = problem(fresh_seed(), B=64)
     with count_device_work() as w:

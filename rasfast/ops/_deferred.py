@@ -64,6 +64,20 @@ def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.to(dev)
 
 
+def stream_capturing(dev: torch.device) -> bool:
+    """Whether work queued on ``dev`` now is being captured into a CUDA graph
+    (``torch.cuda.graph``, or ``torch.compile(mode="reduce-overhead")`` recording its CUDA
+    graph): nothing may then be read from the device, nor copied to it from pageable host
+    memory. False off CUDA (CPU tensors, the emulator's included) without asking
+    ``torch.cuda`` (a CPU-only build of torch has no capture to ask about)."""
+    if dev.type != "cuda":
+        return False
+    if dev.index is not None and dev.index != torch.cuda.current_device():
+        with torch.cuda.device(dev):
+            return torch.cuda.is_current_stream_capturing()
+    return torch.cuda.is_current_stream_capturing()
+
+
 class Deferred:
     """Checks whose values are computed on the device and read once, at the end."""
 

@@ -24,7 +24,8 @@ from .._validate import (check_choice, check_float, check_int, check_int_arg,
                          check_rank, check_same_device)
 from ..reference import beam as _ref
 from .._threads import follows_width_rule
-from ._deferred import VALIDATE, Deferred, check_ids, check_ptr, is_host, to_device
+from ._deferred import (VALIDATE, Deferred, Unchecked, check_ids, check_ptr, is_host,
+                        stream_capturing, to_device)
 from ._library import define, traced
 
 
@@ -153,6 +154,10 @@ def triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width: int = 10, ma
             and can be captured in a CUDA graph; bad neighbour or seed ids and non-finite rows
             then give an unspecified result, never an out-of-bounds access (the kernel skips
             them; seed offsets reach it clamped). Other backends check as under "auto".
+            Captured with a device CSR no search checked before (torch.compile(
+            mode="reduce-overhead") captures on copies of the inputs), the offsets are not
+            read either: they reach the kernel clamped too. A captured search needs backend
+            "cuda" and validate "none" (ValueError otherwise).
 
     Returns:
         :class:`BeamResult` (sequences, scores, lengths, num_beams), q_emb's kind.
@@ -192,7 +197,7 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
         n = emb.shape[0]
     else:
         emb, n = None, None
-    indptr, indices, max_deg = _graph(graph, n, dev)
+    indptr, indices, max_deg = _graph(graph, n, dev, validate)
     n = len(indptr) - 1
     b = check_int_arg(beam_width, "beam_width", 1)
     L = check_int_arg(max_len, "max_len", 1)
@@ -233,6 +238,11 @@ def _triple_beam_search(graph, triple_emb, q_emb, seeds, beam_width, max_len, ga
             out = _cuda(indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args, deferred,
                         read_flag=validate != "none")
         else:
+            if stream_capturing(dev):
+                # their checks and selection read the device (deferred.raise_now, the
+                # reference's data-dependent ops): only the cuda kernel can be captured
+                raise ValueError(f"backend: a search captured in a CUDA graph needs backend "
+                                 f"'cuda' (with validate='none'), got {be!r} (from {backend!r})")
             deferred.raise_now()
             out = _IMPLS[be](indptr, indices, emb, qf, qnorm, seed_ptr, seed_ids, args)
     return BeamResult(*(to_kind(t, kind) for t in out))
@@ -283,12 +293,14 @@ def _graph_arrays(graph, n: Optional[int], dev: torch.device):
 _CSR_ATTR = "_rasfast_csr_check"
 
 
-def _graph(graph, n: Optional[int], dev: torch.device):
+def _graph(graph, n: Optional[int], dev: torch.device, validate: str = "auto"):
     """(indptr int64 [n+1], indices int32/int64 [nnz], max degree) on ``dev``.
 
     indptr is checked in full without asking the device per search: host arrays (numpy, or
     CPU tensors for a GPU search) with numpy -- once per graph object (a TripleGraph), cached
     on it --, a device tensor once per tensor (cached by its version), with one host sync.
+    A device tensor not checked before while ``dev``'s stream is captured into a CUDA graph
+    cannot be read: :func:`_captured_csr` (``validate="none"`` only).
     """
     # a device CSR searched before, as it was then: its checked max degree, without the
     # general path's checks and conversions (~5 us of a GPU call's host time)
@@ -354,6 +366,8 @@ def _graph(graph, n: Optional[int], dev: torch.device):
         hit = getattr(raw, _CSR_ATTR, None)
         if hit is not None and hit[0] == key:
             max_deg = hit[1]
+        elif stream_capturing(dev):
+            indptr, max_deg = _captured_csr(indptr, nnz, dev, validate)
         else:
             if len(indptr) > 1:
                 d = indptr[1:] - indptr[:-1]
@@ -365,6 +379,40 @@ def _graph(graph, n: Optional[int], dev: torch.device):
             max_deg = _check_indptr(first, last, nnz, bool(dec), top)
             setattr(raw, _CSR_ATTR, (key, max_deg))
     return indptr.contiguous(), to_device(indices, dev).contiguous(), max_deg
+
+
+def _captured_csr(indptr: torch.Tensor, nnz: int, dev: torch.device, validate: str):
+    """(indptr, max degree) of a device CSR first met while ``dev``'s stream is captured into
+    a CUDA graph, without reading the device. torch.compile(mode="reduce-overhead") records
+    the operator on copies of its inputs, new tensor objects that _graph's per-tensor check
+    never saw (the seventh GPU run, H200: its ``tolist()`` failed inside the capture).
+
+    ``validate="none"`` only (otherwise ValueError, before anything is queued: neither this
+    check nor the kernel's error flag could be read). Nothing is recorded on the tensor.
+    The offsets go on as check_ptr's safe copy (clamped into [0, nnz], made non-decreasing:
+    two captured ops; a valid indptr is unchanged), since the kernel trusts its offsets.
+    The max degree is bounded by nnz, which gives the result of the true maximum (any bound
+    >= it does):
+    - the decay table (reference/beam.py decay_factors): f[r] = exp(-min(r, gamma)/gamma)
+      for r = 0..T, T = min(ceil(gamma), max_deg), ranks past T read f[T]. f[r] does not
+      depend on T, ranks are < the true max degree, and for r >= ceil(gamma) f[r] = exp(-1)
+      = f[T]: a longer table gives every rank the same factor;
+    - the CUDA plan (csrc/beam/beam_cuda.cpp plan, plan_grouped) takes max_deg only for
+      sizes: the candidates kept per beam M = min(max_neighbors, T + b, max_deg) (more of a
+      beam's (value desc, id asc) order: those past its true degree do not exist, those past
+      T + b lose to b of the beam's own at the same factor; the pool keeps the top b of one
+      total order), the chunk per round (the running top M is the same for any chunk) and
+      the buffers. Larger buffers can need more shared memory: backend "auto" then resolves
+      to triton, which raises under capture (tests/test_device_work_beam.py compares both
+      bounds on the emulator)."""
+    if validate != "none":
+        raise ValueError("graph: a device CSR must be checked once outside CUDA graph capture, "
+                         "or pass validate='none' (a search captured in a CUDA graph cannot read "
+                         "the device: neither the offsets' check nor the kernel's error flag; "
+                         "torch.compile(mode='reduce-overhead') records on copies of the inputs, "
+                         "which no earlier search checked)")
+    safe = check_ptr(indptr, "graph.indptr", nnz, "len(indices)", dev, Unchecked())
+    return safe, max(nnz, 0)
 
 
 def _check_indptr(first: int, last: int, nnz: int, decreasing: bool, max_deg: int) -> int:
@@ -585,6 +633,9 @@ def _cpu(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a):
 
 
 _DECAY_ON_DEVICE: dict = {}
+# (device, gamma, length) -> a pinned host copy of the table, kept for good: the source of
+# the table's copies made while a CUDA graph is captured (_device_decay)
+_DECAY_PINNED: dict = {}
 
 
 @functools.lru_cache(maxsize=64)
@@ -598,11 +649,22 @@ def _decay_table(gamma: float, t: int) -> torch.Tensor:
 def _device_decay(decay: torch.Tensor, key, dev: torch.device) -> torch.Tensor:
     """The rank-decay table on ``dev``, copied once per (gamma, table length) and device (a
     few dozen float64 values that a search would otherwise stage and copy every call).
-    ``key`` None: no caching."""
+    ``key`` None: no caching.
+
+    While ``dev``'s stream is captured into a CUDA graph (a table not copied before: e.g. the
+    bound of _captured_csr makes a longer one), the copy is captured, not cached (it lives
+    in the graph's memory pool), and made from a pinned host copy that is never freed: the
+    graph replays the transfer, and a staging block freed after the capture could hold
+    other data by then."""
     if key is None:
         return to_device(decay, dev)
     key = (str(dev),) + tuple(key)
     out = _DECAY_ON_DEVICE.get(key)
+    if out is None and stream_capturing(dev):
+        src = _DECAY_PINNED.get(key)
+        if src is None:  # never dropped: a captured graph may replay a copy from any of them
+            src = _DECAY_PINNED[key] = decay.pin_memory() if dev.type == "cuda" else decay
+        return src if src.device == dev else src.to(dev, non_blocking=True)
     if out is None:
         if len(_DECAY_ON_DEVICE) >= 64:
             _DECAY_ON_DEVICE.clear()
@@ -615,6 +677,10 @@ def _cuda(indptr, indices, emb, q, qnorm, seed_ptr, seed_ids, a, deferred=None, 
     if not hasattr(mod, "beam_search"):
         raise _bk.BackendUnavailable("triple_beam_search: rasfast._cuda lacks beam_search; rebuild")
     dev = emb.device
+    if read_flag and stream_capturing(dev):
+        raise ValueError("validate: a search captured in a CUDA graph cannot read the kernel's "
+                         "error flag; pass validate='none' (and check the inputs with a search "
+                         "outside the capture)")
     B, b, L, D = q.shape[0], a["b"], a["L"], emb.shape[1]
     if indices.dtype not in (torch.int32, torch.int64):
         indices = indices.long()
