@@ -5,6 +5,8 @@ to eager), and torch.export of the GraphEncoder forward. CPU tensors, backend "c
 The compile tests use the aot_eager backend (fake kernels, functionalisation, the AOT
 graph); inductor adds only code generation, and 30 s on 2 cores.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -268,6 +270,66 @@ def test_compile_graph_encoder_forward_fullgraph():
 
 def _encode_module():
     return _Encode(_encoder(seed=9))
+
+
+@pytest.mark.parametrize("form", ["specs", "modules"])
+def test_compile_graph_transformer_pool_and_conv_fullgraph(form):
+    """The public graph ops compiled as themselves with fullgraph=True (the GPU roofline's
+    compiled calls: layers from normalise_layers; or the layer modules), equal to eager. On
+    torch 2.11 their traced branch stopped at the weights' memo (cached_on's
+    ``__dict__.setdefault``, the seventh GPU run); the modules' form at the module memo's
+    data-pointer key (torch 2.13 too) and, on torch 2.11, at ``state_dict()``."""
+    from rasfast.ops.graph_conv import normalise_layers
+    enc = _encoder(seed=11)
+    x, ei, ea, gp = _batch([4, 0, 6], seed=11)
+    mods = [(enc.convs[0], enc.norms[0]), enc.convs[1]]
+    layers = normalise_layers(mods) if form == "specs" else mods
+    conv = layers[0] if form == "modules" else layers[0][0]
+
+    def pool(x, ei, ea, gp):
+        return rasfast.graph_transformer_pool(x, ei, ea, gp, layers, backend="cpu", validate="none")
+
+    def one_layer(x, ei, ea):
+        c, norm = (conv[0], conv[1]) if isinstance(conv, tuple) else (conv, layers[0][1])
+        return rasfast.transformer_conv(x, ei, ea, c, norm=norm, relu=True, backend="cpu")
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        for fn, args in ((pool, (x, ei, ea, gp)), (one_layer, (x, ei, ea))):
+            want = fn(*args)
+            got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*args)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_weight_memos_are_left_alone_while_compiling(monkeypatch):
+    """While Dynamo traces, the weights' host memos are neither read nor written (torch 2.11
+    cannot trace the frozen dataclasses' ``__dict__.setdefault``; a memo of traced values
+    would outlive the trace): cached_on, NormWeights.to and the module memo make their value
+    afresh."""
+    from rasfast.ops import graph_conv_params as gcp
+    enc = _encoder(seed=12)
+    w = enc.convs[0].weights()  # a fresh ConvWeights: nothing cached on it yet
+    nw = gcp.NormWeights(torch.ones(4), torch.zeros(4))
+    made = object()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert gcp.cached_on(w, "key", lambda: made) is made
+    assert gcp.as_conv_weights(w) is w  # its shape check, unmemoised
+    assert gcp.packed_node_weights(w)[0].shape[0] == 3 * w.heads * w.channels + w.out_channels
+    assert nw.to(dtype=torch.float64).weight.dtype == torch.float64
+    module_w = gcp.as_conv_weights(enc.convs[1])  # read without state_dict() (torch 2.11)
+    sd = enc.convs[1].state_dict()
+    assert set(gcp._linear_tensors(enc.convs[1])) == set(sd)
+    from_sd = gcp._module_weights(enc.convs[1], sd)
+    for f in dataclasses.fields(module_w):
+        got, want = getattr(module_w, f.name), getattr(from_sd, f.name)
+        same = torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
+        assert same, f.name
+    assert "_cache" not in w.__dict__ and "_to" not in nw.__dict__
+    assert enc.convs[1] not in gcp._MODULE_WEIGHTS
+    monkeypatch.undo()  # eager: memoised as before
+    assert gcp.cached_on(w, "key", lambda: None) is None and "key" in w.__dict__["_cache"]
+    assert nw.to(dtype=torch.float64) is nw.to(dtype=torch.float64)
+    assert gcp.as_conv_weights(enc.convs[1]) is gcp.as_conv_weights(enc.convs[1])
 
 
 def test_compile_question_graphs_to_vectors_fullgraph():

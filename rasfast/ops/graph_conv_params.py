@@ -71,7 +71,16 @@ class ConvWeights:
 
 
 def cached_on(w: ConvWeights, key, make):
-    """Memoises ``make()`` on the (immutable) weights object under ``key``."""
+    """Memoises ``make()`` on the (immutable) weights object under ``key``.
+
+    While torch.compile traces (the public ops' traced branch checks the weights' shapes
+    through here) ``make()`` runs unmemoised: Dynamo (torch 2.11) cannot trace the frozen
+    dataclass's ``__dict__.setdefault`` ("Dynamo does not know how to trace method
+    setdefault", the seventh GPU run's graph_transformer_pool under fullgraph=True), and a
+    cache filled while tracing would hold traced values. What is made here runs once per
+    trace, not per call."""
+    if torch.compiler.is_compiling():
+        return make()
     cache = w.__dict__.setdefault("_cache", {})
     if key not in cache:
         cache[key] = make()
@@ -121,13 +130,15 @@ class NormWeights:
         # kept per (device, dtype) while the tensors are unmodified: a bfloat16 model's norms
         # were converted to float32 on every call, and each new object made a new CUDA layer
         # plan (graph_conv_gpu._plan), evicting the plan a captured CUDA graph reads
+        f = (lambda t: None if t is None else t.detach().to(device=device, dtype=dtype))
+        if torch.compiler.is_compiling():  # no __dict__ memo while Dynamo traces (cached_on)
+            return NormWeights(f(self.weight), f(self.bias), self.eps)
         memo = self.__dict__.setdefault("_to", {})
         key = (None if device is None else torch.device(device), dtype)
         versions = tuple(None if t is None else t._version for t in (self.weight, self.bias))
         hit = memo.get(key)
         if hit is not None and hit[0] == versions:
             return hit[1]
-        f = (lambda t: None if t is None else t.detach().to(device=device, dtype=dtype))
         out = NormWeights(f(self.weight), f(self.bias), self.eps)
         memo[key] = (versions, out)
         return out
@@ -186,16 +197,37 @@ _MODULE_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _from_module(conv: torch.nn.Module) -> ConvWeights:
+    if torch.compiler.is_compiling():
+        # while Dynamo traces: no memo (it cannot compare the key's data pointers, and a
+        # ConvWeights of traced values must not be kept) and no state_dict() (torch 2.11
+        # cannot trace its metadata setattr): the Linear layers' tensors, once per trace
+        return _module_weights(conv, _linear_tensors(conv))
     key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in conv.parameters())
     hit = _MODULE_WEIGHTS.get(conv)
     if hit is not None and hit[0] == key:
         return hit[1]
-    sd = dict(conv.state_dict())
-    if not getattr(conv, "root_weight", True):  # PyG builds lin_skip even when unused
-        sd = {k: v for k, v in sd.items() if not k.startswith(("lin_skip.", "lin_beta."))}
-    w = conv_weights_from_state_dict(sd, int(conv.heads), bool(conv.concat))
+    w = _module_weights(conv, dict(conv.state_dict()))
     _MODULE_WEIGHTS[conv] = (key, w)
     return w
+
+
+def _linear_tensors(conv: torch.nn.Module) -> dict:
+    """The state dict's entries of a TransformerConv's Linear layers (torch_geometric's
+    names), read from the layers themselves."""
+    sd = {}
+    for name in ("lin_query", "lin_key", "lin_value", "lin_edge", "lin_skip", "lin_beta"):
+        lin = getattr(conv, name, None)
+        for attr in ("weight", "bias"):
+            t = getattr(lin, attr, None)
+            if t is not None:
+                sd[f"{name}.{attr}"] = t
+    return sd
+
+
+def _module_weights(conv: torch.nn.Module, sd: dict) -> ConvWeights:
+    if not getattr(conv, "root_weight", True):  # PyG builds lin_skip even when unused
+        sd = {k: v for k, v in sd.items() if not k.startswith(("lin_skip.", "lin_beta."))}
+    return conv_weights_from_state_dict(sd, int(conv.heads), bool(conv.concat))
 
 
 def as_norm_weights(norm) -> Optional[NormWeights]:
