@@ -25,8 +25,6 @@ from machine import header_markdown, machine_info  # noqa: E402
 import rasfast  # noqa: E402
 from rasfast.ops.graph_conv import normalise_layers  # noqa: E402
 
-ONE_ELEMENT = "rasfast cuda, one element a load (RASFAST_GRAPH_ATTEND_VEC=0)"
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -61,19 +59,14 @@ def main():
                 # the eighteenth session's changes against what they replaced, same run: the
                 # layer kernel against attend + epilogue apart; a host edge_index (CSR built
                 # on the host up to 32,768 edges) against the device one above
-                def with_env(name):
-                    def call():
-                        os.environ[name] = "0"
-                        try:
-                            return rasfast.graph_transformer_pool(x, ei, ea, ptr, specs, backend="cuda")
-                        finally:
-                            os.environ.pop(name, None)
-                    return call
+                def apart():
+                    os.environ["RASFAST_GRAPH_CONV_FUSED"] = "0"
+                    try:
+                        return rasfast.graph_transformer_pool(x, ei, ea, ptr, specs, backend="cuda")
+                    finally:
+                        os.environ.pop("RASFAST_GRAPH_CONV_FUSED", None)
                 ei_host, ptr_host = ei.cpu().numpy(), ptr.cpu().numpy()
-                fns["rasfast cuda, attend + epilogue apart"] = with_env("RASFAST_GRAPH_CONV_FUSED")
-                # the twenty-first session's attention (16-byte row loads, several edges a
-                # warp) against the one-element loads it replaced
-                fns[ONE_ELEMENT] = with_env("RASFAST_GRAPH_ATTEND_VEC")
+                fns["rasfast cuda, attend + epilogue apart"] = apart
                 fns["rasfast cuda, host index arrays"] = (
                     lambda: rasfast.graph_transformer_pool(x, ei_host, ea, ptr_host, specs, backend="cuda"))
             with torch.no_grad():
@@ -85,7 +78,7 @@ def main():
                 if graphs == max(args.batches) and dtype_name != "float32":
                     # where the device time goes (the sixth GPU session: bf16 1.90x PyG at 512
                     # graphs against a 3x target, with no profile to say why)
-                    for k in ("PyG", "rasfast cuda", ONE_ELEMENT):
+                    for k in ("PyG", "rasfast cuda"):
                         if k in fns:
                             try:  # the timings above stand whatever the profiler does
                                 kr, total = kernel_breakdown(fns[k])

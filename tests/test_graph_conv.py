@@ -313,33 +313,6 @@ def test_gpu_layer_matches_pyg(backend, dtype, rel, heads, concat, beta, edge_di
 
 @cuda_kernels
 @pytest.mark.gpu
-@pytest.mark.parametrize("vec", ["1", "0"])
-@pytest.mark.parametrize("dtype,rel", [(torch.float32, 1e-4), (torch.bfloat16, 1e-2)])
-@pytest.mark.parametrize("heads,c,edge_dim", [(8, 128, 24), (8, 64, None), (1, 128, 24), (4, 8, 24),
-                                              (8, 12, 24), (2, 1024, None)])
-def test_gpu_attention_row_vectors_match_pyg(monkeypatch, vec, dtype, rel, heads, c, edge_dim):
-    """The attention with 16-byte row loads and several edges a warp (attend_warp_vec: lane
-    groups of C / V lanes, their softmax states merged at the end) and the one-element path
-    (RASFAST_GRAPH_ATTEND_VEC=0), each against PyG: RAS's 8 x 128, a head's row over 4 to 32
-    lanes (1 to 16 edges at once), 4 vectors a lane at C = 1024, a width that takes the
-    one-element path (C = 12 in bfloat16); heads >= 4 the fused layer kernel, fewer the two
-    kernels. A hub with 301 in-edges (no multiple of the groups), isolated nodes."""
-    if "cuda" not in gpu_backends():
-        pytest.skip("cuda module not built")
-    monkeypatch.setenv("RASFAST_GRAPH_ATTEND_VEC", vec)
-    conv = _conv(16, c, heads, edge_dim=edge_dim, seed=c + heads)
-    x, ei, ea = _graph(40, 420, 16, edge_dim, seed=heads)
-    ei[1, :301] = 3   # a hub
-    ei[1, ei[1] >= 35] = 2  # nodes 35.. have no in-edges
-    ref = _pyg(conv.to(dtype).float(), x.to(dtype).float(), ei, None if ea is None else ea.to(dtype).float())
-    dev = GPU_DEVICE
-    out = rasfast.transformer_conv(x.to(dev, dtype), ei.to(dev), None if ea is None else ea.to(dev, dtype),
-                                   conv.to(dev, dtype), backend="cuda")
-    _close(out.cpu(), ref, rel)
-
-
-@cuda_kernels
-@pytest.mark.gpu
 @pytest.mark.parametrize("backend", gpu_backends())
 def test_gpu_pool_matches_pyg_stack(backend):
     convs = [_conv(24, 4, 8, edge_dim=12, seed=0), _conv(32, 4, 8, edge_dim=12, seed=1),

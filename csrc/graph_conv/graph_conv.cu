@@ -13,12 +13,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
-#include "common/vec16.h"
 #include "graph_conv/graph_conv_cuda.h"
 
 namespace rasfast {
@@ -101,145 +99,7 @@ __device__ __forceinline__ void attend_warp(const int64_t* __restrict__ indptr,
   }
 }
 
-// The same attention with 16-byte row loads and several edges in flight a warp (the
-// seventh GPU session, H200: the layer kernel above took 316 us a layer at 512 RAS graphs in
-// bfloat16, 259 in float32 - latency-bound: one edge at a time, each lane loading one 2- or
-// 4-byte element of k, e and v per 32 channels, the logit's shuffles between the loads and
-// the use of v). Here a lane holds NVL 16-byte vectors of the head's C channels, so
-// G = C / (NVL * V) lanes cover a row and the warp's P = 32 / G lane groups take P edges at
-// once (bfloat16 at C = 128: 16 lanes a row, 2 edges); each group keeps its own online
-// softmax (max, sum, accumulators), and the next round's rows are loaded before this round's
-// are used. The groups' states are merged at the end (rescaled to the common max). Float32
-// accumulation; the sums run in another order than attend_warp's, so the results agree with
-// it to rounding, not bit for bit.
-template <DType D, int NVL>
-__device__ __forceinline__ void attend_warp_vec(const int64_t* __restrict__ indptr,
-                                                const int64_t* __restrict__ src,
-                                                const int64_t* __restrict__ eid,
-                                                const typename Storage<D>::type* __restrict__ nodes,
-                                                int64_t W, const typename Storage<D>::type* __restrict__ e,
-                                                int64_t ES, int64_t H, int64_t C, float scale,
-                                                int64_t i, int64_t h, int lane, float* __restrict__ dst) {
-  using T = typename Storage<D>::type;
-  constexpr int V = Unpack<D>::kElems;
-  constexpr int NE = NVL * V;             // channels a lane holds
-  const int G = (int)(C / NE);            // lanes a row (a power of 2 <= 32: attend_vectors)
-  const int P = kWarp / G;                // edges a round
-  const int sub = lane % G, slot = lane / G;
-  const int64_t HC = H * C;
-  float q[NE], acc[NE];
-  const T* qrow = nodes + i * W + h * C;
-#pragma unroll
-  for (int u = 0; u < NVL; ++u) Unpack<D>::run(load16(qrow + ((int64_t)u * G + sub) * V), q + u * V);
-#pragma unroll
-  for (int c = 0; c < NE; ++c) acc[c] = 0.f;
-  float m = -INFINITY, s = 0.f;
-  const int64_t b = indptr[i], end = indptr[i + 1];
-  const int64_t rounds = (end - b + P - 1) / P;  // the same for the whole warp: shuffles agree
-  Vec16 kc[NVL], vc[NVL], ec[NVL];
-  auto load_edge = [&](int64_t t, Vec16* kk, Vec16* vv, Vec16* ee) {
-    const int64_t j = src[t];
-    const T* krow = nodes + j * W + HC + h * C;
-    const T* vrow = krow + HC;
-    const T* erow = e ? e + eid[t] * ES + h * C : nullptr;
-#pragma unroll
-    for (int u = 0; u < NVL; ++u) {
-      const int64_t off = ((int64_t)u * G + sub) * V;
-      kk[u] = load16(krow + off);
-      vv[u] = load16(vrow + off);
-      if (erow) ee[u] = load16(erow + off);
-    }
-  };
-  int64_t t = b + slot;
-  bool have = t < end;
-  if (have) load_edge(t, kc, vc, ec);
-  for (int64_t r = 0; r < rounds; ++r) {
-    const int64_t tn = t + P;
-    const bool have_next = tn < end;
-    Vec16 kn[NVL], vn[NVL], en[NVL];
-    if (have_next) load_edge(tn, kn, vn, en);
-    float kf[NE], vf[NE], ef[NE];
-    float part = 0.f;
-    if (have) {
-#pragma unroll
-      for (int u = 0; u < NVL; ++u) {
-        Unpack<D>::run(kc[u], kf + u * V);
-        Unpack<D>::run(vc[u], vf + u * V);
-        if (e) Unpack<D>::run(ec[u], ef + u * V);
-      }
-      if (!e) {
-#pragma unroll
-        for (int c = 0; c < NE; ++c) ef[c] = 0.f;
-      }
-#pragma unroll
-      for (int c = 0; c < NE; ++c) part += q[c] * (kf[c] + ef[c]);
-    }
-    for (int o = G >> 1; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-    if (have) {
-      const float l = part * scale;
-      if (l > m) {
-        const float f = expf(m - l);  // 0 on the group's first edge (m = -inf)
-        s *= f;
-#pragma unroll
-        for (int c = 0; c < NE; ++c) acc[c] *= f;
-        m = l;
-      }
-      const float p = expf(l - m);
-      s += p;
-#pragma unroll
-      for (int c = 0; c < NE; ++c) acc[c] += p * (vf[c] + ef[c]);
-    }
-#pragma unroll
-    for (int u = 0; u < NVL; ++u) {
-      kc[u] = kn[u];
-      vc[u] = vn[u];
-      ec[u] = en[u];
-    }
-    t = tn;
-    have = have_next;
-  }
-  // the P groups' softmax states, merged pairwise across the warp (groups without an edge
-  // hold m = -inf, s = 0 and add nothing)
-  for (int o = G; o < kWarp; o <<= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    const float mm = fmaxf(m, m2);
-    const float f1 = m == -INFINITY ? 0.f : expf(m - mm);
-    const float f2 = m2 == -INFINITY ? 0.f : expf(m2 - mm);
-    s = s * f1 + s2 * f2;
-#pragma unroll
-    for (int c = 0; c < NE; ++c) {
-      const float a2 = __shfl_xor_sync(0xffffffffu, acc[c], o);
-      acc[c] = acc[c] * f1 + a2 * f2;
-    }
-    m = mm;
-  }
-  const float inv = s > 0.f ? 1.f / s : 0.f;
-  if (slot == 0) {
-#pragma unroll
-    for (int u = 0; u < NVL; ++u)
-#pragma unroll
-      for (int x = 0; x < V; ++x) dst[((int64_t)u * G + sub) * V + x] = acc[u * V + x] * inv;
-  }
-}
-
-// attend_warp (NVL = 0: R registers a lane, one element a load) or attend_warp_vec (NVL
-// vectors a lane, chosen by attend_vectors).
-template <DType D, int R, int NVL>
-__device__ __forceinline__ void attend_any(const int64_t* __restrict__ indptr,
-                                           const int64_t* __restrict__ src,
-                                           const int64_t* __restrict__ eid,
-                                           const typename Storage<D>::type* __restrict__ nodes,
-                                           int64_t W, const typename Storage<D>::type* __restrict__ e,
-                                           int64_t ES, int64_t H, int64_t C, float scale,
-                                           int64_t i, int64_t h, int lane, float* __restrict__ dst) {
-  if constexpr (NVL == 0)
-    attend_warp<D, R>(indptr, src, eid, nodes, W, e, ES, H, C, scale, i, h, lane, dst);
-  else
-    attend_warp_vec<D, NVL>(indptr, src, eid, nodes, W, e, ES, H, C, scale, i, h, lane, dst);
-}
-
-template <DType D, int R, int NVL>
+template <DType D, int R>
 __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
                               const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
                               int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t N,
@@ -248,7 +108,7 @@ __global__ void attend_kernel(const int64_t* __restrict__ indptr, const int64_t*
   const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
   if (warp >= N * H) return;  // whole warp exits together
   const int64_t i = warp / H, h = warp % H;
-  attend_any<D, R, NVL>(indptr, src, eid, static_cast<const T*>(nodes_v), W, static_cast<const T*>(e_v),
+  attend_warp<D, R>(indptr, src, eid, static_cast<const T*>(nodes_v), W, static_cast<const T*>(e_v),
                     ES, H, C, scale, i, h, threadIdx.x % kWarp, agg + (i * H + h) * C);
 }
 
@@ -477,7 +337,7 @@ __global__ void epilogue_kernel(const float* __restrict__ agg, int64_t H, int64_
 // shared memory, then the block's epilogue from there (no [N, H, C] round trip through
 // memory, one launch a layer instead of two). The same arithmetic as the two kernels, so the
 // same results bit for bit.
-template <DType D, int R, int NVL>
+template <DType D, int R>
 __global__ void layer_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ src,
                              const int64_t* __restrict__ eid, const void* __restrict__ nodes_v,
                              int64_t W, const void* __restrict__ e_v, int64_t ES, int64_t H,
@@ -491,8 +351,8 @@ __global__ void layer_kernel(const int64_t* __restrict__ indptr, const int64_t* 
   const int64_t i = blockIdx.x;
   const int h = threadIdx.x / kWarp;
   if (h < H)
-    attend_any<D, R, NVL>(indptr, src, eid, nodes, W, static_cast<const T*>(e_v), ES, H, C, scale, i,
-                          h, threadIdx.x % kWarp, ag + (int64_t)h * C);
+    attend_warp<D, R>(indptr, src, eid, nodes, W, static_cast<const T*>(e_v), ES, H, C, scale, i, h,
+                      threadIdx.x % kWarp, ag + (int64_t)h * C);
   __syncthreads();
   epilogue_row<D>(ag, i, H, C, concat, nodes, W, skip_col, has_skip, wb, lw, lb, eps, relu, out,
                   ag + H * C, red);
@@ -525,38 +385,6 @@ void with_lane_registers(int64_t C, F&& f) {
   else f(std::integral_constant<int, 32>{});
 }
 
-// Vectors a lane holds in attend_warp_vec (1, 2 or 4), or 0 for attend_warp: 16-byte row
-// loads need C and the row strides W and ES to be multiples of V elements and 16-byte
-// aligned bases, and the C / V vectors of a head's row must split over a power of 2 of at
-// most 32 lanes. RASFAST_GRAPH_ATTEND_VEC=0 keeps attend_warp everywhere (tests, and the
-// roofline run's same-run comparison of the two).
-int attend_vectors(int V, int64_t C, int64_t W, int64_t ES, const void* nodes, const void* e) {
-  if (const char* env = std::getenv("RASFAST_GRAPH_ATTEND_VEC"))
-    if (env[0] == '0' && env[1] == '\0') return 0;
-  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (C % V || W % V || misaligned(nodes) || (e && (ES % V || misaligned(e)))) return 0;
-  const int64_t nvec = C / V;
-  for (int nvl = 1; nvl <= 4; nvl *= 2) {
-    if (nvec % nvl) break;
-    const int64_t g = nvec / nvl;
-    if (g <= kWarp && (g & (g - 1)) == 0) return nvl;
-  }
-  return 0;
-}
-
-// Calls f(R, NVL) (std::integral_constant each) for the attention's path: NVL vectors a lane
-// (R unused, 1), or NVL = 0 and the R registers of with_lane_registers.
-template <DType D, class F>
-void with_attend_path(int64_t C, int64_t W, int64_t ES, const void* nodes, const void* e, F&& f) {
-  using One = std::integral_constant<int, 1>;
-  switch (attend_vectors(Unpack<D>::kElems, C, W, ES, nodes, e)) {
-    case 1: f(One{}, std::integral_constant<int, 1>{}); return;
-    case 2: f(One{}, std::integral_constant<int, 2>{}); return;
-    case 4: f(One{}, std::integral_constant<int, 4>{}); return;
-    default: with_lane_registers(C, [&](auto r) { f(r, std::integral_constant<int, 0>{}); });
-  }
-}
-
 // Threads of an epilogue block, the layer kernel's too (a warp a head there, so at most 8
 // heads): the same count in both, so their block sums add in the same order and the results
 // agree bit for bit; 256 threads leave ptxas 255 registers a thread for the attention's
@@ -566,13 +394,13 @@ constexpr unsigned kEpilogueThreads = 256;
 constexpr int64_t kLayerMaxHeads = kEpilogueThreads / kWarp;
 constexpr int64_t kLayerMinHeads = 4;
 
-template <DType D, int R, int NVL>
+template <DType D, int R>
 void launch_attend(const int64_t* indptr, const int64_t* src, const int64_t* eid, const void* nodes,
                    int64_t W, const void* e, int64_t ES, int64_t N, int64_t H, int64_t C,
                    float scale, float* agg, cudaStream_t stream) {
   const int64_t warps = N * H;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  attend_kernel<D, R, NVL><<<(unsigned)blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+  attend_kernel<D, R><<<(unsigned)blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
       indptr, src, eid, nodes, W, e, ES, N, H, C, scale, agg);
 }
 
@@ -585,10 +413,9 @@ void graph_conv_attend_cuda_launch(const int64_t* indptr, const int64_t* src, co
   if (N == 0) return;
   const DType dt = static_cast<DType>(dtype_code);
   RASFAST_DISPATCH_DTYPE(dt, D, {
-    with_attend_path<D>(C, node_width, e_stride, nodes, e, [&](auto r, auto nvl) {
-      launch_attend<D, decltype(r)::value, decltype(nvl)::value>(indptr, src, eid, nodes, node_width,
-                                                                 e, e_stride, N, H, C, scale, agg,
-                                                                 stream);
+    with_lane_registers(C, [&](auto r) {
+      launch_attend<D, decltype(r)::value>(indptr, src, eid, nodes, node_width, e, e_stride, N, H, C,
+                                           scale, agg, stream);
     });
   })
   RASFAST_CUDA_CHECK(cudaGetLastError());
@@ -648,8 +475,8 @@ void graph_conv_layer_cuda_launch(const int64_t* indptr, const int64_t* src, con
   const unsigned threads = kEpilogueThreads;
   const DType dt = static_cast<DType>(dtype_code);
   RASFAST_DISPATCH_DTYPE(dt, D, {
-    with_attend_path<D>(C, node_width, e_stride, nodes, e, [&](auto r, auto nvl) {
-      layer_kernel<D, decltype(r)::value, decltype(nvl)::value><<<(unsigned)N, threads, smem, stream>>>(
+    with_lane_registers(C, [&](auto r) {
+      layer_kernel<D, decltype(r)::value><<<(unsigned)N, threads, smem, stream>>>(
           indptr, src, eid, nodes, node_width, e, e_stride, H, C, scale, concat, skip_col, has_skip,
           w_beta, ln_w, ln_b, eps, relu, out);
     });
