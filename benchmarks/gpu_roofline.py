@@ -688,6 +688,10 @@ def segment_bytes(B: int, M: int, D: int, elem: int, ids: bool) -> int:
     return M * D * elem + B * D * 4 + (8 * M if ids else 0)
 
 
+def _ms_cell(ms) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
 def segment_timings(dev, emulate: bool):
     """segment_topk_scores at KiRAG-like shapes against the torch peer (equal-length segments
     as one padded bmm + topk: the peer's best case), and ragged segments through cand_ids
@@ -725,6 +729,14 @@ def segment_timings(dev, emulate: bool):
                      "cand_ids": with_ids, "same_ids": bool(ok), "cuda_ms": ms, "bytes": nbytes,
                      "GBps": nbytes / (ms * 1e-3) / 1e9 if ms else None,
                      "torch_ms": device_ms(peer, 20 if not emulate else 2, emulate)})
+        # the scoring as the seventh GPU session timed it (a warp a row), same run
+        os.environ["RASFAST_SEGMENT_CHUNKS"] = "0"
+        try:
+            rows[-1]["row_a_warp_ms"] = device_ms(
+                lambda: rasfast.segment_topk_scores(q, cand, ptr, n, cand_ids=ids, backend="cuda"),
+                20 if not emulate else 2, emulate)
+        finally:
+            os.environ.pop("RASFAST_SEGMENT_CHUNKS", None)
         if (B, per, dt, with_ids) in SEGMENT_BREAKDOWNS and not emulate:
             # the seventh GPU session: 0.50x the peer at 1024 x 200 float32 with no breakdown
             # to say whether the kernels or the host path lose
@@ -1140,10 +1152,13 @@ def segment_and_rest_markdown(res) -> list:
           "ragged segments need padding or a loop); with cand_ids, the peer gathers the rows "
           "first. Median ms of 20 calls (whole calls, host included). GB/s = the least bytes "
           "(`segment_bytes`: the candidate rows once, the queries, the ids) / time; share = of "
-          "the measured copy bandwidth. same ids: random floats, so a near-tie may differ.", "",
+          "the measured copy bandwidth. same ids: random floats, so a near-tie may differ. "
+          "row a warp = the scoring as the seventh GPU session timed it (RASFAST_SEGMENT_CHUNKS=0: "
+          "a warp scores one row and exits; since the twenty-first session a warp walks a chunk "
+          "of positions, the next row loaded before this one is scored).", "",
           "| B | candidates per query | D | dtype | cand_ids | n | cuda ms | torch ms | speed-up | "
-          "GB/s | share | same ids |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "GB/s | share | same ids | row a warp ms |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     copy_gbps = res.get("ceilings", {}).get("copy_GBps")
     for r in res.get("segment", []):
         if "error" in r:
@@ -1154,7 +1169,8 @@ def segment_and_rest_markdown(res) -> list:
             L.append(f"| {r['B']} | {r['per_query']:,} | {r['D']} | {r.get('dtype', 'float32')} | "
                      f"{r.get('cand_ids', False)} | {r['n']} | {r['cuda_ms']:.3f} | "
                      f"{r['torch_ms']:.3f} | {r['torch_ms'] / r['cuda_ms']:.2f}x | "
-                     f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} |")
+                     f"{gb if gb is None else f'{gb:,.0f}'} | {share} | {r['same_ids']} | "
+                     f"{_ms_cell(r.get('row_a_warp_ms'))} |")
     for r in res.get("segment", []):
         for who, kb in (r.get("kernels") or {}).items():
             L += ["", f"Kernels of one call, {who}, {r['B']} x {r['per_query']} x {r['D']} {r.get('dtype')} "

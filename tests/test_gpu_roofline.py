@@ -30,6 +30,11 @@ def test_roofline_command_runs_on_the_emulator(tmp_path):
     # select_k reads nothing back on the device path
     assert "| select_k (8 x 50k, k=100) | 0 |" in md
     assert "| segment_topk_scores validate='none' | 0 |" in md
+    # segment_topk_scores' scoring as the seventh run timed it (a warp a row), beside the
+    # default (a warp a chunk), in the same run: the row's last cell holds its time
+    assert "| same ids | row a warp ms |" in md
+    seg = next(ln for ln in md.splitlines() if ln.startswith("| 4 | 30 | 16 | float32 | False |"))
+    assert seg.rstrip(" |").split("|")[-1].strip() not in ("", "-"), seg
     # one question's subgraph through GraphEncoder, replayed from its padded bucket's graph
     # (EagerGraphs here), equal to the eager encodings. Its host batch's index arrays are read
     # on the host, which the emulator, whose every tensor is a CPU tensor, counts as syncs:

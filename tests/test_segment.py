@@ -211,10 +211,18 @@ def test_topk_continuous_values_and_numpy_kind():
     np.testing.assert_allclose(sc, ws.numpy(), atol=1e-4)
 
 
+# the scoring kernels (csrc/segment/segment_kernels.cu): a warp a chunk of positions, the
+# default for rows in 16-byte vectors (score_chunks_kernel), and a warp a row
+# (score_kernel: RASFAST_SEGMENT_CHUNKS=0, and every row read element by element)
+SCORING = ["chunks", "row a warp"]
+
+
 @cuda_kernels
+@pytest.mark.parametrize("scoring", SCORING)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["matrix", "table"])
-def test_topk_gpu_backends(dtype, layout):
+def test_topk_gpu_backends(monkeypatch, scoring, dtype, layout):
+    monkeypatch.setenv("RASFAST_SEGMENT_CHUNKS", "1" if scoring == "chunks" else "0")
     rng = np.random.default_rng(11)
     B = 12 if EMULATED else 40  # still segments past the kernel's 4096-key buffer
     args, ids = topk_problem(rng, B, 96, 5000, table=3000 if layout == "table" else None, dtype=dtype)
@@ -226,12 +234,14 @@ def test_topk_gpu_backends(dtype, layout):
 
 
 @cuda_kernels
+@pytest.mark.parametrize("scoring", SCORING)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_topk_gpu_select_and_load_boundaries(dtype):
+def test_topk_gpu_select_and_load_boundaries(monkeypatch, scoring, dtype):
     """The CUDA design's edges (csrc/segment/segment_kernels.cu): rows read in 16-byte vectors
     or element by element (odd D, a misaligned query view), 4 to 32 lanes per row, segment
     lengths around n and around the select block's 256 threads, one query much longer than
     the rest, and ties broken down to the position bits of the radix keys."""
+    monkeypatch.setenv("RASFAST_SEGMENT_CHUNKS", "1" if scoring == "chunks" else "0")
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
     # D = 520 / 1032: rows longer than one batch of kAhead 16-byte loads per lane (128

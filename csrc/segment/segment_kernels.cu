@@ -25,8 +25,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dtype.h"
 #include "common/vec16.h"
 #include "segment/segment_cuda.h"
@@ -127,6 +129,105 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(const float* __
       scratch[j] = bad_id ? 0.f : acc;
       if (bad_id) atomicMin(err, kInputError);
       else if (!isfinite(acc)) atomicMin(err, (unsigned long long)kScoreError + (unsigned long long)j);
+    }
+  }
+}
+
+// The same scores, a warp a chunk of consecutive positions (the default for rows in 16-byte
+// vectors). The seventh GPU session (H200, torch.profiler) timed score_kernel above at 187 us
+// for 1024 x 200 rows of 384 float32 (314 MB: 1.7 TB/s, 40% of the copy rate), where torch's
+// gemv over the same rows took 87 us: a warp there scores one row and exits, so each row pays
+// a block's start, the query's binary search (10 dependent offset reads) and its whole DRAM
+// latency with nothing else in flight. Here a warp's lane groups walk a chunk of `chunk`
+// positions (P = 32 / G rows a step), the query of each found once by the binary search and
+// then by stepping forward (positions are consecutive), and the next step's row is loaded
+// before this step's is scored. RASFAST_SEGMENT_CHUNKS=0 keeps score_kernel (tests, and the
+// roofline run's same-run comparison).
+template <DType S>
+__device__ __forceinline__ void load_row_head(const typename Storage<S>::type* __restrict emb,
+                                              int64_t D, int64_t T, const int64_t* __restrict ids,
+                                              int64_t j, bool active, int G, int sub, Vec16* rv,
+                                              const typename Storage<S>::type** row, bool* bad) {
+  constexpr int V = Unpack<S>::kElems;
+  *row = nullptr;
+  *bad = false;
+  if (!active) return;
+  const int64_t r = ids ? ids[j] : j;
+  *bad = r < 0 || r >= T;
+  if (*bad) return;
+  *row = emb + r * D;
+  const int64_t nv = D / V;
+#pragma unroll
+  for (int u = 0; u < kAhead; ++u) {
+    const int64_t v = sub + (int64_t)u * G;
+    if (v < nv) rv[u] = load16(*row + v * V);
+  }
+}
+
+// 3 blocks an SM (at most 85 registers a thread): two rows' kAhead vectors a lane in
+// registers; the cap of score_kernel (4: 64 registers) spilled 58-124 bytes here
+constexpr int kChunkBlocksPerSM = 3;
+
+template <DType S>
+__global__ void __launch_bounds__(kScoreThreads, kChunkBlocksPerSM) score_chunks_kernel(
+    const float* __restrict q, const typename Storage<S>::type* __restrict emb, int64_t D, int64_t T,
+    const int64_t* __restrict ids, const int64_t* __restrict ptr, int64_t B, int64_t M, int G,
+    int64_t chunk, float* __restrict scratch, unsigned long long* err) {
+  using Elem = typename Storage<S>::type;
+  constexpr int V = Unpack<S>::kElems;
+  const int lane = threadIdx.x & 31, sub = lane % G, grp = lane / G;
+  const int P = 32 / G;
+  const int64_t nv = D / V, step = (int64_t)G * kAhead;
+  const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t c0 = warp * chunk; c0 < M; c0 += warps * chunk) {  // warp-uniform
+    const int64_t c1 = c0 + chunk < M ? c0 + chunk : M;
+    const int64_t steps = (c1 - c0 + P - 1) / P;
+    int64_t j = c0 + grp;
+    Vec16 cur[kAhead];
+    const Elem* row;
+    bool bad;
+    load_row_head<S>(emb, D, T, ids, j, j < c1, G, sub, cur, &row, &bad);
+    int64_t b = query_of(ptr, B, M, j < c1 ? j : c1 - 1);
+    for (int64_t t = 0; t < steps; ++t) {
+      const bool active = j < c1;
+      const int64_t jn = j + P;
+      Vec16 nxt[kAhead];
+      const Elem* row_n;
+      bool bad_n;
+      load_row_head<S>(emb, D, T, ids, jn, jn < c1, G, sub, nxt, &row_n, &bad_n);
+      // the query of position j: the last b with ptr[b] <= j (clamped as in query_of)
+      while (b + 1 < B && clamp64(ptr[b + 1], 0, M) <= j) ++b;
+      float acc = 0.f;
+      if (active && !bad) {
+        const float* qb = q + b * D;
+        for (int64_t v0 = sub; v0 < nv; v0 += step) {
+          if (v0 != sub) {  // rows longer than kAhead * G vectors: the next batch
+#pragma unroll
+            for (int u = 0; u < kAhead; ++u) {
+              const int64_t v = v0 + (int64_t)u * G;
+              if (v < nv) cur[u] = load16(row + v * V);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kAhead; ++u) {
+            const int64_t v = v0 + (int64_t)u * G;
+            if (v >= nv) break;
+            acc += dot16<S>(cur[u], qb + v * V);
+          }
+        }
+      }
+      for (int o = G >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (active && sub == 0) {
+        scratch[j] = bad ? 0.f : acc;
+        if (bad) atomicMin(err, kInputError);
+        else if (!isfinite(acc)) atomicMin(err, (unsigned long long)kScoreError + (unsigned long long)j);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) cur[u] = nxt[u];
+      row = row_n;
+      bad = bad_n;
+      j = jn;
     }
   }
 }
@@ -346,6 +447,31 @@ int lanes_per_row(int64_t units) {
   return G;
 }
 
+// RASFAST_SEGMENT_CHUNKS=0: score_kernel (a warp a row) instead of score_chunks_kernel.
+bool score_in_chunks() {
+  const char* env = std::getenv("RASFAST_SEGMENT_CHUNKS");
+  return !(env && env[0] == '0' && env[1] == '\0');
+}
+
+// Positions a warp walks in score_chunks_kernel: M spread over one wave of resident warps
+// (at least P, a multiple of P = the rows a step), so that every SM has warps to switch
+// between and each warp has rows to stream.
+template <DType S>
+int64_t score_chunk(int64_t M, int P) {
+  static int resident[3] = {0, 0, 0};  // per dtype: blocks of the kernel an SM holds
+  int& per_sm = resident[(int)S];
+  if (per_sm == 0) {
+    int b = 0;
+    RASFAST_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, score_chunks_kernel<S>,
+                                                                     kScoreThreads, 0));
+    per_sm = b > 0 ? b : 1;
+  }
+  const int64_t warps = (int64_t)per_sm * sm_count() * (kScoreThreads / 32);
+  int64_t chunk = (M + warps - 1) / warps;
+  chunk = (chunk + P - 1) / P * P;
+  return chunk > 0 ? chunk : P;
+}
+
 }  // namespace
 
 __global__ void reset_flag_kernel(unsigned long long* err) { *err = (unsigned long long)kNoError; }
@@ -365,13 +491,23 @@ void topk_scores(uintptr_t q, uintptr_t emb, int dtype_code, int64_t D, int64_t 
     RASFAST_DISPATCH_DTYPE(dt, S, {
       constexpr int V = Unpack<S>::kElems;
       const int G = lanes_per_row(vec ? D / V : D);
-      const int64_t rows_per_block = (kScoreThreads / 32) * (32 / G);
-      int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
-      if (blocks > 65535LL * 8) blocks = 65535LL * 8;  // grid-stride beyond
-      score_kernel<S><<<(unsigned)blocks, kScoreThreads, 0, st>>>(
-          as_dptr<const float>(q), as_dptr<const typename Storage<S>::type>(emb), D, T,
-          as_dptr<const int64_t>(ids), as_dptr<const int64_t>(ptr), B, M, G, vec,
-          as_dptr<float>(scratch), as_dptr<unsigned long long>(err));
+      if (vec && score_in_chunks()) {
+        const int64_t chunk = score_chunk<S>(M, 32 / G);
+        const int64_t warps_needed = (M + chunk - 1) / chunk;
+        const int64_t blocks = (warps_needed + kScoreThreads / 32 - 1) / (kScoreThreads / 32);
+        score_chunks_kernel<S><<<(unsigned)blocks, kScoreThreads, 0, st>>>(
+            as_dptr<const float>(q), as_dptr<const typename Storage<S>::type>(emb), D, T,
+            as_dptr<const int64_t>(ids), as_dptr<const int64_t>(ptr), B, M, G, chunk,
+            as_dptr<float>(scratch), as_dptr<unsigned long long>(err));
+      } else {
+        const int64_t rows_per_block = (kScoreThreads / 32) * (32 / G);
+        int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
+        if (blocks > 65535LL * 8) blocks = 65535LL * 8;  // grid-stride beyond
+        score_kernel<S><<<(unsigned)blocks, kScoreThreads, 0, st>>>(
+            as_dptr<const float>(q), as_dptr<const typename Storage<S>::type>(emb), D, T,
+            as_dptr<const int64_t>(ids), as_dptr<const int64_t>(ptr), B, M, G, vec,
+            as_dptr<float>(scratch), as_dptr<unsigned long long>(err));
+      }
     })
     RASFAST_CUDA_CHECK(cudaGetLastError());
   }
