@@ -350,6 +350,38 @@ def test_gpu_short_row_sorted_select_at_its_limit(monkeypatch, dtype, B, N, k, s
         assert work.kernels == launches, work.summary()
 
 
+@cuda_kernels
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,N,k,launches", [
+    (2, 50_000, 10, 2),     # past 32,768 entries, k <= 32: the filtered pass and its sort
+    (3, 65_536, 32, 2),
+    (2, 32_768, 10, 1),     # at 32,768: the one-launch select
+    (2, 50_000, 33, 1),     # k past 32: the one-launch select
+    (1, 65_537, 10, None),  # past 65,536: the radix passes
+])
+def test_gpu_short_rows_at_small_k_take_the_filtered_pass(monkeypatch, dtype, B, N, k, launches):
+    """Rows of 32,768 < N <= 65,536 entries with k <= 32 take the filtered pass (the seventh
+    GPU session: 0.038 against the one-launch select's 0.067 ms at 8 x 50k, k = 10); the
+    answers either way, and the launches of the path the limits name."""
+    if "cuda" not in (gpu_backends() or ["cuda"]):
+        pytest.skip("cuda module not built")
+    for name in ("RASFAST_SELECT_FILTER_K", "RASFAST_SELECT_SMALL_N", "RASFAST_SELECT_RADIX_SORT_K"):
+        monkeypatch.delenv(name, raising=False)
+    x = make_input(B, N, "ties", dtype, seed=N + k, device=GPU_DEVICE)
+    check(x, k, True, True, "cuda")
+    check(x, k, False, False, "cuda")
+    if x.device.type != "cpu":  # launches are counted on the emulator
+        return
+    from rasfast.device_work import count_device_work
+    rasfast.select_k(x, k, backend="cuda")
+    with count_device_work() as work:
+        rasfast.select_k(x, k, backend="cuda")
+    if launches is None:
+        assert work.kernels > 2, work.summary()
+    else:
+        assert work.kernels == launches, work.summary()
+
+
 # Sorted answers for 2,048 < k <= 16,384: one block a row radix-sorts them in shared memory
 # (8 / 16 / 24 / 32 keys a thread), after the radix passes on long rows (sort_rows_radix) and
 # within the one-launch select on rows of up to 65,536 entries (select_rows_small_sorted);

@@ -1254,6 +1254,9 @@ select_rows_small(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k
 // a 50k row five times), and unsorted at 8 x 50k it was 0.49x torch.topk (it sorts anyway).
 // 32,768 lies between the two measured rows; the crossing itself was not timed.
 constexpr int64_t kSmallSortedMaxN = 32768;
+// Rows of kSmallSortedMaxN < n <= kSmallRowMaxN with k up to this take the filtered pass
+// (layout_for; measured at k = 10 only, 8 x 50k: 0.038 against 0.067 ms eager)
+constexpr int64_t kShortRowFilterK = 32;
 template <DType D, int ITEMS>
 __global__ void __launch_bounds__(kRadixSortThreads, 1)
 select_rows_small_sorted(const typename RawKey<D>::W* x, int64_t rows, int64_t n, int k, bool largest,
@@ -1432,15 +1435,23 @@ Layout layout_for(DType dt, int64_t rows, int64_t n, int64_t k, bool sorted) {
   L.ibits = bits_for(n);
   L.tb = L.K + L.ibits;
   // filtered: ~0 marks "no candidate", so a real composite must stay below it (tb <= 63)
-  if (k <= filter_k_limit() && L.tb <= 63) {
+  const auto filtered = [&]() {
     L.filter = true;
     L.filter_blocks = filter_blocks(dt, rows, n, k);
     L.keys = 0;
     L.total = std::max<size_t>(align_up(sizeof(unsigned long long) * (size_t)rows *
                                         (size_t)L.filter_blocks * (size_t)k), 256);
     return L;
-  }
+  };
+  if (k <= filter_k_limit() && L.tb <= 63) return filtered();
   if (n <= small_row_limit() && k <= kSmallSortK) {
+    // one block a row reads a row of more than kSmallSortedMaxN entries five times: the
+    // seventh GPU session timed 8 x 50k at k = 10 at 0.067-0.079 ms a call that way against
+    // the filtered pass's 0.038-0.039 (all three dtypes, two calls). Unless
+    // RASFAST_SELECT_FILTER_K names the filtered pass's limit itself.
+    if (n > kSmallSortedMaxN && k <= kShortRowFilterK && L.tb <= 63 &&
+        std::getenv("RASFAST_SELECT_FILTER_K") == nullptr)
+      return filtered();
     L.small_rows = true;
     L.total = 256;
     return L;
