@@ -9,7 +9,10 @@ allocations. For k <= 256 a call is two launches (the filtered pass and the merg
 memset (eighth session), when RASFAST_SELECT_FILTER_K=256 asks for it: the sixth H100 session
 timed it 2-3x slower than the radix passes at k = 10, which are the default again. Rows of up
 to 65,536 entries (k <= 2,048) take one launch since the sixteenth session (select_rows_small:
-a per-question call was launch-bound there, 0.148 ms eager against 0.036 ms from a CUDA graph).
+a per-question call was launch-bound there, 0.148 ms eager against 0.036 ms from a CUDA graph);
+since the twenty-first session, from the seventh GPU run, rows past 32,768 entries with k <= 32
+take the filtered pass instead, and the one launch with 2,048 < k serves sorted calls on rows
+up to 32,768 entries only.
 """
 import math
 import os
@@ -32,12 +35,17 @@ FILTER_K = 256  # csrc/select/select_kernels.cu kFilterK
 
 SMALL_N, SMALL_K = 65_536, 2_048  # select_rows_small: one launch for rows up to SMALL_N entries
 RADIX_SORT_K = 16_384  # sort_rows_radix: sorted answers on chip in one launch up to this k
+# select_rows_small_sorted (SMALL_K < k <= RADIX_SORT_K): sorted answers on rows up to this
+# (kSmallSortedMaxN); without RASFAST_SELECT_FILTER_K, rows above it with k <= 32
+# (kShortRowFilterK) take the filtered pass (twenty-first session, from the seventh GPU run)
+SMALL_SORTED_N, SHORT_ROW_FILTER_K = 32_768, 32
 
 
 def _launch_budget(N, k, key_bits, sorted_, path="filtered"):
     if path == "filtered" and k <= FILTER_K:
         return 2  # the filtered pass and the merge: no memset, sorted either way
-    if path == "small" and N <= SMALL_N and k <= RADIX_SORT_K:
+    if path == "small" and N <= SMALL_N and (k <= SMALL_K or (sorted_ and N <= SMALL_SORTED_N
+                                                               and k <= RADIX_SORT_K)):
         return 1  # the whole select in one block per row: no memset, sorted either way
     passes = math.ceil((key_bits + max(0, math.ceil(math.log2(N)))) / 11)
     sort = 0
@@ -91,11 +99,13 @@ def test_select_k_nan_costs_nothing_on_cuda():
     assert idx[1, 0].item() == 7
 
 
-@pytest.mark.parametrize("N,path", [(5_000, "small"), (65_536, "small"), (65_537, "radix")])
+@pytest.mark.parametrize("N,path", [(5_000, "small"), (32_768, "small"), (32_769, "filtered"),
+                                    (65_536, "filtered"), (65_537, "radix")])
 def test_select_k_default_path(monkeypatch, N, path):
-    """Without the environment's overrides: rows up to 65,536 entries take the one-launch
-    select, longer ones the radix passes (memset, passes, write, sort), which the sixth H100
-    session measured faster than the filtered pass at k = 10."""
+    """Without the environment's overrides, at k = 10: rows up to 32,768 entries take the
+    one-launch select, rows up to 65,536 the filtered pass (the seventh GPU run: 0.038 against
+    0.067 ms at 8 x 50k), longer ones the radix passes (memset, passes, write, sort), which the
+    sixth H100 session measured faster than the filtered pass on long rows."""
     monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
     monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
     x = torch.randn(2, N)
@@ -148,18 +158,25 @@ def test_on_chip_sort_fits_each_archs_shared_memory(arch):
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("N,k", [(20_000, 2_049), (20_000, 10_000), (50_000, 16_384)])
+@pytest.mark.parametrize("N,k", [(20_000, 2_049), (20_000, 10_000), (32_768, 16_384), (50_000, 16_384)])
 def test_short_rows_select_large_k_in_one_launch(monkeypatch, N, k):
-    """Rows of up to 65,536 entries with 2,048 < k <= 16,384: one launch (the passes, the
-    gather and the on-chip radix sort in one block a row), where they took the radix passes'
-    memset, passes, write and sort (a per-question call at k = 10,000: eight launches)."""
+    """Sorted answers on rows of up to 32,768 entries with 2,048 < k <= 16,384: one launch
+    (the passes, the gather and the on-chip radix sort in one block a row), where they took
+    the radix passes' memset, passes, write and sort (a per-question call at k = 10,000: eight
+    launches). Unsorted calls and longer rows take the radix passes (the seventh GPU run: the
+    one launch took 0.177 against their 0.113 ms at 8 x 50k, and sorted whatever was asked)."""
     monkeypatch.delenv("RASFAST_SELECT_FILTER_K", raising=False)
     monkeypatch.delenv("RASFAST_SELECT_SMALL_N", raising=False)
     monkeypatch.delenv("RASFAST_SELECT_RADIX_SORT_K", raising=False)
     x = torch.randn(2, N)
+    want = ref_select(x, k, False, True)
     for sorted_ in (True, False):
         with count_device_work(watch=[x]) as work:
             _, idx = rasfast.select_k(x, k, sorted=sorted_, backend="cuda")
-        assert work.launches == 1, work.summary()
+        one = sorted_ and N <= SMALL_SORTED_N
+        assert work.launches == (1 if one else _launch_budget(N, k, 32, sorted_, "radix")), work.summary()
         assert work.syncs == 0 and work.allocs == 0 and work.torch_ops == 0, work.summary()
-        assert torch.equal(idx, ref_select(x, k, False, True))  # sorted either way
+        if sorted_:
+            assert torch.equal(idx, want)
+        else:
+            assert torch.equal(idx.sort(dim=1).values, want.sort(dim=1).values)
