@@ -328,6 +328,32 @@ def test_graph_encoder_training_matches_reference_step():
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=1e-5, msg=n)
 
 
+def test_bfloat16_training_through_the_torch_reference_reaches_every_parameter():
+    """A bfloat16 model trained through backend "torch" (the reference): every parameter the
+    fused layers give a gradient gets one, the LayerNorms' included, close to theirs. The
+    reference's LayerNorm parameters were cast to float32 for the call, a copy detached from
+    the model's (no gradient), and on CUDA layer_norm refused the mixed dtypes (the seventh
+    GPU run's bfloat16 training step)."""
+    g = torch.Generator().manual_seed(4)
+    x, ei, ea, gp = _graph(g, [8, 6], 3, 6, 3, torch.float32)
+    a, b = _encoder(layers=3, seed=9).bfloat16(), _encoder(layers=3, seed=9).bfloat16()
+    for enc, backend in ((a, "cpu"), (b, "torch")):
+        enc.train()
+        enc.encode_batch(x.bfloat16(), ei, ea.bfloat16(), gp,
+                         backend=backend).float().square().sum().backward()
+    norms = 0
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        if p.grad is None:
+            continue
+        assert q.grad is not None, n
+        assert q.grad.dtype == torch.bfloat16, n
+        if ".weight" in n and p.dim() == 1:  # the LayerNorms' scales
+            norms += 1
+            rel = float((q.grad.float() - p.grad.float()).norm() / p.grad.float().norm().clamp(min=1e-12))
+            assert rel < 0.05, (n, rel)
+    assert norms >= 2
+
+
 @cuda_kernels
 def test_cuda_backend_grads_match_reference():
     """The CUDA plan keeps its projections/attention output/edge rows for the same backward

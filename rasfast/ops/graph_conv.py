@@ -269,7 +269,7 @@ def transformer_conv(x, edges, edge_attr, weights, heads: Optional[int] = None,
         deferred.raise_now()
         return to_kind(_layers_autograd(xt, csr, ea, None, [(w, nw, relu)], be), kind)
     w = w.to(xt.device, xt.dtype)
-    nw = None if nw is None else nw.to(xt.device, torch.float32)
+    nw = None if nw is None else nw.to(xt.device, _norm_dtype(xt, be))
     xt = xt.contiguous()
     if be != "cuda" or xt.shape[0] == 0:
         deferred.raise_now()
@@ -319,7 +319,7 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
         # training (or float64): the layers as autograd nodes over the fused kernels
         deferred.raise_now()
         return to_kind(_layers_autograd(xt, csr, ea, gp, specs, be), kind)
-    ln_dtype = torch.float64 if xt.dtype == torch.float64 else torch.float32
+    ln_dtype = _norm_dtype(xt, be)
     specs = [(w.to(xt.device, xt.dtype), None if n is None else n.to(xt.device, ln_dtype), r)
              for w, n, r in specs]
     if be != "cuda":
@@ -328,6 +328,17 @@ def graph_transformer_pool(x, edges, edge_attr, graph_ptr, layers: Sequence,
         out = _IMPLS[be].pool(_inputs(xt.contiguous(), be), csr, _inputs(ea, be), gp, specs)
     deferred.raise_now()  # cuda: the one host sync, after the kernels (none without checks)
     return to_kind(out, kind)
+
+
+def _norm_dtype(x: torch.Tensor, backend: str) -> torch.dtype:
+    """The LayerNorm parameters' dtype in a call: the compiled kernels take them in float32
+    (float64 for float64 input); the torch backend, the reference, keeps them in x's dtype as
+    PyG does, so that no cast detaches trained parameters (a bfloat16 model's norms got no
+    gradient through it, and on CUDA layer_norm refused the mixed dtypes: the seventh GPU
+    run's bfloat16 training step through the torch reference)."""
+    if backend == "torch":
+        return x.dtype
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _grad_mode(backend: str):
